@@ -1,0 +1,41 @@
+# dlscale: the two commands that matter are `make demo` and `make test`.
+# Both set up everything they need on a fresh machine (Debian 12, Python >= 3.11).
+
+PYTHON ?= python3
+VENV := .venvs/workflow
+PY := $(VENV)/bin/python
+SNAKEMAKE := $(VENV)/bin/snakemake
+PROFILE ?= profiles/local
+
+.PHONY: demo test lint unit format system clean-results
+
+$(VENV)/.installed: envs/workflow.txt
+	bash scripts/ensure-system.sh
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --disable-pip-version-check -q -r envs/workflow.txt
+	touch $@
+
+system:
+	bash scripts/ensure-system.sh
+
+## demo: the default study (config.yaml) on the local profile, then the report.
+demo: $(VENV)/.installed
+	$(SNAKEMAKE) --profile $(PROFILE)
+	$(SNAKEMAKE) --profile $(PROFILE) --report results/report.html
+	@echo "report: results/report.html  tables: results/runs.csv  figures: results/figures/"
+
+## test: lint, then the whole pytest suite (unit, integration, workflow).
+test: $(VENV)/.installed lint
+	$(PY) -m pytest tests
+
+lint: $(VENV)/.installed
+	$(SNAKEMAKE) --lint
+	$(VENV)/bin/snakefmt --check Snakefile rules
+	$(VENV)/bin/ruff check .
+
+format: $(VENV)/.installed
+	$(VENV)/bin/snakefmt Snakefile rules
+	$(VENV)/bin/ruff format dlscale scripts tests
+
+clean-results:
+	rm -rf results .snakemake

@@ -1,0 +1,27 @@
+"""dlscale: distributed deep-learning frameworks compared on CPU clusters.
+
+Reproduces and extends Du et al., "Comparative Study of Distributed Deep Learning Tools on
+Supercomputers" (ICA3PP 2018). Stages: environments -> data -> training runs -> tables,
+figures and report. Run `snakemake --profile profiles/local` (or profiles/tianhe).
+"""
+
+
+configfile: "config.yaml"
+
+
+report: "report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/envs.smk"
+include: "rules/data.smk"
+include: "rules/train.smk"
+include: "rules/analysis.smk"
+
+
+rule all:
+    input:
+        "results/runs.csv",
+        "results/findings.csv",
+        figure_files(),
+    default_target: True

@@ -1,0 +1,365 @@
+"""The study's four figures, drawn with altair from the runs and iterations tables.
+
+Each figure is written as self-contained HTML (Vega bundled inline, so the report opens on
+a cluster login node without internet), SVG and PNG (rendered by vl-convert, no browser).
+Every file is written to a temporary name in the same directory and renamed into place,
+so a figure on disk is always whole.
+
+Only ok runs are drawn: a failed run has no numbers to plot (its row and reason are in
+the runs table). Colours are fixed per framework across all figures so that a reader can
+move between them without re-reading legends.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from dlscale.analysis import loss_curve
+
+FIGURES: tuple[str, ...] = ("throughput", "speedup", "breakdown", "loss")
+FORMATS: tuple[str, ...] = ("html", "svg", "png")
+
+#: The study's frameworks in a fixed order, so each keeps its colour in every figure.
+FRAMEWORK_ORDER: tuple[str, ...] = ("torch", "tensorflow", "bigdl", "caffe")
+MODEL_ORDER: tuple[str, ...] = ("lenet", "autoencoder", "alexnet", "resnet50")
+
+#: Most points drawn per loss curve; longer curves are thinned evenly (keeping the ends).
+MAX_LOSS_POINTS = 300
+
+_PANEL_WIDTH = 200
+_PANEL_HEIGHT = 160
+
+
+def _ordered(values: pd.Series, preferred: tuple[str, ...]) -> list[str]:
+    present = [str(v) for v in pd.unique(values.dropna())]
+    return [v for v in preferred if v in present] + sorted(v for v in present if v not in preferred)
+
+
+def _ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Ok runs with a throughput, plus a ``series`` label (see ``_series``)."""
+    if runs.empty or "status" not in runs:
+        return runs.iloc[0:0]
+    ok = runs[runs["status"].eq("ok") & runs["throughput"].notna()].copy()
+    ok["series"] = _series(ok)
+    ok["ideal"] = ok["nodes"] / ok["baseline_nodes"]
+    return ok
+
+
+def _series(ok: pd.DataFrame) -> pd.Series:
+    """One line per framework, split further only when a framework ran several set-ups.
+
+    Points of different ranks-per-node, batch or scaling mode are not one scaling curve;
+    when a study mixes them for one framework and model, the label names the set-up.
+    """
+    if ok.empty:
+        return pd.Series([], index=ok.index, dtype=object)
+    batch = ok["global_batch"].where(ok["scaling"].eq("strong"), ok["batch_per_rank"])
+    setup = (
+        ok["scaling"].astype(str)
+        + ", "
+        + ok["ranks_per_node"].astype(str)
+        + " ranks/node, batch "
+        + batch.astype(str)
+    )
+    setups = setup.groupby([ok["model"], ok["framework"]]).transform("nunique")
+    return ok["framework"].astype(str).where(setups.le(1), ok["framework"].astype(str) + " (" + setup + ")")
+
+
+def _colour(frameworks: list[str]) -> alt.Color:
+    return alt.Color("framework:N", title="framework", scale=alt.Scale(domain=frameworks, scheme="tableau10"))
+
+
+def _nodes_axis(ok: pd.DataFrame) -> alt.X:
+    """Nodes on a log2 axis, ticks at the node counts that were run."""
+    counts = sorted(int(n) for n in ok["nodes"].unique())
+    low, high = counts[0], counts[-1]
+    if low == high:
+        low, high = max(low / 2, 0.5), high * 2
+    return alt.X(
+        "nodes:Q",
+        title="nodes",
+        scale=alt.Scale(type="log", base=2, domain=[low, high], nice=False),
+        axis=alt.Axis(values=counts, format="d", grid=False),
+    )
+
+
+def empty_chart(message: str) -> alt.Chart:
+    """A chart that says why there is nothing to plot (zero ok runs, no loss recorded...)."""
+    frame = pd.DataFrame({"message": [message]})
+    return (
+        alt.Chart(frame)
+        .mark_text(fontSize=16)
+        .encode(text="message:N")
+        .properties(title=message, width=420, height=120)
+    )
+
+
+def throughput_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
+    """Throughput (global samples/s) vs nodes: a point per repeat, a line through medians."""
+    ok = _ok_runs(runs)
+    if ok.empty:
+        return empty_chart("Throughput: no successful runs to plot")
+    frameworks = _ordered(ok["framework"], FRAMEWORK_ORDER)
+    title = "throughput (samples/s)"
+    x = _nodes_axis(ok)
+    colour = _colour(frameworks)
+    tooltip = ["run_id:N", "series:N", "nodes:Q", alt.Tooltip("throughput:Q", format=",.1f")]
+    points = (
+        alt.Chart()
+        .mark_point(filled=True, opacity=0.55, size=40)
+        .encode(x=x, y=alt.Y("throughput:Q", title=title), color=colour, tooltip=tooltip)
+    )
+    lines = (
+        alt.Chart()
+        .mark_line(point=False, strokeWidth=2)
+        .encode(x=x, y=alt.Y("median(throughput):Q", title=title), color=colour, detail="series:N")
+    )
+    data = ok[["run_id", "model", "framework", "series", "nodes", "throughput"]]
+    return (
+        alt.layer(points, lines, data=data)
+        .properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
+        .facet(facet=alt.Facet("model:N", title=None, sort=_ordered(ok["model"], MODEL_ORDER)), columns=4)
+        .resolve_scale(y="independent")
+        .properties(title="Throughput vs nodes (points: repeats, lines: medians)")
+    )
+
+
+def speedup_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
+    """Speedup vs nodes against the smallest ok node count, with the ideal line."""
+    ok = _ok_runs(runs)
+    ok = ok[ok["speedup"].notna()] if not ok.empty else ok
+    if ok.empty:
+        return empty_chart("Speedup: no successful runs to plot")
+    frameworks = _ordered(ok["framework"], FRAMEWORK_ORDER)
+    title = "speedup (x baseline throughput)"
+    x = _nodes_axis(ok)
+    colour = _colour(frameworks)
+    ideal = (
+        alt.Chart()
+        .mark_line(color="gray", strokeDash=[4, 4], strokeWidth=1.5)
+        .encode(x=x, y=alt.Y("ideal:Q", title=title), detail="series:N")
+    )
+    points = (
+        alt.Chart()
+        .mark_point(filled=True, opacity=0.55, size=40)
+        .encode(
+            x=x,
+            y=alt.Y("speedup:Q", title=title),
+            color=colour,
+            tooltip=[
+                "run_id:N",
+                alt.Tooltip("speedup:Q", format=".2f"),
+                alt.Tooltip("efficiency:Q", format=".0%"),
+                "baseline_nodes:Q",
+            ],
+        )
+    )
+    lines = (
+        alt.Chart()
+        .mark_line(strokeWidth=2)
+        .encode(x=x, y=alt.Y("median(speedup):Q", title=title), color=colour, detail="series:N")
+    )
+    data = ok[["run_id", "model", "framework", "series", "nodes", "speedup", "efficiency", "baseline_nodes", "ideal"]]
+    return (
+        alt.layer(ideal, points, lines, data=data)
+        .properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
+        .facet(facet=alt.Facet("model:N", title=None, sort=_ordered(ok["model"], MODEL_ORDER)), columns=4)
+        .properties(title="Speedup vs nodes (dashed: ideal = nodes / baseline nodes)")
+    )
+
+
+COMPONENTS: tuple[str, ...] = ("compute", "exposed communication", "step (not split)")
+
+
+def breakdown_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Median compute and exposed communication per model, set-up and node count, long form.
+
+    Where a framework cannot split a step (compute_s null), the whole median step is one
+    ``step (not split)`` bar, so that the framework is still on the figure without a
+    made-up split.
+    """
+    ok = _ok_runs(runs)
+    columns = ["model", "framework", "series", "nodes", "component", "order", "seconds", "step_s", "runs"]
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    medians = (
+        ok.groupby(["model", "framework", "series", "nodes"], as_index=False)
+        .agg(
+            compute_s=("compute_s", "median"),
+            exposed_comm_s=("exposed_comm_s", "median"),
+            step_s=("step_s", "median"),
+            runs=("run_id", "size"),
+        )
+    )
+    split = medians["compute_s"].notna()
+    parts = [
+        medians[split].assign(component=COMPONENTS[0], order=0, seconds=medians["compute_s"]),
+        medians[split].assign(component=COMPONENTS[1], order=1, seconds=medians["exposed_comm_s"]),
+        medians[~split].assign(component=COMPONENTS[2], order=2, seconds=medians["step_s"]),
+    ]
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+def breakdown_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
+    """Per-iteration time split into compute and exposed communication (stacked medians).
+
+    One row of panels per model (each with its own time axis: LeNet steps take
+    milliseconds, ResNet-50 steps seconds), one panel per framework, node counts on x.
+    """
+    table = breakdown_table(runs)
+    if table.empty:
+        return empty_chart("Time breakdown: no successful runs to plot")
+    components = [c for c in COMPONENTS if c in set(table["component"])]
+    colour = alt.Color(
+        "component:N",
+        title="per-iteration time",
+        scale=alt.Scale(
+            domain=list(COMPONENTS),
+            range=["#4c78a8", "#f58518", "#9d9d9d"],
+        ),
+        legend=alt.Legend(values=components),
+    )
+    rows = []
+    for model in _ordered(table["model"], MODEL_ORDER):
+        mine = table[table["model"].eq(model)]
+        series = _ordered(mine["series"], FRAMEWORK_ORDER)
+        chart = (
+            alt.Chart(mine)
+            .mark_bar()
+            .encode(
+                x=alt.X("nodes:O", title="nodes"),
+                y=alt.Y("sum(seconds):Q", title="median time per iteration (s)", stack="zero"),
+                color=colour,
+                order=alt.Order("order:Q"),
+                tooltip=[
+                    "series:N",
+                    "nodes:O",
+                    "component:N",
+                    alt.Tooltip("seconds:Q", format=".4f"),
+                    alt.Tooltip("step_s:Q", title="median step_s", format=".4f"),
+                    alt.Tooltip("runs:Q", title="ok runs"),
+                ],
+            )
+            .properties(width=140, height=_PANEL_HEIGHT)
+            .facet(column=alt.Column("series:N", title=None, sort=series))
+            .properties(title=model)
+        )
+        rows.append(chart)
+    return (
+        alt.vconcat(*rows)
+        .resolve_scale(y="independent", color="shared")
+        .properties(title="Per-iteration time: compute vs exposed communication (medians over iterations, then repeats)")
+    )
+
+
+def loss_table(runs: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
+    """Loss curves of ok runs (rank 0, warm-up included), median over repeats.
+
+    Long curves are thinned to at most ``MAX_LOSS_POINTS`` iterations per curve, which keeps
+    the HTML small without changing the shape of the curve.
+    """
+    columns = ["model", "framework", "series", "nodes", "iteration", "loss", "repeats"]
+    ok = _ok_runs(runs)
+    if ok.empty or iterations.empty:
+        return pd.DataFrame(columns=columns)
+    mine = iterations[iterations["run_id"].isin(ok["run_id"])]
+    curve = loss_curve(mine, run_key="run_id")
+    if curve.empty:
+        return pd.DataFrame(columns=columns)
+    curve = curve.merge(ok[["run_id", "series"]], on="run_id", how="left")
+    table = curve.groupby(["model", "framework", "series", "nodes", "iteration"], as_index=False).agg(
+        loss=("loss", "median"), repeats=("run_id", "nunique")
+    )
+    last = table.groupby(["model", "series", "nodes"])["iteration"].transform("max")
+    first = table.groupby(["model", "series", "nodes"])["iteration"].transform("min")
+    stride = np.maximum(1, np.ceil((last - first + 1) / MAX_LOSS_POINTS)).astype("int64")
+    keep = ((table["iteration"] - first) % stride).eq(0) | table["iteration"].eq(last)
+    return table[keep][columns].reset_index(drop=True)
+
+
+def loss_chart(runs: pd.DataFrame, iterations: pd.DataFrame) -> alt.TopLevelMixin:
+    """Loss vs iteration, one colour per node count, a row of panels per model."""
+    table = loss_table(runs, iterations)
+    if table.empty:
+        ok = _ok_runs(runs)
+        why = "no successful runs" if ok.empty else "no loss recorded"
+        return empty_chart(f"Loss: {why} to plot")
+    rows = []
+    for model in _ordered(table["model"], MODEL_ORDER):
+        mine = table[table["model"].eq(model)]
+        series = _ordered(mine["series"], FRAMEWORK_ORDER)
+        chart = (
+            alt.Chart(mine)
+            .mark_line(strokeWidth=1.5)
+            .encode(
+                x=alt.X("iteration:Q", title="iteration"),
+                y=alt.Y("loss:Q", title="training loss (rank 0)", scale=alt.Scale(zero=False)),
+                color=alt.Color("nodes:O", title="nodes", scale=alt.Scale(scheme="viridis")),
+                tooltip=["series:N", "nodes:O", "iteration:Q", alt.Tooltip("loss:Q", format=".4f"), "repeats:Q"],
+            )
+            .properties(width=_PANEL_WIDTH, height=140)
+            .facet(column=alt.Column("series:N", title=None, sort=series))
+            .properties(title=model)
+        )
+        rows.append(chart)
+    return (
+        alt.vconcat(*rows)
+        .resolve_scale(y="independent", color="shared")
+        .properties(title="Training loss vs iteration (median over repeats; warm-up iterations included)")
+    )
+
+
+def _save(chart: alt.TopLevelMixin, target: str | os.PathLike[str]) -> None:
+    """Save ``chart`` to ``target`` atomically; the format comes from the extension."""
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".html":
+            chart.save(tmp, inline=True)
+        elif path.suffix == ".png":
+            chart.save(tmp, scale_factor=2.0)
+        else:
+            chart.save(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _styled(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
+    return chart.configure(background="white").configure_title(fontSize=14, anchor="start")
+
+
+def make_figures(runs: pd.DataFrame, iterations: pd.DataFrame, out: dict[str, dict[str, str]]) -> None:
+    """Draw the four figures and write each in every format asked.
+
+    ``out`` maps a figure name (``throughput``, ``speedup``, ``breakdown``, ``loss``) to
+    ``{"html": path, "svg": path, "png": path}``. Figures not named in ``out`` are not
+    drawn; an unknown name raises ``KeyError`` (a typo in a rule should fail loudly).
+    A table with zero ok runs gives charts that say so rather than an error, so a study
+    whose every run failed still gets a report that shows the failures.
+    """
+    builders: dict[str, Callable[[], alt.TopLevelMixin]] = {
+        "throughput": lambda: throughput_chart(runs),
+        "speedup": lambda: speedup_chart(runs),
+        "breakdown": lambda: breakdown_chart(runs),
+        "loss": lambda: loss_chart(runs, iterations),
+    }
+    unknown = sorted(set(out) - set(builders))
+    if unknown:
+        raise KeyError(f"unknown figure(s) {', '.join(unknown)}; expected {', '.join(FIGURES)}")
+    for name, paths in out.items():
+        chart = _styled(builders[name]())
+        for fmt, target in paths.items():
+            if Path(target).suffix != f".{fmt}":
+                raise ValueError(f"{name} {fmt} output {target} does not end in .{fmt}")
+            _save(chart, target)

@@ -1,0 +1,295 @@
+"""Launch one training run's ranks, watch them, and write its events file.
+
+``python -m dlscale.launch`` is what a training rule calls. It starts the run's ranks
+(locally: n x p processes on this host, each told its place through ``DLSCALE_*``
+variables, the way srun tells ranks through ``SLURM_*``), watches them, and when one dies
+stops the others instead of letting them hang in a collective. Whatever happens, it merges
+the ranks' part files into ``events.jsonl`` written atomically, with a run_end that says
+ok, or failed and why ("rank 1 died (SIGKILL) at iteration 37", "time limit ...").
+
+A failed run's events file is back-dated to the epoch: it still feeds the tables (a row
+with status failed), and Snakemake sees it as older than its inputs, so a plain rerun of
+the workflow redoes that run, and only that run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dlscale import placement
+from dlscale.events import write_atomic
+
+RUNNER_MODULES = {
+    "torch": "dlscale.runners.torch",
+}
+
+POLL_S = 0.2
+GRACE_S = 10.0
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (the OS picks it, so concurrent runs differ)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def git_sha(repo: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        sha = out.stdout.strip()
+        if out.returncode != 0 or not sha:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def read_parts(work_dir: Path) -> dict[int, list[dict[str, Any]]]:
+    """Each rank's events so far. A line cut off by a killed rank is evidence lost, not an error."""
+    parts: dict[int, list[dict[str, Any]]] = {}
+    for path in sorted(work_dir.glob("rank*.jsonl")):
+        rank = int(path.stem.removeprefix("rank"))
+        events = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+        parts[rank] = events
+    return parts
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def describe_failure(rank: int, returncode: int, events: list[dict[str, Any]]) -> str:
+    """A reason a person understands, from how a rank ended and what it last recorded."""
+    for event in reversed(events):
+        if event.get("event") == "rank_end" and event.get("status") == "failed" and event.get("reason"):
+            return str(event["reason"])
+    iterations = [e["iteration"] for e in events if e.get("event") == "iteration"]
+    where = f"at iteration {iterations[-1] + 1}" if iterations else "before its first iteration"
+    if returncode < 0:
+        return f"rank {rank} died ({_signal_name(returncode)}) {where}"
+    return f"rank {rank} exited with status {returncode} {where}"
+
+
+class Launch:
+    """The ranks of one run and what became of them."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.spec: dict[str, Any] = json.loads(args.spec_json)
+        self.events_path = Path(args.events)
+        self.work_dir = self.events_path.parent / ".work"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.started = time.time()
+        self.loadavg_start = list(os.getloadavg())
+        self.failure: str | None = None
+        self.terminated_by: str | None = None
+
+    def _rank_env(self, rank: int, port: int) -> dict[str, str]:
+        env = dict(os.environ)
+        threads = str(self.spec["threads_per_rank"])
+        env.update(
+            {
+                "OMP_NUM_THREADS": threads,
+                "MKL_NUM_THREADS": threads,
+                "OPENBLAS_NUM_THREADS": threads,
+                "OMP_WAIT_POLICY": "PASSIVE",
+                "GLOO_SOCKET_IFNAME": "lo",
+                "TMPDIR": str(self.work_dir / "tmp"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(placement.local_rank_env(rank, self.spec["nodes"], self.spec["ranks_per_node"], port))
+        return env
+
+    def _rank_command(self) -> list[str]:
+        module = RUNNER_MODULES[self.spec["framework"]]
+        return [
+            self.args.python,
+            "-m",
+            module,
+            "--spec-json",
+            json.dumps(self.spec),
+            "--data",
+            str(self.args.data),
+            "--work-dir",
+            str(self.work_dir),
+        ]
+
+    def start(self) -> None:
+        if self.work_dir.exists():
+            shutil.rmtree(self.work_dir)
+        (self.work_dir / "tmp").mkdir(parents=True)
+        port = free_port()
+        world = int(self.spec["world_size"])
+        print(
+            f"[launch] {self.spec['run_id']}: {world} rank(s) on {self.spec['nodes']} emulated node(s),"
+            f" {self.spec['threads_per_rank']} thread(s) each, master 127.0.0.1:{port}",
+            flush=True,
+        )
+        for rank in range(world):
+            self.procs.append(
+                subprocess.Popen(self._rank_command(), env=self._rank_env(rank, port), start_new_session=True)
+            )
+
+    def stop_all(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the ranks we started, by PID: SIGTERM, a grace period, then SIGKILL."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + GRACE_S
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
+    def watch(self) -> None:
+        timeout_s = float(self.spec["timeout_s"])
+        while True:
+            if self.terminated_by:
+                self.failure = f"launcher received {self.terminated_by} (time limit or cancellation)"
+                break
+            codes = [proc.poll() for proc in self.procs]
+            bad = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+            if bad:
+                parts = read_parts(self.work_dir)
+                rank, code = bad[0]
+                self.failure = describe_failure(rank, code, parts.get(rank, []))
+                break
+            if all(code == 0 for code in codes):
+                return
+            if time.time() - self.started > timeout_s:
+                self.failure = f"time limit of {int(timeout_s)} s exceeded (run_timeout_min)"
+                break
+            time.sleep(POLL_S)
+        print(f"[launch] FAILED: {self.failure}; stopping the other ranks", file=sys.stderr, flush=True)
+        self.stop_all()
+
+    def merge(self) -> list[dict[str, Any]]:
+        parts = read_parts(self.work_dir)
+        starts = {r: next((e for e in ev if e.get("event") == "rank_start"), None) for r, ev in parts.items()}
+        world = int(self.spec["world_size"])
+        hosts = [(starts.get(r) or {}).get("host") for r in range(world)]
+        rank0 = starts.get(0) or {}
+        iterations = [
+            e
+            for r in sorted(parts)
+            for e in parts[r]
+            if e.get("event") == "iteration"
+        ]
+        timed0 = [e for e in parts.get(0, []) if e.get("event") == "iteration" and not e.get("warmup")]
+        startup_s = (timed0[0]["time"] - timed0[0]["step_s"] - self.started) if timed0 else None
+        status = "ok"
+        reason = None
+        if self.failure:
+            status, reason = "failed", self.failure
+        else:
+            expected = world * (int(self.spec["warmup"]) + int(self.spec["iterations"]))
+            if len(iterations) != expected:
+                status, reason = "failed", f"expected {expected} iteration events, found {len(iterations)}"
+        fields = ("framework", "model", "nodes", "ranks_per_node", "batch", "repeat")
+        run_start = {
+            "event": "run_start",
+            "run_id": self.spec["run_id"],
+            **{k: self.spec[k] for k in fields},
+            "dataset": self.spec["dataset"],
+            "scaling": self.spec["scaling"],
+            "global_batch": self.spec["global_batch"],
+            "world_size": world,
+            "hosts": hosts,
+            "threads_per_rank": self.spec["threads_per_rank"],
+            "versions": rank0.get("versions", {}),
+            "config_sha256": self.args.config_sha256,
+            "git_sha": git_sha(Path(self.args.repo)),
+            "launcher": "local",
+            "loadavg": self.loadavg_start,
+            "startup_s": startup_s,
+            "spec": self.spec,
+            "time": self.started,
+        }
+        run_end = {
+            "event": "run_end",
+            "status": status,
+            "reason": reason,
+            "loadavg": list(os.getloadavg()),
+            "wall_s": time.time() - self.started,
+            "time": time.time(),
+        }
+        return [run_start, *iterations, run_end]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spec-json", required=True)
+    parser.add_argument("--data", required=True, type=Path)
+    parser.add_argument("--events", required=True, type=Path)
+    parser.add_argument("--python", default=sys.executable, help="the framework venv's python")
+    parser.add_argument("--config-sha256", default="unknown")
+    parser.add_argument("--repo", default=str(Path(__file__).resolve().parent.parent))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    launch = Launch(args)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        launch.terminated_by = signal.Signals(signum).name
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        launch.start()
+        launch.watch()
+    finally:
+        launch.stop_all()
+    events = launch.merge()
+    write_atomic(launch.events_path, events)
+    run_end = events[-1]
+    if run_end["status"] != "ok":
+        os.utime(launch.events_path, (0, 0))  # outdated on purpose: the next invocation redoes it
+        print(f"[launch] run recorded as FAILED: {run_end['reason']}", file=sys.stderr, flush=True)
+    else:
+        shutil.rmtree(launch.work_dir, ignore_errors=True)
+        print(f"[launch] ok: {launch.events_path} ({run_end['wall_s']:.1f} s)", flush=True)
+    if launch.terminated_by:
+        return 128 + int(getattr(signal, launch.terminated_by))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Who am I: rank, world size, node and master address of a training process.
+
+The same runner code runs under three launchers and must not care which:
+- SLURM (``srun``): the ``SLURM_*`` variables describe the allocation;
+- dlscale's local launcher (``python -m dlscale.launch``), which emulates n nodes x p ranks
+  with processes on this host and sets ``DLSCALE_*`` variables the way srun sets SLURM's;
+- nothing at all: a single process, rank 0 of 1.
+SLURM wins when it describes a multi-task step, so that a run launched by srun inside an
+allocation is placed by the allocation, not by stale local variables.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+DEFAULT_PORT_BASE = 29500
+
+
+@dataclass(frozen=True)
+class Placement:
+    rank: int
+    world_size: int
+    local_rank: int
+    node_rank: int
+    nodes: int
+    host: str
+    master_addr: str
+    master_port: int
+    launcher: str
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Expand a SLURM hostlist expression: ``cn[001-003,7],gpu1`` -> cn001 cn002 cn003 cn7 gpu1.
+
+    Zero padding of a range is kept, as SLURM does. Written here (rather than calling
+    ``scontrol show hostnames``) so that placement works in the job step with no SLURM
+    client on PATH and is unit-testable.
+    """
+    hosts: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", hostlist):
+        item = item.strip()
+        if not item:
+            continue
+        match = re.fullmatch(r"(?P<prefix>[^\[]*)\[(?P<ranges>[^\]]+)\](?P<suffix>.*)", item)
+        if not match:
+            hosts.append(item)
+            continue
+        for part in match["ranges"].split(","):
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                width = len(lo)
+                if int(hi) < int(lo):
+                    raise ValueError(f"bad range {part!r} in hostlist {hostlist!r}")
+                for number in range(int(lo), int(hi) + 1):
+                    hosts.append(f"{match['prefix']}{number:0{width}d}{match['suffix']}")
+            else:
+                hosts.append(f"{match['prefix']}{part}{match['suffix']}")
+    return hosts
+
+
+def _int(env: Mapping[str, str], key: str) -> int:
+    try:
+        return int(env[key])
+    except (KeyError, ValueError):
+        raise ValueError(f"environment variable {key}={env.get(key)!r} is not an integer") from None
+
+
+def from_slurm(env: Mapping[str, str]) -> Placement:
+    """Placement inside a SLURM job step (``srun``)."""
+    rank = _int(env, "SLURM_PROCID")
+    world = _int(env, "SLURM_NTASKS")
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    hosts = expand_hostlist(nodelist) if nodelist else [socket.gethostname()]
+    master_addr = env.get("DLSCALE_MASTER_ADDR") or hosts[0]
+    job = int(env.get("SLURM_JOB_ID", "0") or 0)
+    step = int(env.get("SLURM_STEP_ID", "0") or 0) if env.get("SLURM_STEP_ID", "0").isdigit() else 0
+    port = int(env.get("DLSCALE_MASTER_PORT") or DEFAULT_PORT_BASE + (job * 7 + step) % 20000)
+    return Placement(
+        rank=rank,
+        world_size=world,
+        local_rank=int(env.get("SLURM_LOCALID", "0")),
+        node_rank=int(env.get("SLURM_NODEID", "0")),
+        nodes=int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_JOB_NUM_NODES") or len(hosts)),
+        host=env.get("SLURMD_NODENAME") or socket.gethostname(),
+        master_addr=master_addr,
+        master_port=port,
+        launcher="slurm",
+    )
+
+
+def from_local(env: Mapping[str, str]) -> Placement:
+    """Placement set by dlscale's local launcher (emulated nodes on one host)."""
+    return Placement(
+        rank=_int(env, "DLSCALE_RANK"),
+        world_size=_int(env, "DLSCALE_WORLD_SIZE"),
+        local_rank=_int(env, "DLSCALE_LOCAL_RANK"),
+        node_rank=_int(env, "DLSCALE_NODE_RANK"),
+        nodes=_int(env, "DLSCALE_NNODES"),
+        host=env.get("DLSCALE_HOST", socket.gethostname()),
+        master_addr=env.get("DLSCALE_MASTER_ADDR", "127.0.0.1"),
+        master_port=_int(env, "DLSCALE_MASTER_PORT"),
+        launcher="local",
+    )
+
+
+def detect(env: Mapping[str, str] | None = None) -> Placement:
+    """The placement of this process, from SLURM, the local launcher, or a lone process."""
+    env = os.environ if env is None else env
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "DLSCALE_RANK" not in env:
+        return from_slurm(env)
+    if "DLSCALE_RANK" in env:
+        return from_local(env)
+    return Placement(0, 1, 0, 0, 1, socket.gethostname(), "127.0.0.1", DEFAULT_PORT_BASE, "single")
+
+
+def local_rank_env(
+    rank: int, nodes: int, ranks_per_node: int, master_port: int, master_addr: str = "127.0.0.1"
+) -> dict[str, str]:
+    """The variables the local launcher gives rank ``rank`` of an emulated n x p run.
+
+    Ranks are packed by node (ranks 0..p-1 on node 0, ...), as srun's block distribution
+    does, and each emulated node gets its own host name so events show the spread.
+    """
+    node_rank = rank // ranks_per_node
+    return {
+        "DLSCALE_RANK": str(rank),
+        "DLSCALE_WORLD_SIZE": str(nodes * ranks_per_node),
+        "DLSCALE_LOCAL_RANK": str(rank % ranks_per_node),
+        "DLSCALE_NODE_RANK": str(node_rank),
+        "DLSCALE_NNODES": str(nodes),
+        "DLSCALE_HOST": f"{socket.gethostname()}/node{node_rank}",
+        "DLSCALE_MASTER_ADDR": master_addr,
+        "DLSCALE_MASTER_PORT": str(master_port),
+    }

@@ -1,0 +1,1 @@
+"""Framework runners: one folder per framework, all of the same shape (see common.py)."""

@@ -1,0 +1,168 @@
+"""The rank-side harness every framework runner shares.
+
+A runner is a folder ``dlscale/runners/<framework>/`` with ``models.py`` (the study's
+models), ``train.py`` (``versions()`` and ``train(ctx)``: set-up and the timed loop) and
+``__main__.py`` (``raise SystemExit(main(train_module))``). This module does everything
+that is not framework-specific: argument parsing, placement, the rank's event stream,
+thread settings, loss checks, signal handling and the progress lines a person follows in
+``run.log``. Reading one runner therefore teaches the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+from dlscale import placement as placement_mod
+from dlscale.events import PartWriter
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or infinite: the run is numerically broken and must fail."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (SLURM's time limit, a cancelled job, the launcher giving up)."""
+
+
+@dataclass
+class RunContext:
+    """What a framework's ``train`` gets: the run's spec, where it runs, and where to report."""
+
+    spec: dict[str, Any]
+    placement: placement_mod.Placement
+    data_dir: Path
+    writer: PartWriter
+    started: float = field(default_factory=time.time)
+    last_iteration: int = -1
+
+    @property
+    def rank(self) -> int:
+        return self.placement.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.placement.world_size
+
+    @property
+    def total_iterations(self) -> int:
+        return int(self.spec["warmup"]) + int(self.spec["iterations"])
+
+    def is_warmup(self, iteration: int) -> bool:
+        return iteration < int(self.spec["warmup"])
+
+    def record_iteration(
+        self,
+        iteration: int,
+        *,
+        samples: int,
+        step_s: float,
+        compute_s: float | None,
+        comm_s: float | None,
+        loss: float | None,
+        **extra: Any,
+    ) -> None:
+        """Emit one iteration event; fail the run if the loss is not finite."""
+        self.last_iteration = iteration
+        self.writer.emit(
+            "iteration",
+            rank=self.rank,
+            iteration=iteration,
+            samples=samples,
+            step_s=step_s,
+            compute_s=compute_s,
+            comm_s=comm_s,
+            loss=loss,
+            warmup=self.is_warmup(iteration),
+            **extra,
+        )
+        if loss is not None and not math.isfinite(loss):
+            raise NonFiniteLoss(f"loss became {loss} at iteration {iteration} on rank {self.rank}")
+        if self.rank == 0 and (iteration % 10 == 0 or iteration == self.total_iterations - 1):
+            phase = "warm-up" if self.is_warmup(iteration) else "timed"
+            loss_text = "n/a" if loss is None else f"{loss:.4f}"
+            print(
+                f"[rank 0] iteration {iteration + 1}/{self.total_iterations} ({phase}):"
+                f" step {step_s * 1e3:.1f} ms, loss {loss_text}",
+                flush=True,
+            )
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+    """Variables that pin a rank's compute threads before its framework starts.
+
+    OMP_WAIT_POLICY=PASSIVE: busy-waiting OpenMP threads on an oversubscribed node made
+    torch up to 20x slower on these machines (STACK.md).
+    """
+    return {
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
+
+
+def base_versions() -> dict[str, str]:
+    return {"python": platform.python_version(), "platform": platform.platform()}
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated("terminated by SIGTERM (time limit or cancellation)")
+
+
+def parse_args(argv: list[str] | None = None) -> SimpleNamespace:
+    parser = argparse.ArgumentParser(description="Run one rank of a dlscale training run.")
+    parser.add_argument("--spec-json", required=True, help="the run spec (JSON) from dlscale.study")
+    parser.add_argument("--data", required=True, type=Path, help="shard set directory")
+    parser.add_argument("--work-dir", required=True, type=Path, help="where rank part files go")
+    args = parser.parse_args(argv)
+    return SimpleNamespace(spec=json.loads(args.spec_json), data=args.data, work_dir=args.work_dir)
+
+
+def main(runner: ModuleType, argv: list[str] | None = None) -> int:
+    """Entry point of one rank: set up, train, and leave a rank_end event whatever happens."""
+    args = parse_args(argv)
+    for key, value in thread_environment(int(args.spec["threads_per_rank"])).items():
+        os.environ.setdefault(key, value)
+    where = placement_mod.detect()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    writer = PartWriter(args.work_dir / f"rank{where.rank}.jsonl")
+    ctx = RunContext(spec=args.spec, placement=where, data_dir=args.data, writer=writer)
+    status, reason = "ok", None
+    try:
+        versions = {**base_versions(), **runner.versions()}
+        writer.emit(
+            "rank_start",
+            rank=where.rank,
+            host=where.host,
+            pid=os.getpid(),
+            placement=where.as_dict(),
+            versions=versions,
+            threads=int(args.spec["threads_per_rank"]),
+        )
+        runner.train(ctx)
+    except Terminated as err:
+        status, reason = "failed", f"{err} at iteration {ctx.last_iteration + 1}"
+    except NonFiniteLoss as err:
+        status, reason = "failed", str(err)
+    except Exception as err:  # noqa: BLE001 - any failure of the framework is the run's failure
+        status, reason = "failed", f"rank {where.rank}: {type(err).__name__}: {err}"
+        import traceback
+
+        traceback.print_exc()
+    writer.emit("rank_end", rank=where.rank, status=status, reason=reason)
+    writer.close()
+    if status != "ok":
+        print(f"[rank {where.rank}] FAILED: {reason}", file=sys.stderr, flush=True)
+        return 1
+    return 0

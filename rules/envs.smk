@@ -1,0 +1,16 @@
+rule framework_env:
+    """One virtual environment per framework, from envs/<framework>.txt.
+
+    Frameworks pin incompatible numpy/protobuf ranges, so they never share a venv. The
+    marker records the installed versions; a changed requirements file rebuilds it.
+    """
+    input:
+        requirements=os.path.join(workflow.basedir, "envs/{framework}.txt"),
+    output:
+        marker=os.path.join(ENVS_DIR, "{framework}", "dlscale-env.json"),
+    log:
+        "results/logs/envs/{framework}.log",
+    params:
+        venv=lambda wc: os.path.join(ENVS_DIR, wc.framework),
+    script:
+        "../scripts/make_venv.py"

@@ -1,0 +1,26 @@
+# One rule per framework; everything framework-neutral lives in common.smk and
+# dlscale.launch. The rule's job always writes events.jsonl: a failed run is a record
+# with status failed (back-dated, so that the next invocation redoes it).
+
+
+rule train_torch:
+    """PyTorch: DDP over gloo, n nodes x p ranks."""
+    input:
+        **train_input("torch"),
+    output:
+        events="results/runs/torch/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/events.jsonl",
+    log:
+        "results/runs/torch/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/run.log",
+    params:
+        spec=train_spec("torch"),
+        spec_sha=train_spec_sha("torch"),
+        python=env_python("torch"),
+        repo=workflow.basedir,
+    threads: train_cpus
+    resources:
+        bench=1,
+        runtime=train_runtime,
+    shell:
+        "PYTHONPATH={params.repo:q} {params.python:q} -m dlscale.launch"
+        " --spec-json {params.spec:q} --data {input.data:q} --events {output.events:q}"
+        " --python {params.python:q} --config-sha256 {params.spec_sha} > {log:q} 2>&1"

@@ -1,0 +1,68 @@
+"""Placement from SLURM, the local launcher, or a lone process (dlscale.placement)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlscale.placement import detect, expand_hostlist, local_rank_env
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "hosts"),
+    [
+        ("n1", ["n1"]),
+        ("n[1-3]", ["n1", "n2", "n3"]),
+        ("cn[001-003,007],gpu1", ["cn001", "cn002", "cn003", "cn007", "gpu1"]),
+        ("a[9-11]", ["a9", "a10", "a11"]),
+        ("x[1,3]y", ["x1y", "x3y"]),
+        ("n1,n2", ["n1", "n2"]),
+    ],
+)
+def test_expand_hostlist(hostlist, hosts):
+    assert expand_hostlist(hostlist) == hosts
+
+
+def test_slurm_placement():
+    env = {
+        "SLURM_PROCID": "5",
+        "SLURM_NTASKS": "8",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "2",
+        "SLURM_JOB_NUM_NODES": "4",
+        "SLURM_JOB_NODELIST": "n[1-4]",
+        "SLURMD_NODENAME": "n3",
+        "SLURM_JOB_ID": "42",
+    }
+    where = detect(env)
+    assert (where.rank, where.world_size, where.local_rank, where.node_rank, where.nodes) == (5, 8, 1, 2, 4)
+    assert where.host == "n3"
+    assert where.master_addr == "n1"
+    assert where.launcher == "slurm"
+    assert detect(env).master_port == where.master_port  # every rank agrees on the port
+
+
+def test_local_launcher_placement_packs_ranks_by_node():
+    envs = [local_rank_env(rank, nodes=2, ranks_per_node=3, master_port=1234) for rank in range(6)]
+    places = [detect(env) for env in envs]
+    assert [p.rank for p in places] == list(range(6))
+    assert [p.node_rank for p in places] == [0, 0, 0, 1, 1, 1]
+    assert [p.local_rank for p in places] == [0, 1, 2, 0, 1, 2]
+    assert {p.world_size for p in places} == {6}
+    assert len({p.host for p in places}) == 2
+    assert {p.master_port for p in places} == {1234}
+
+
+def test_local_variables_win_inside_a_slurm_allocation():
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", **local_rank_env(1, 1, 2, 999)}
+    assert detect(env).launcher == "local"
+    assert detect(env).rank == 1
+
+
+def test_lone_process():
+    where = detect({})
+    assert (where.rank, where.world_size, where.launcher) == (0, 1, "single")
+
+
+def test_bad_variable_is_named():
+    with pytest.raises(ValueError, match="SLURM_NTASKS"):
+        detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "many"})

@@ -1,0 +1,140 @@
+"""Config validation, defaults and the run matrix (dlscale.study)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlscale.study import ConfigError, Run, expand_runs, run_spec, spec_sha256, validate_config
+
+
+def test_default_config_is_valid(repo, schema):
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    study = validate_config(config, schema, repo)
+    assert study["frameworks"] == ["torch"]
+    assert set(study["models"]) == {"lenet", "autoencoder", "alexnet", "resnet50"}
+
+
+def test_empty_config_gets_every_default(schema):
+    study = validate_config({}, schema)
+    assert study["nodes"] == [1, 2]
+    assert study["batch_per_rank"] == {"lenet": 64, "autoencoder": 64, "alexnet": 16, "resnet50": 8}
+    assert study["data"]["imagenet"]["source"] == "synthetic"
+    assert study["torch"]["channels_last"] is True
+    assert study["scaling"] == "weak"
+
+
+def test_validation_does_not_mutate_input(schema):
+    config = {"nodes": [1]}
+    validate_config(config, schema)
+    assert config == {"nodes": [1]}
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "value"),
+    [
+        ({"frameworks": ["caffee"]}, "frameworks[0]", "caffee"),
+        ({"models": ["vgg"]}, "models[0]", "vgg"),
+        ({"nodes": [0]}, "nodes[0]", "0"),
+        ({"nodes": []}, "nodes", "[]"),
+        ({"ranks_per_node": "two"}, "ranks_per_node", "two"),
+        ({"batch_per_rank": {"lenet": -1}}, "batch_per_rank.lenet", "-1"),
+        ({"scaling": "linear"}, "scaling", "linear"),
+    ],
+)
+def test_bad_values_name_key_and_value(schema, config, key, value):
+    with pytest.raises(ConfigError) as err:
+        validate_config(config, schema)
+    message = str(err.value)
+    assert f"'{key}'" in message
+    assert value in message
+
+
+def test_unknown_key_is_named(schema):
+    with pytest.raises(ConfigError, match=r"'batch_per_rank\.lenett' is not a known key"):
+        validate_config({"batch_per_rank": {"lenett": 3}}, schema)
+    with pytest.raises(ConfigError, match=r"'node' is not a known key"):
+        validate_config({"node": [1]}, schema)
+
+
+def test_strong_scaling_batch_must_divide_world(schema):
+    config = {"scaling": "strong", "models": ["lenet"], "nodes": [1, 3], "global_batch": {"lenet": 64}}
+    with pytest.raises(ConfigError, match=r"'global_batch.lenet': 64 is not divisible by the world size 3"):
+        validate_config(config, schema)
+
+
+def test_strong_scaling_divides_global_batch(schema):
+    study = validate_config(
+        {"scaling": "strong", "models": ["lenet"], "nodes": [1, 2, 4], "global_batch": {"lenet": 64}}, schema
+    )
+    assert [r.batch for r in expand_runs(study)] == [64, 32, 16]
+
+
+def test_missing_dataset_directory_is_named(schema, tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ConfigError, match=r"'data.mnist.source'.*nowhere"):
+        validate_config({"data": {"mnist": {"source": str(missing)}}}, schema)
+    missing.mkdir()
+    assert validate_config({"data": {"mnist": {"source": str(missing)}}}, schema)
+
+
+def test_unimplemented_framework_is_refused(schema):
+    with pytest.raises(ConfigError, match=r"'frameworks': 'bigdl' has no runner yet"):
+        validate_config({"frameworks": ["torch", "bigdl"]}, schema)
+
+
+def test_run_matrix_and_ids(schema):
+    study = validate_config(
+        {"models": ["lenet", "resnet50"], "nodes": [4, 1, 2], "ranks_per_node": 2, "repeats": 3}, schema
+    )
+    runs = expand_runs(study)
+    assert len(runs) == 2 * 3 * 3
+    assert len({r.run_id for r in runs}) == len(runs)
+    first = runs[0]
+    assert first.run_id == "torch/lenet/n1x2/b64/r0"
+    assert first.world_size == 2
+    assert Run.from_run_id(first.run_id) == first
+
+
+@given(
+    fw=st.sampled_from(["torch", "tensorflow"]),
+    model=st.sampled_from(["lenet", "alexnet"]),
+    nodes=st.integers(1, 4096),
+    rpn=st.integers(1, 64),
+    batch=st.integers(1, 10**6),
+    repeat=st.integers(0, 99),
+)
+def test_run_id_round_trip(fw, model, nodes, rpn, batch, repeat):
+    run = Run(fw, model, nodes, rpn, batch, repeat)
+    assert Run.from_run_id(run.run_id) == run
+
+
+def test_spec_changes_only_with_what_changes_the_run(schema):
+    base = validate_config({"models": ["lenet"]}, schema)
+    run = expand_runs(base)[0]
+    other = copy.deepcopy(base)
+    other["models"] = ["lenet", "alexnet"]  # adding a model must not invalidate lenet's runs
+    assert spec_sha256(run_spec(base, run)) == spec_sha256(run_spec(other, run))
+    other["iterations"]["lenet"] = 7
+    assert spec_sha256(run_spec(base, run)) != spec_sha256(run_spec(other, run))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["frameworks", "models", "nodes", "ranks_per_node", "scaling", "warmup", "bogus"]),
+        st.one_of(st.integers(-3, 5), st.text(max_size=5), st.lists(st.integers(-1, 4), max_size=3)),
+        max_size=4,
+    )
+)
+def test_any_config_is_valid_or_a_clear_error(schema, config):
+    try:
+        study = validate_config(config, schema)
+    except ConfigError as err:
+        assert str(err).startswith("config key '")
+    else:
+        assert expand_runs(study)
