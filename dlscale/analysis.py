@@ -415,9 +415,7 @@ def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _pick(
-    table: pd.DataFrame, column: str, better: Callable[[pd.Series], Any]
-) -> tuple[str, float] | None:
+def _pick(table: pd.DataFrame, column: str, better: Callable[[pd.Series], Any]) -> tuple[str, float] | None:
     """Median of ``column`` per framework; return the best framework and its value.
 
     Ties go to the alphabetically first framework so the answer is stable.
@@ -500,6 +498,17 @@ def findings(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(FINDINGS_COLUMNS))
 
 
+def file_mode() -> int:
+    """The mode a plain ``open()`` would give under the current umask.
+
+    ``mkstemp`` creates 0600 files; renamed into place they would hide the tables from
+    the rest of the group on a shared cluster file system.
+    """
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _replace_atomically(target: str | os.PathLike[str], write: Callable[[str], None]) -> None:
     """Write through ``write(tmp_path)`` into a temporary file next to ``target``, then rename.
 
@@ -510,6 +519,7 @@ def _replace_atomically(target: str | os.PathLike[str], write: Callable[[str], N
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, file_mode())
         write(tmp)
         os.replace(tmp, path)
     except BaseException:
@@ -546,14 +556,15 @@ def summary(runs: pd.DataFrame) -> str:
 
 
 __all__: Sequence[str] = (
-    "RUN_COLUMNS",
-    "ITERATION_COLUMNS",
     "FINDINGS_COLUMNS",
+    "ITERATION_COLUMNS",
     "NEEDS_TWO_NODE_COUNTS",
-    "load_events",
+    "RUN_COLUMNS",
     "add_speedup",
+    "file_mode",
     "findings",
+    "load_events",
     "loss_curve",
-    "write_tables",
     "summary",
+    "write_tables",
 )

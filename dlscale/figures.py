@@ -21,7 +21,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dlscale.analysis import loss_curve
+from dlscale.analysis import file_mode, loss_curve
 
 FIGURES: tuple[str, ...] = ("throughput", "speedup", "breakdown", "loss")
 FORMATS: tuple[str, ...] = ("html", "svg", "png")
@@ -166,7 +166,18 @@ def speedup_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
         .mark_line(strokeWidth=2)
         .encode(x=x, y=alt.Y("median(speedup):Q", title=title), color=colour, detail="series:N")
     )
-    data = ok[["run_id", "model", "framework", "series", "nodes", "speedup", "efficiency", "baseline_nodes", "ideal"]]
+    columns = [
+        "run_id",
+        "model",
+        "framework",
+        "series",
+        "nodes",
+        "speedup",
+        "efficiency",
+        "baseline_nodes",
+        "ideal",
+    ]
+    data = ok[columns]
     return (
         alt.layer(ideal, points, lines, data=data)
         .properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
@@ -189,14 +200,11 @@ def breakdown_table(runs: pd.DataFrame) -> pd.DataFrame:
     columns = ["model", "framework", "series", "nodes", "component", "order", "seconds", "step_s", "runs"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
-    medians = (
-        ok.groupby(["model", "framework", "series", "nodes"], as_index=False)
-        .agg(
-            compute_s=("compute_s", "median"),
-            exposed_comm_s=("exposed_comm_s", "median"),
-            step_s=("step_s", "median"),
-            runs=("run_id", "size"),
-        )
+    medians = ok.groupby(["model", "framework", "series", "nodes"], as_index=False).agg(
+        compute_s=("compute_s", "median"),
+        exposed_comm_s=("exposed_comm_s", "median"),
+        step_s=("step_s", "median"),
+        runs=("run_id", "size"),
     )
     split = medians["compute_s"].notna()
     parts = [
@@ -234,8 +242,8 @@ def breakdown_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
             alt.Chart(mine)
             .mark_bar()
             .encode(
-                x=alt.X("nodes:O", title="nodes"),
-                y=alt.Y("sum(seconds):Q", title="median time per iteration (s)", stack="zero"),
+                x=alt.X("nodes:O", title="nodes", axis=alt.Axis(labelAngle=0)),
+                y=alt.Y("seconds:Q", title="median time per iteration (s)", stack="zero"),
                 color=colour,
                 order=alt.Order("order:Q"),
                 tooltip=[
@@ -255,7 +263,7 @@ def breakdown_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
     return (
         alt.vconcat(*rows)
         .resolve_scale(y="independent", color="shared")
-        .properties(title="Per-iteration time: compute vs exposed communication (medians over iterations, then repeats)")
+        .properties(title="Per-iteration time: compute vs exposed communication (medians)")
     )
 
 
@@ -302,7 +310,13 @@ def loss_chart(runs: pd.DataFrame, iterations: pd.DataFrame) -> alt.TopLevelMixi
                 x=alt.X("iteration:Q", title="iteration"),
                 y=alt.Y("loss:Q", title="training loss (rank 0)", scale=alt.Scale(zero=False)),
                 color=alt.Color("nodes:O", title="nodes", scale=alt.Scale(scheme="viridis")),
-                tooltip=["series:N", "nodes:O", "iteration:Q", alt.Tooltip("loss:Q", format=".4f"), "repeats:Q"],
+                tooltip=[
+                    "series:N",
+                    "nodes:O",
+                    "iteration:Q",
+                    alt.Tooltip("loss:Q", format=".4f"),
+                    "repeats:Q",
+                ],
             )
             .properties(width=_PANEL_WIDTH, height=140)
             .facet(column=alt.Column("series:N", title=None, sort=series))
@@ -323,6 +337,7 @@ def _save(chart: alt.TopLevelMixin, target: str | os.PathLike[str]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, file_mode())
         if path.suffix == ".html":
             chart.save(tmp, inline=True)
         elif path.suffix == ".png":

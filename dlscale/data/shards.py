@@ -354,7 +354,8 @@ class ShardSet:
         return self.num_samples
 
     def __repr__(self) -> str:
-        return f"ShardSet({str(self.path)!r}, {self.index['dataset']}/{self.index['split']}, n={self.num_samples})"
+        name = f"{self.index['dataset']}/{self.index['split']}"
+        return f"ShardSet({str(self.path)!r}, {name}, n={self.num_samples})"
 
     def rank_range(self, rank: int, world: int) -> tuple[int, int]:
         """The sample range ``[start, stop)`` of ``rank`` among ``world`` ranks (see ``rank_range``)."""

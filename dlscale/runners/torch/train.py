@@ -100,7 +100,8 @@ def train(ctx: RunContext) -> None:
     flat_grad = torch.zeros(sum(p.numel() for p in params))
     offset = 0
     for p in params:
-        p.grad = flat_grad[offset : offset + p.numel()].view_as(p)
+        # Same strides as the parameter (channels_last weights too), as autograd wants.
+        p.grad = flat_grad.as_strided(p.size(), p.stride(), offset)
         offset += p.numel()
 
     if distributed:
@@ -112,7 +113,7 @@ def train(ctx: RunContext) -> None:
             world_size=where.world_size,
             timeout=timedelta(seconds=int(spec["options"].get("timeout_s", 300))),
         )
-        ddp = DistributedDataParallel(model, broadcast_buffers=False)
+        ddp = DistributedDataParallel(model, forward_sync_buffers=False)
         forward, no_sync = ddp, ddp.no_sync
     else:
         forward, no_sync = model, None

@@ -1,0 +1,38 @@
+"""Snakemake glue: runs/iterations parquet -> the four figures in html, svg and png.
+
+Outputs are named ``<figure>_<format>`` (e.g. ``throughput_png``); all logic lives in
+``dlscale.figures``.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # `snakemake` comes from script:
+
+import pandas as pd
+
+from dlscale import figures
+
+logging.basicConfig(
+    filename=snakemake.log[0],
+    level=logging.INFO,
+    format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    force=True,
+)
+log = logging.getLogger("figures")
+
+try:
+    runs = pd.read_parquet(snakemake.input.runs)
+    iterations = pd.read_parquet(snakemake.input.iterations)
+    out = {
+        name: {fmt: str(getattr(snakemake.output, f"{name}_{fmt}")) for fmt in figures.FORMATS}
+        for name in figures.FIGURES
+    }
+    ok = int(runs["status"].eq("ok").sum()) if len(runs) else 0
+    log.info("%d runs (%d ok), %d iteration rows", len(runs), ok, len(iterations))
+    figures.make_figures(runs, iterations, out)
+    log.info("wrote %s", ", ".join(path for paths in out.values() for path in paths.values()))
+except Exception:
+    log.exception("figures failed")
+    raise

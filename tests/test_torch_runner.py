@@ -1,0 +1,153 @@
+"""The PyTorch runner for real: models, DDP over gloo on loopback, failures recorded.
+
+These tests run the runner in the torch venv through the launcher, exactly as the
+training rule does, on real MNIST.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from dlscale.events import read_events
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def spec(model="lenet", nodes=1, rpn=1, batch=32, iterations=20, warmup=2, lr=0.01, timeout_s=240, **extra):
+    world = nodes * rpn
+    return {
+        "framework": "torch", "model": model, "nodes": nodes, "ranks_per_node": rpn, "batch": batch,
+        "repeat": 0, "run_id": f"torch/{model}/n{nodes}x{rpn}/b{batch}/r0", "world_size": world,
+        "scaling": "weak", "global_batch": batch * world,
+        "dataset": "mnist" if model in ("lenet", "autoencoder") else "imagenet",
+        "iterations": iterations, "warmup": warmup, "threads_per_rank": 1, "learning_rate": lr,
+        "momentum": 0.9, "seed": 7, "timeout_s": timeout_s,
+        "options": {"channels_last": True, "timeout_s": 30}, **extra,
+    }
+
+
+def launch(python, run_spec, data, events, env=None, wait=True, rank_python=None):
+    cmd = [
+        str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(run_spec), "--data", str(data),
+        "--events", str(events), "--python", str(rank_python or python),
+    ]
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    if not wait:
+        return subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=600)
+
+
+def test_parameter_counts_match_reference(torch_py):
+    code = (
+        "from dlscale.runners.torch.models import MODELS, build_model, parameter_count;"
+        "import json; print(json.dumps({m: parameter_count(build_model(m)) for m in MODELS}))"
+    )
+    out = subprocess.run(
+        [str(torch_py), "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, check=True,
+    )
+    counts = json.loads(out.stdout)
+    assert counts == {
+        "lenet": 431_080,  # Caffe's MNIST LeNet
+        "autoencoder": 2_837_314,  # Caffe's mnist_autoencoder
+        "alexnet": 61_100_840,  # torchvision's AlexNet
+        "resnet50": 25_557_032,  # torchvision's ResNet-50
+    }
+
+
+def test_two_rank_lenet_learns_on_real_mnist(torch_py, mnist_shards, tmp_path):
+    events_path = tmp_path / "events.jsonl"
+    proc = launch(torch_py, spec(nodes=2, iterations=60, batch=64), mnist_shards, events_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = read_events(events_path)
+    start, end = events[0], events[-1]
+    assert end["status"] == "ok", end
+    assert start["world_size"] == 2 and len(start["hosts"]) == 2 and start["hosts"][0] != start["hosts"][1]
+    assert start["versions"]["torch"].startswith("2.13.0")
+    iters = [e for e in events if e["event"] == "iteration"]
+    assert len(iters) == 2 * 62
+    for e in iters:
+        assert e["compute_s"] > 0 and e["comm_s"] > 0
+        assert e["step_s"] >= e["compute_s"]
+        assert e["comm_bytes"] == 431_080 * 4
+    rank0 = [e["loss"] for e in iters if e["rank"] == 0]
+    first, last = sum(rank0[:5]) / 5, sum(rank0[-5:]) / 5
+    assert first > 2.0 and last < 0.8 * first and last < 1.0, (first, last)
+    assert not (tmp_path / ".work").exists()  # cleaned after success
+
+
+def test_replicas_stay_identical(torch_py, mnist_shards, tmp_path):
+    """Averaged gradients keep every replica's weights bit-identical after training."""
+    wrapper = tmp_path / "checksum_runner.py"
+    wrapper.write_text(
+        "import os, sys\n"
+        "import dlscale.runners.torch.models as models\n"
+        "from dlscale.runners import common\n"
+        "from dlscale.runners.torch import train as runner\n"
+        "built = {}\n"
+        "real_build, real_train = models.build_model, runner.train\n"
+        "def build(name):\n"
+        "    built['model'] = real_build(name)\n"
+        "    return built['model']\n"
+        "def train(ctx):\n"
+        "    real_train(ctx)\n"
+        "    total = float(sum(p.detach().double().sum() for p in built['model'].parameters()))\n"
+        "    with open(os.path.join(os.environ['CHECK_DIR'], f'rank{ctx.rank}.sum'), 'w') as f:\n"
+        "        f.write(repr(total))\n"
+        "models.build_model, runner.train = build, train\n"
+        "sys.exit(common.main(runner))\n"
+    )
+    rank_python = tmp_path / "rank-python.sh"  # called as: rank-python.sh -m <runner module> ARGS
+    rank_python.write_text(f'#!/bin/sh\nshift 2\nexec "{torch_py}" "{wrapper}" "$@"\n')
+    rank_python.chmod(0o755)
+    check_dir = tmp_path / "sums"
+    check_dir.mkdir()
+    proc = launch(
+        torch_py, spec(nodes=2, iterations=5), mnist_shards, tmp_path / "e.jsonl",
+        env={"CHECK_DIR": str(check_dir)}, rank_python=rank_python,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sums = [float((check_dir / f"rank{r}.sum").read_text()) for r in range(2)]
+    assert sums[0] == sums[1]
+
+
+def test_nan_loss_fails_the_run_with_reason(torch_py, mnist_shards, tmp_path):
+    events_path = tmp_path / "events.jsonl"
+    proc = launch(torch_py, spec(nodes=2, lr=1e9, iterations=30), mnist_shards, events_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # recorded, not crashed
+    events = read_events(events_path)
+    assert events[-1]["status"] == "failed"
+    assert "loss became nan at iteration" in events[-1]["reason"].lower()
+    assert events_path.stat().st_mtime < 1e6  # back-dated, so Snakemake redoes it
+
+
+def test_killed_rank_fails_the_run_quickly(torch_py, mnist_shards, tmp_path):
+    events_path = tmp_path / "events.jsonl"
+    proc = launch(torch_py, spec(nodes=2, iterations=100000, batch=64), mnist_shards, events_path, wait=False)
+    work = tmp_path / ".work"
+    deadline = time.time() + 120
+    pid = None
+    while time.time() < deadline and pid is None:
+        part = work / "rank1.jsonl"
+        if part.exists():
+            lines = part.read_text().splitlines()
+            if sum('"iteration"' in line for line in lines) >= 10:
+                pid = json.loads(lines[0])["pid"]
+        time.sleep(0.2)
+    assert pid, "rank 1 never started iterating"
+    os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert proc.returncode == 0
+    end = read_events(events_path)[-1]
+    assert end["status"] == "failed"
+    assert end["reason"].startswith("rank 1 died (SIGKILL) at iteration"), end["reason"]
+    with pytest.raises(ProcessLookupError):  # rank 0 was stopped, not left behind
+        rank0 = json.loads((work / "rank0.jsonl").read_text().splitlines()[0])["pid"]
+        os.kill(rank0, 0)
