@@ -21,6 +21,9 @@ include: "rules/analysis.smk"
 
 rule all:
     input:
+        # Every run is a target itself, so a deleted or failed run is redone even though
+        # the tables that summarise it are newer.
+        run_events(),
         "results/runs.csv",
         "results/findings.csv",
         figure_files(),

@@ -229,10 +229,10 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
         counts.append(len(iterations))
 
     log.info("read %d events files, %d iteration events", len(records), len(iteration_events))
-    run_info = pd.DataFrame.from_records(records) if records else None
-    if run_info is None:
+    if not records:
         runs = pd.DataFrame({name: pd.Series(dtype="float64") for name in RUN_COLUMNS})
         return runs, _empty_iterations()
+    run_info = pd.DataFrame.from_records(records)
     duplicated = run_info["run_id"][run_info["run_id"].duplicated()]
     if len(duplicated):
         raise ValueError(f"run ids appear in more than one events file: {', '.join(sorted(set(duplicated)))}")
@@ -265,7 +265,7 @@ def _typed_iterations(iterations: pd.DataFrame) -> pd.DataFrame:
         out[name] = out[name].astype("int64")
     for name in ("step_s", "compute_s", "comm_s", "loss"):
         out[name] = pd.to_numeric(out[name], errors="coerce").astype("float64")
-    out["warmup"] = out["warmup"].fillna(False).astype(bool)
+    out["warmup"] = out["warmup"].eq(True)  # absent (NaN) means a timed iteration
     return out
 
 
@@ -275,8 +275,8 @@ def _hosts_table(run_info: pd.DataFrame) -> pd.DataFrame:
     lengths = lists.map(len).to_numpy()
     runs = np.repeat(run_info.index.to_numpy(), lengths)
     ranks = np.concatenate([np.arange(n) for n in lengths]) if len(lengths) else np.array([], dtype="int64")
-    hosts = [str(h) for hosts in lists for h in hosts]
-    return pd.DataFrame({"_run": runs.astype("int64"), "rank": ranks.astype("int64"), "host": hosts})
+    names = [str(host) for hosts in lists for host in hosts]
+    return pd.DataFrame({"_run": runs.astype("int64"), "rank": ranks.astype("int64"), "host": names})
 
 
 def _run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
@@ -328,7 +328,7 @@ def _run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
     return stats
 
 
-def loss_curve(iterations: pd.DataFrame, run_key: str = "_run") -> pd.DataFrame:
+def loss_curve(iterations: pd.DataFrame, run_key: str = "run_id") -> pd.DataFrame:
     """The loss curve of each run: the loss of its lowest reporting rank, every iteration.
 
     Rank 0 is what every framework reports natively (BigDL and Caffe logs only carry the
@@ -343,7 +343,7 @@ def loss_curve(iterations: pd.DataFrame, run_key: str = "_run") -> pd.DataFrame:
 
 
 def _loss_ends(iterations: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    curve = loss_curve(iterations)
+    curve = loss_curve(iterations, run_key="_run")
     grouped = curve.groupby("_run")["loss"]
     return grouped.first(), grouped.last()
 
@@ -495,7 +495,11 @@ def findings(runs: pd.DataFrame) -> pd.DataFrame:
             else:
                 row["best_scaling"] = f"n/a (no framework has a smaller baseline than {largest} nodes)"
         rows.append(row)
-    return pd.DataFrame(rows, columns=list(FINDINGS_COLUMNS))
+    table = pd.DataFrame(rows, columns=list(FINDINGS_COLUMNS))
+    for name in FINDINGS_COLUMNS:
+        if name.endswith("_nodes"):
+            table[name] = table[name].astype("Int64")
+    return table
 
 
 def file_mode() -> int:

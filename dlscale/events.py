@@ -115,12 +115,23 @@ def write_atomic(path: str | os.PathLike[str], events: Iterable[dict[str, Any]])
     return target
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Atomically replace ``path`` with ``text`` (temporary file, fsync, rename)."""
+    """Atomically replace ``path`` with ``text`` (temporary file, fsync, rename).
+
+    mkstemp creates the file private (0600); it gets the usual permissions before the
+    rename, so that colleagues on a cluster can read the results.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -278,7 +278,7 @@ def loss_table(runs: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
     if ok.empty or iterations.empty:
         return pd.DataFrame(columns=columns)
     mine = iterations[iterations["run_id"].isin(ok["run_id"])]
-    curve = loss_curve(mine, run_key="run_id")
+    curve = loss_curve(mine)
     if curve.empty:
         return pd.DataFrame(columns=columns)
     curve = curve.merge(ok[["run_id", "series"]], on="run_id", how="left")

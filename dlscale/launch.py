@@ -7,9 +7,11 @@ stops the others instead of letting them hang in a collective. Whatever happens,
 the ranks' part files into ``events.jsonl`` written atomically, with a run_end that says
 ok, or failed and why ("rank 1 died (SIGKILL) at iteration 37", "time limit ...").
 
-A failed run's events file is back-dated to the epoch: it still feeds the tables (a row
-with status failed), and Snakemake sees it as older than its inputs, so a plain rerun of
-the workflow redoes that run, and only that run.
+A failed run's events file still feeds the tables (a row with status failed), and a copy
+is kept in ``attempts/failed-<time>.jsonl`` beside it. The training rule takes the number
+of such attempts as a parameter, so the next invocation sees a changed parameter and
+redoes that run, and only that run (Snakemake's ``params`` rerun trigger); a successful
+rerun leaves the count unchanged, so it is not redone again. Nothing of a failure is lost.
 """
 
 from __future__ import annotations
@@ -281,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(launch.events_path, events)
     run_end = events[-1]
     if run_end["status"] != "ok":
-        os.utime(launch.events_path, (0, 0))  # outdated on purpose: the next invocation redoes it
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        write_atomic(launch.events_path.parent / "attempts" / f"failed-{stamp}.jsonl", events)
         print(f"[launch] run recorded as FAILED: {run_end['reason']}", file=sys.stderr, flush=True)
     else:
         shutil.rmtree(launch.work_dir, ignore_errors=True)

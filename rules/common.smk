@@ -91,6 +91,22 @@ def train_spec_sha(framework):
     return lambda wc: dlstudy.spec_sha256(dlstudy.run_spec(STUDY, run_of(wc, framework)))
 
 
+def failed_attempts(framework):
+    """How many failed attempts a run has on record (see dlscale.launch).
+
+    Used as a parameter of the training rules: a new failure changes it, so Snakemake's
+    params trigger redoes the failed run on the next invocation, and nothing else.
+    """
+
+    def count(wc):
+        attempts = os.path.join(run_dir(run_of(wc, framework)), "attempts")
+        if not os.path.isdir(attempts):
+            return 0
+        return sum(1 for name in os.listdir(attempts) if name.startswith("failed-"))
+
+    return count
+
+
 def train_cpus(wildcards):
     """Cores a run occupies on this host: every rank's threads."""
     world = int(wildcards.nodes) * int(wildcards.ranks_per_node)

@@ -1,6 +1,6 @@
 # One rule per framework; everything framework-neutral lives in common.smk and
 # dlscale.launch. The rule's job always writes events.jsonl: a failed run is a record
-# with status failed (back-dated, so that the next invocation redoes it).
+# with status failed, and its attempt count (a parameter) makes the next invocation redo it.
 
 
 rule train_torch:
@@ -14,6 +14,7 @@ rule train_torch:
     params:
         spec=train_spec("torch"),
         spec_sha=train_spec_sha("torch"),
+        failed_attempts=failed_attempts("torch"),
         python=env_python("torch"),
         repo=workflow.basedir,
     threads: train_cpus

@@ -43,6 +43,18 @@ class DatasetError(ValueError):
     """
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _default_mode(path: Path, directory: bool) -> None:
+    """Give a mkstemp/mkdtemp product (0600/0700) the permissions a plain create would have had,
+    so that data written for a cluster stays readable by whoever may read ordinary files there."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same directory + rename.
 
@@ -55,6 +67,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        _default_mode(Path(tmp), directory=False)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -127,6 +140,7 @@ class ShardWriter:
         self._tmp: Path | None = Path(
             tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent)
         )
+        _default_mode(self._tmp, directory=True)
         self._meta = {"dataset": dataset, "split": split, "num_classes": int(num_classes), "source": source}
         self._shards: list[dict[str, Any]] = []
         self._image_shape: tuple[int, ...] | None = None

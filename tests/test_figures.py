@@ -1,0 +1,201 @@
+"""dlscale.figures: every figure in every format, offline, from small tables."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from dlscale import analysis, figures
+from dlscale.events import write_atomic
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", re.IGNORECASE)
+
+
+def write_run(
+    root: Path,
+    framework: str,
+    model: str,
+    nodes: int,
+    step: float,
+    *,
+    compute: float | None = None,
+    repeat: int = 0,
+    status: str = "ok",
+    iterations: int = 5,
+) -> Path:
+    """A run of ``nodes`` single-rank nodes with steady steps and a falling loss."""
+    run_id = f"{framework}/{model}/n{nodes}x1/b32/r{repeat}"
+    events: list[dict[str, Any]] = [
+        {
+            "event": "run_start",
+            "run_id": run_id,
+            "framework": framework,
+            "model": model,
+            "dataset": "mnist",
+            "nodes": nodes,
+            "ranks_per_node": 1,
+            "batch": 32,
+            "global_batch": 32 * nodes,
+            "repeat": repeat,
+            "scaling": "weak",
+            "world_size": nodes,
+            "hosts": [f"cn{r}" for r in range(nodes)],
+            "threads_per_rank": 2,
+            "versions": {},
+            "config_sha256": "x",
+            "git_sha": "y",
+            "time": 0.0,
+        }
+    ]
+    for index in range(iterations):
+        for rank in range(nodes):
+            events.append(
+                {
+                    "event": "iteration",
+                    "rank": rank,
+                    "iteration": index,
+                    "samples": 32,
+                    "step_s": step,
+                    "compute_s": compute,
+                    "comm_s": None if compute is None else step - compute,
+                    "loss": 2.3 / (1 + index + repeat),
+                    "warmup": index == 0,
+                    "time": float(index),
+                }
+            )
+    reason = None if status == "ok" else "killed by the test"
+    events.append({"event": "run_end", "status": status, "reason": reason, "time": 9.0})
+    return write_atomic(root / run_id / "events.jsonl", events)
+
+
+def outputs(root: Path) -> dict[str, dict[str, str]]:
+    return {name: {fmt: str(root / f"{name}.{fmt}") for fmt in figures.FORMATS} for name in figures.FIGURES}
+
+
+def check_files(root: Path, out: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Assert the 12 files are whole and offline; return each figure's HTML text."""
+    html = {}
+    for name, paths in out.items():
+        png = Path(paths["png"]).read_bytes()
+        assert png.startswith(PNG_MAGIC), name
+        assert len(png) > 1000, name
+        svg = ET.parse(paths["svg"]).getroot()
+        assert svg.tag.endswith("svg"), name
+        text = Path(paths["html"]).read_text(encoding="utf-8")
+        assert "vega" in text.lower(), name
+        assert not REMOTE_SCRIPT.search(text), f"{name}.html loads a script from the network"
+        assert "cdn.jsdelivr" not in text, name
+        html[name] = text
+    assert len(list(root.iterdir())) == 12  # no temporary files left behind
+    return html
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, pd.DataFrame]:
+    root = tmp_path_factory.mktemp("events")
+    paths = []
+    for repeat in range(2):
+        paths += [
+            write_run(root, "torch", "lenet", 1, 0.10, compute=0.10, repeat=repeat),
+            write_run(root, "torch", "lenet", 2, 0.11, compute=0.10, repeat=repeat),
+            write_run(root, "torch", "lenet", 4, 0.125, compute=0.10, repeat=repeat),
+            write_run(root, "caffe", "lenet", 1, 0.08, repeat=repeat),  # no compute split
+            write_run(root, "caffe", "lenet", 2, 0.1, repeat=repeat),
+            write_run(root, "torch", "alexnet", 1, 1.0, compute=0.9, repeat=repeat),
+            write_run(root, "torch", "alexnet", 2, 1.2, compute=0.9, repeat=repeat),
+        ]
+    paths.append(write_run(root, "caffe", "lenet", 4, 0.2, status="failed", iterations=3))
+    return analysis.load_events(paths)
+
+
+def test_make_figures_writes_every_format(tmp_path: Path, study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    runs, iterations = study
+    out = outputs(tmp_path)
+    figures.make_figures(runs, iterations, out)
+    html = check_files(tmp_path, out)
+    # ok runs are drawn, the failed one is not (it is in the table instead)
+    assert "torch/lenet/n4x1/b32/r1" in html["throughput"]
+    assert "caffe/lenet/n4x1/b32/r0" not in html["throughput"]
+    assert "caffe/lenet/n4x1/b32/r0" not in html["speedup"]
+    assert "exposed communication" in html["breakdown"]
+    assert "step (not split)" in html["breakdown"]
+
+
+def test_make_figures_with_zero_ok_runs(tmp_path: Path) -> None:
+    root = tmp_path / "events"
+    paths = [write_run(root, "torch", "lenet", n, 0.1, status="failed") for n in (1, 2)]
+    runs, iterations = analysis.load_events(paths)
+    assert runs["status"].eq("failed").all()
+    out = outputs(tmp_path / "figures")
+    figures.make_figures(runs, iterations, out)
+    html = check_files(tmp_path / "figures", out)
+    for name, text in html.items():
+        assert "no successful runs" in text, name
+
+
+def test_make_figures_with_no_runs_at_all(tmp_path: Path) -> None:
+    runs, iterations = analysis.load_events([])
+    out = outputs(tmp_path)
+    figures.make_figures(runs, iterations, out)
+    check_files(tmp_path, out)
+
+
+def test_breakdown_table_medians_and_unsplit_steps(study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    runs, _ = study
+    table = figures.breakdown_table(runs).set_index(["model", "framework", "nodes", "component"])
+    assert table.loc[("lenet", "torch", 4, "compute"), "seconds"] == pytest.approx(0.10)
+    assert table.loc[("lenet", "torch", 4, "exposed communication"), "seconds"] == pytest.approx(0.025)
+    assert table.loc[("lenet", "caffe", 2, "step (not split)"), "seconds"] == pytest.approx(0.1)
+    assert ("lenet", "caffe", 2, "compute") not in table.index
+    assert ("lenet", "caffe", 4, "step (not split)") not in table.index  # failed run left out
+    assert table.loc[("alexnet", "torch", 2, "compute"), "runs"] == 2
+
+
+def test_loss_table_is_rank0_median_over_repeats(study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    runs, iterations = study
+    table = figures.loss_table(runs, iterations).set_index(["model", "framework", "nodes", "iteration"])
+    # repeats 0 and 1 have loss 2.3/(1+i) and 2.3/(2+i): the median is their mean
+    want = (2.3 / 1 + 2.3 / 2) / 2
+    assert table.loc[("lenet", "torch", 2, 0), "loss"] == pytest.approx(want)  # warm-up kept
+    assert table.loc[("lenet", "torch", 2, 0), "repeats"] == 2
+    assert ("lenet", "caffe", 4, 0) not in table.index
+
+
+def test_loss_table_thins_long_curves() -> None:
+    n = 3 * figures.MAX_LOSS_POINTS + 7
+    runs = pd.DataFrame(
+        {
+            "run_id": ["r"],
+            "model": ["lenet"],
+            "framework": ["torch"],
+            "nodes": [1],
+            "ranks_per_node": [1],
+            "batch_per_rank": [32],
+            "global_batch": [32],
+            "scaling": ["weak"],
+            "status": ["ok"],
+            "throughput": [1.0],
+            "baseline_nodes": [1.0],
+        }
+    )
+    iterations = pd.DataFrame(
+        {"run_id": "r", "model": "lenet", "framework": "torch", "nodes": 1, "rank": 0, "iteration": range(n)}
+    ).assign(loss=lambda d: 1.0 / (1 + d["iteration"]))
+    table = figures.loss_table(runs, iterations)
+    assert len(table) <= figures.MAX_LOSS_POINTS + 1
+    assert table["iteration"].iloc[0] == 0
+    assert table["iteration"].iloc[-1] == n - 1  # the end of the curve is kept
+
+
+def test_bad_outputs_are_refused(tmp_path: Path, study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    runs, iterations = study
+    with pytest.raises(KeyError, match="thruput"):
+        figures.make_figures(runs, iterations, {"thruput": {"png": str(tmp_path / "t.png")}})
+    with pytest.raises(ValueError, match=r"does not end in \.svg"):
+        figures.make_figures(runs, iterations, {"loss": {"svg": str(tmp_path / "loss.png")}})
