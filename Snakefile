@@ -20,6 +20,7 @@ include: "rules/analysis.smk"
 
 
 rule all:
+    default_target: True
     input:
         # Every run is a target itself, so a deleted or failed run is redone even though
         # the tables that summarise it are newer.
@@ -27,4 +28,3 @@ rule all:
         "results/runs.csv",
         "results/findings.csv",
         figure_files(),
-    default_target: True

@@ -87,6 +87,11 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
+def finished_ok(events: list[dict[str, Any]]) -> bool:
+    """Whether a rank recorded its own successful end (all its iterations are on disk)."""
+    return any(e.get("event") == "rank_end" and e.get("status") == "ok" for e in events)
+
+
 def describe_failure(rank: int, returncode: int, events: list[dict[str, Any]]) -> str:
     """A reason a person understands, from how a rank ended and what it last recorded."""
     for event in reversed(events):
@@ -112,6 +117,7 @@ class Launch:
         self.loadavg_start = list(os.getloadavg())
         self.failure: str | None = None
         self.terminated_by: str | None = None
+        self.exit_warnings: dict[int, str] = {}
 
     def _rank_env(self, rank: int, port: int) -> dict[str, str]:
         env = dict(os.environ)
@@ -189,9 +195,17 @@ class Launch:
             bad = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
             if bad:
                 parts = read_parts(self.work_dir)
-                rank, code = bad[0]
-                self.failure = describe_failure(rank, code, parts.get(rank, []))
-                break
+                for rank, code in bad:
+                    if finished_ok(parts.get(rank, [])):
+                        # Every event is in, then the framework crashed on its way out (gloo
+                        # teardown): the measurement stands; note it and keep watching.
+                        self.exit_warnings[rank] = f"rank {rank} finished, then exited with {code}"
+                        codes[rank] = 0
+                    else:
+                        self.failure = describe_failure(rank, code, parts.get(rank, []))
+                        break
+                if self.failure:
+                    break
             if all(code == 0 for code in codes):
                 return
             if time.time() - self.started > timeout_s:
@@ -207,12 +221,7 @@ class Launch:
         world = int(self.spec["world_size"])
         hosts = [(starts.get(r) or {}).get("host") for r in range(world)]
         rank0 = starts.get(0) or {}
-        iterations = [
-            e
-            for r in sorted(parts)
-            for e in parts[r]
-            if e.get("event") == "iteration"
-        ]
+        iterations = [e for r in sorted(parts) for e in parts[r] if e.get("event") == "iteration"]
         timed0 = [e for e in parts.get(0, []) if e.get("event") == "iteration" and not e.get("warmup")]
         startup_s = (timed0[0]["time"] - timed0[0]["step_s"] - self.started) if timed0 else None
         status = "ok"
@@ -249,6 +258,7 @@ class Launch:
             "reason": reason,
             "loadavg": list(os.getloadavg()),
             "wall_s": time.time() - self.started,
+            "warnings": sorted(self.exit_warnings.values()),
             "time": time.time(),
         }
         return [run_start, *iterations, run_end]

@@ -61,8 +61,7 @@ class Run:
     @property
     def run_id(self) -> str:
         return (
-            f"{self.framework}/{self.model}/n{self.nodes}x{self.ranks_per_node}"
-            f"/b{self.batch}/r{self.repeat}"
+            f"{self.framework}/{self.model}/n{self.nodes}x{self.ranks_per_node}/b{self.batch}/r{self.repeat}"
         )
 
     @classmethod
@@ -128,8 +127,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
             where = _key_path(err.absolute_path)
             prefix = f"{where}." if err.absolute_path else ""
             raise ConfigError(
-                f"config key '{prefix}{unknown[0]}' is not a known key"
-                f" (known here: {', '.join(known)})"
+                f"config key '{prefix}{unknown[0]}' is not a known key (known here: {', '.join(known)})"
             )
         raise ConfigError(f"config key '{_key_path(err.absolute_path)}': {err.message}")
     _check_semantics(study, Path(base_dir))

@@ -9,10 +9,14 @@ rule aggregate:
         runs_parquet="results/runs.parquet",
         iterations_parquet="results/iterations.parquet",
         findings_csv=report(
-            "results/findings.csv", caption="../report/findings.rst", category="1. Findings"
+            "results/findings.csv",
+            caption="../report/findings.rst",
+            category="1. Findings",
         ),
     log:
         "results/logs/aggregate.log",
+    conda:
+        "../envs/workflow.yaml"
     script:
         "../scripts/aggregate.py"
 
@@ -38,5 +42,7 @@ rule figures:
         },
     log:
         "results/logs/figures.log",
+    conda:
+        "../envs/workflow.yaml"
     script:
         "../scripts/figures.py"

@@ -17,7 +17,9 @@ from snakemake.utils import validate
 try:
     STUDY = dlstudy.validate_config(
         config,
-        dlstudy.load_schema(os.path.join(workflow.basedir, "schemas/config.schema.yaml")),
+        dlstudy.load_schema(
+            os.path.join(workflow.basedir, "schemas/config.schema.yaml")
+        ),
     )
 except dlstudy.ConfigError as err:
     raise WorkflowError(f"invalid study configuration: {err}") from None
@@ -43,12 +45,22 @@ wildcard_constraints:
     **dlstudy.WILDCARD_CONSTRAINTS,
 
 
+USE_CONDA = "conda" in {
+    str(method).lower() for method in workflow.deployment_settings.deployment_method
+}
+
+
 def env_python(framework):
-    """The python of a framework's own virtual environment."""
+    """The python that runs a framework: its own venv, or the rule's conda env's python."""
+    if USE_CONDA:
+        return "python"
     return os.path.abspath(os.path.join(ENVS_DIR, framework, "bin", "python"))
 
 
 def env_marker(framework):
+    """The venv a framework's jobs need (none with --sdm conda: the conda env is it)."""
+    if USE_CONDA:
+        return []
     return os.path.join(ENVS_DIR, framework, "dlscale-env.json")
 
 
@@ -61,7 +73,9 @@ def run_events():
 
 
 def figure_files():
-    return [f"results/figures/{name}.{fmt}" for name in FIGURES for fmt in FIGURE_FORMATS]
+    return [
+        f"results/figures/{name}.{fmt}" for name in FIGURES for fmt in FIGURE_FORMATS
+    ]
 
 
 def run_of(wildcards, framework):
@@ -84,11 +98,15 @@ def train_input(framework):
 
 
 def train_spec(framework):
-    return lambda wc: json.dumps(dlstudy.run_spec(STUDY, run_of(wc, framework)), sort_keys=True)
+    return lambda wc: json.dumps(
+        dlstudy.run_spec(STUDY, run_of(wc, framework)), sort_keys=True
+    )
 
 
 def train_spec_sha(framework):
-    return lambda wc: dlstudy.spec_sha256(dlstudy.run_spec(STUDY, run_of(wc, framework)))
+    return lambda wc: dlstudy.spec_sha256(
+        dlstudy.run_spec(STUDY, run_of(wc, framework))
+    )
 
 
 def failed_attempts(framework):

@@ -8,6 +8,8 @@ rule fetch_mnist:
         summary="results/data/mnist/idx/verification.json",
     log:
         "results/logs/data/fetch_mnist.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         source=STUDY["data"]["mnist"]["source"],
         download_dir="results/data/downloads",
@@ -24,6 +26,8 @@ rule mnist_shards:
         shards=directory(DATASET_DIRS["mnist"]),
     log:
         "results/logs/data/mnist_shards.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         shard_size=STUDY["data"]["mnist"]["shard_size"],
     script:
@@ -36,6 +40,8 @@ rule synthetic_imagenet:
         shards=directory(DATASET_DIRS["imagenet"]),
     log:
         "results/logs/data/synthetic_imagenet.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         num_samples=STUDY["data"]["imagenet"]["num_samples"],
         seed=STUDY["data"]["imagenet"]["seed"],

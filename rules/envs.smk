@@ -10,6 +10,8 @@ rule framework_env:
         marker=os.path.join(ENVS_DIR, "{framework}", "dlscale-env.json"),
     log:
         "results/logs/envs/{framework}.log",
+    conda:
+        "../envs/workflow.yaml"
     params:
         venv=lambda wc: os.path.join(ENVS_DIR, wc.framework),
     script:

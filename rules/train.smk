@@ -11,16 +11,18 @@ rule train_torch:
         events="results/runs/torch/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/events.jsonl",
     log:
         "results/runs/torch/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/run.log",
+    conda:
+        "../envs/torch.yaml"
+    threads: train_cpus
+    resources:
+        bench=1,
+        runtime=train_runtime,
     params:
         spec=train_spec("torch"),
         spec_sha=train_spec_sha("torch"),
         failed_attempts=failed_attempts("torch"),
         python=env_python("torch"),
         repo=workflow.basedir,
-    threads: train_cpus
-    resources:
-        bench=1,
-        runtime=train_runtime,
     shell:
         "PYTHONPATH={params.repo:q} {params.python:q} -m dlscale.launch"
         " --spec-json {params.spec:q} --data {input.data:q} --events {output.events:q}"

@@ -64,8 +64,14 @@ def mnist_shards() -> Path:
     mnist.verify_mnist(idx)
     images, labels = mnist.read_idx(idx["train_images"]), mnist.read_idx(idx["train_labels"])
     write_shards(
-        out, images[..., None], labels, dataset="mnist", split="train", num_classes=10,
-        shard_size=10000, source="test cache",
+        out,
+        images[..., None],
+        labels,
+        dataset="mnist",
+        split="train",
+        num_classes=10,
+        shard_size=10000,
+        source="test cache",
     )
     return out
 

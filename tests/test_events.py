@@ -29,8 +29,15 @@ START = {
 
 def iteration(i, loss=1.0):
     return {
-        "event": "iteration", "rank": 0, "iteration": i, "samples": 64, "step_s": 0.1,
-        "compute_s": 0.08, "comm_s": None, "loss": loss, "time": 2.0,
+        "event": "iteration",
+        "rank": 0,
+        "iteration": i,
+        "samples": 64,
+        "step_s": 0.1,
+        "compute_s": 0.08,
+        "comm_s": None,
+        "loss": loss,
+        "time": 2.0,
     }
 
 

@@ -23,20 +23,42 @@ REPO = Path(__file__).resolve().parent.parent
 def spec(model="lenet", nodes=1, rpn=1, batch=32, iterations=20, warmup=2, lr=0.01, timeout_s=240, **extra):
     world = nodes * rpn
     return {
-        "framework": "torch", "model": model, "nodes": nodes, "ranks_per_node": rpn, "batch": batch,
-        "repeat": 0, "run_id": f"torch/{model}/n{nodes}x{rpn}/b{batch}/r0", "world_size": world,
-        "scaling": "weak", "global_batch": batch * world,
+        "framework": "torch",
+        "model": model,
+        "nodes": nodes,
+        "ranks_per_node": rpn,
+        "batch": batch,
+        "repeat": 0,
+        "run_id": f"torch/{model}/n{nodes}x{rpn}/b{batch}/r0",
+        "world_size": world,
+        "scaling": "weak",
+        "global_batch": batch * world,
         "dataset": "mnist" if model in ("lenet", "autoencoder") else "imagenet",
-        "iterations": iterations, "warmup": warmup, "threads_per_rank": 1, "learning_rate": lr,
-        "momentum": 0.9, "seed": 7, "timeout_s": timeout_s,
-        "options": {"channels_last": True, "timeout_s": 30}, **extra,
+        "iterations": iterations,
+        "warmup": warmup,
+        "threads_per_rank": 1,
+        "learning_rate": lr,
+        "momentum": 0.9,
+        "seed": 7,
+        "timeout_s": timeout_s,
+        "options": {"channels_last": True, "timeout_s": 30},
+        **extra,
     }
 
 
 def launch(python, run_spec, data, events, env=None, wait=True, rank_python=None):
     cmd = [
-        str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(run_spec), "--data", str(data),
-        "--events", str(events), "--python", str(rank_python or python),
+        str(python),
+        "-m",
+        "dlscale.launch",
+        "--spec-json",
+        json.dumps(run_spec),
+        "--data",
+        str(data),
+        "--events",
+        str(events),
+        "--python",
+        str(rank_python or python),
     ]
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     if not wait:
@@ -50,8 +72,11 @@ def test_parameter_counts_match_reference(torch_py):
         "import json; print(json.dumps({m: parameter_count(build_model(m)) for m in MODELS}))"
     )
     out = subprocess.run(
-        [str(torch_py), "-c", code], env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True, text=True, check=True,
+        [str(torch_py), "-c", code],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=True,
     )
     counts = json.loads(out.stdout)
     assert counts == {
@@ -110,8 +135,12 @@ def test_replicas_stay_identical(torch_py, mnist_shards, tmp_path):
     check_dir = tmp_path / "sums"
     check_dir.mkdir()
     proc = launch(
-        torch_py, spec(nodes=2, iterations=5), mnist_shards, tmp_path / "e.jsonl",
-        env={"CHECK_DIR": str(check_dir)}, rank_python=rank_python,
+        torch_py,
+        spec(nodes=2, iterations=5),
+        mnist_shards,
+        tmp_path / "e.jsonl",
+        env={"CHECK_DIR": str(check_dir)},
+        rank_python=rank_python,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sums = [float((check_dir / f"rank{r}.sum").read_text()) for r in range(2)]

@@ -158,6 +158,8 @@ def train(ctx: RunContext) -> None:
                 barrier_s=t2 - t1,
                 comm_bytes=flat_grad.numel() * flat_grad.element_size() if distributed else 0,
             )
+        if distributed:
+            dist.barrier()  # nobody tears gloo down while a peer still talks to it
     finally:
         if distributed and dist.is_initialized():
             dist.destroy_process_group()
