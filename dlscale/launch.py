@@ -17,6 +17,7 @@ rerun leaves the count unchanged, so it is not redone again. Nothing of a failur
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -26,14 +27,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from dlscale import placement
 from dlscale.events import write_atomic
+from dlscale.runners.plan import LaunchContext, Plan, environ_with
 
-RUNNER_MODULES = {
-    "torch": "dlscale.runners.torch",
-}
+
+def runner_launcher(framework: str) -> ModuleType:
+    """The runner's light launcher module (``dlscale.runners.<framework>.launcher``)."""
+    return importlib.import_module(f"dlscale.runners.{framework}.launcher")
+
 
 POLL_S = 0.2
 GRACE_S = 10.0
@@ -92,7 +96,7 @@ def finished_ok(events: list[dict[str, Any]]) -> bool:
     return any(e.get("event") == "rank_end" and e.get("status") == "ok" for e in events)
 
 
-def describe_failure(rank: int, returncode: int, events: list[dict[str, Any]]) -> str:
+def describe_failure(label: str, returncode: int, events: list[dict[str, Any]]) -> str:
     """A reason a person understands, from how a rank ended and what it last recorded."""
     for event in reversed(events):
         if event.get("event") == "rank_end" and event.get("status") == "failed" and event.get("reason"):
@@ -100,8 +104,8 @@ def describe_failure(rank: int, returncode: int, events: list[dict[str, Any]]) -
     iterations = [e["iteration"] for e in events if e.get("event") == "iteration"]
     where = f"at iteration {iterations[-1] + 1}" if iterations else "before its first iteration"
     if returncode < 0:
-        return f"rank {rank} died ({_signal_name(returncode)}) {where}"
-    return f"rank {rank} exited with status {returncode} {where}"
+        return f"{label} died ({_signal_name(returncode)}) {where}"
+    return f"{label} exited with status {returncode} {where}"
 
 
 class Launch:
@@ -118,52 +122,30 @@ class Launch:
         self.failure: str | None = None
         self.terminated_by: str | None = None
         self.exit_warnings: dict[int, str] = {}
-
-    def _rank_env(self, rank: int, port: int) -> dict[str, str]:
-        env = dict(os.environ)
-        threads = str(self.spec["threads_per_rank"])
-        env.update(
-            {
-                "OMP_NUM_THREADS": threads,
-                "MKL_NUM_THREADS": threads,
-                "OPENBLAS_NUM_THREADS": threads,
-                "OMP_WAIT_POLICY": "PASSIVE",
-                "GLOO_SOCKET_IFNAME": "lo",
-                "TMPDIR": str(self.work_dir / "tmp"),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        env.update(placement.local_rank_env(rank, self.spec["nodes"], self.spec["ranks_per_node"], port))
-        return env
-
-    def _rank_command(self) -> list[str]:
-        module = RUNNER_MODULES[self.spec["framework"]]
-        return [
-            self.args.python,
-            "-m",
-            module,
-            "--spec-json",
-            json.dumps(self.spec),
-            "--data",
-            str(self.args.data),
-            "--work-dir",
-            str(self.work_dir),
-        ]
+        self.plan = Plan([], 0)
 
     def start(self) -> None:
         if self.work_dir.exists():
             shutil.rmtree(self.work_dir)
         (self.work_dir / "tmp").mkdir(parents=True)
         port = free_port()
-        world = int(self.spec["world_size"])
+        ctx = LaunchContext(
+            spec=self.spec,
+            python=self.args.python,
+            data=Path(self.args.data),
+            work_dir=self.work_dir,
+            master_port=port,
+        )
+        self.plan = runner_launcher(self.spec["framework"]).plan(ctx)
         print(
-            f"[launch] {self.spec['run_id']}: {world} rank(s) on {self.spec['nodes']} emulated node(s),"
-            f" {self.spec['threads_per_rank']} thread(s) each, master 127.0.0.1:{port}",
+            f"[launch] {self.spec['run_id']}: {self.spec['world_size']} rank(s) on {self.spec['nodes']}"
+            f" emulated node(s), {self.spec['threads_per_rank']} thread(s) each, port {port};"
+            f" processes: {', '.join(p.label for p in self.plan.processes)}",
             flush=True,
         )
-        for rank in range(world):
+        for process in self.plan.processes:
             self.procs.append(
-                subprocess.Popen(self._rank_command(), env=self._rank_env(rank, port), start_new_session=True)
+                subprocess.Popen(process.argv, env=environ_with(process.env), start_new_session=True)
             )
 
     def stop_all(self, sig: int = signal.SIGTERM) -> None:
@@ -192,17 +174,19 @@ class Launch:
                 self.failure = f"launcher received {self.terminated_by} (time limit or cancellation)"
                 break
             codes = [proc.poll() for proc in self.procs]
-            bad = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+            bad = [(index, code) for index, code in enumerate(codes) if code not in (None, 0)]
             if bad:
                 parts = read_parts(self.work_dir)
-                for rank, code in bad:
-                    if finished_ok(parts.get(rank, [])):
+                for index, code in bad:
+                    process = self.plan.processes[index]
+                    events = parts.get(process.rank, []) if process.rank is not None else []
+                    if process.rank is not None and finished_ok(events):
                         # Every event is in, then the framework crashed on its way out (gloo
                         # teardown): the measurement stands; note it and keep watching.
-                        self.exit_warnings[rank] = f"rank {rank} finished, then exited with {code}"
-                        codes[rank] = 0
+                        self.exit_warnings[index] = f"{process.label} finished, then exited with {code}"
+                        codes[index] = 0
                     else:
-                        self.failure = describe_failure(rank, code, parts.get(rank, []))
+                        self.failure = describe_failure(process.label, code, events)
                         break
                 if self.failure:
                     break
@@ -229,7 +213,7 @@ class Launch:
         if self.failure:
             status, reason = "failed", self.failure
         else:
-            expected = world * (int(self.spec["warmup"]) + int(self.spec["iterations"]))
+            expected = self.plan.reporting_ranks * (int(self.spec["warmup"]) + int(self.spec["iterations"]))
             if len(iterations) != expected:
                 status, reason = "failed", f"expected {expected} iteration events, found {len(iterations)}"
         fields = ("framework", "model", "nodes", "ranks_per_node", "batch", "repeat")

@@ -31,6 +31,7 @@ class Placement:
     master_addr: str
     master_port: int
     launcher: str
+    rank_hosts: tuple[str, ...] = ()  # address of every rank, by rank (for TF_CONFIG, hostfiles)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -65,6 +66,17 @@ def expand_hostlist(hostlist: str) -> list[str]:
     return hosts
 
 
+def expand_tasks_per_node(value: str) -> list[int]:
+    """Expand SLURM's compressed tasks-per-node list: ``2(x3),1`` -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for item in value.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        if not match:
+            raise ValueError(f"bad tasks-per-node list {value!r}")
+        counts += [int(match[1])] * int(match[2] or 1)
+    return counts
+
+
 def _int(env: Mapping[str, str], key: str) -> int:
     try:
         return int(env[key])
@@ -82,6 +94,11 @@ def from_slurm(env: Mapping[str, str]) -> Placement:
     job = int(env.get("SLURM_JOB_ID", "0") or 0)
     step = int(env.get("SLURM_STEP_ID", "0") or 0) if env.get("SLURM_STEP_ID", "0").isdigit() else 0
     port = int(env.get("DLSCALE_MASTER_PORT") or DEFAULT_PORT_BASE + (job * 7 + step) % 20000)
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    rank_hosts: tuple[str, ...] = ()
+    if per_node:
+        counts = expand_tasks_per_node(per_node)
+        rank_hosts = tuple(host for host, count in zip(hosts, counts, strict=False) for _ in range(count))
     return Placement(
         rank=rank,
         world_size=world,
@@ -92,6 +109,7 @@ def from_slurm(env: Mapping[str, str]) -> Placement:
         master_addr=master_addr,
         master_port=port,
         launcher="slurm",
+        rank_hosts=rank_hosts,
     )
 
 
@@ -107,6 +125,7 @@ def from_local(env: Mapping[str, str]) -> Placement:
         master_addr=env.get("DLSCALE_MASTER_ADDR", "127.0.0.1"),
         master_port=_int(env, "DLSCALE_MASTER_PORT"),
         launcher="local",
+        rank_hosts=(env.get("DLSCALE_MASTER_ADDR", "127.0.0.1"),) * _int(env, "DLSCALE_WORLD_SIZE"),
     )
 
 
@@ -117,7 +136,9 @@ def detect(env: Mapping[str, str] | None = None) -> Placement:
         return from_slurm(env)
     if "DLSCALE_RANK" in env:
         return from_local(env)
-    return Placement(0, 1, 0, 0, 1, socket.gethostname(), "127.0.0.1", DEFAULT_PORT_BASE, "single")
+    return Placement(
+        0, 1, 0, 0, 1, socket.gethostname(), "127.0.0.1", DEFAULT_PORT_BASE, "single", ("127.0.0.1",)
+    )
 
 
 def local_rank_env(

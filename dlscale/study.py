@@ -21,7 +21,11 @@ import yaml
 
 FRAMEWORKS = ("torch", "tensorflow", "bigdl", "caffe")
 MODELS = ("lenet", "autoencoder", "alexnet", "resnet50")
-IMPLEMENTED_FRAMEWORKS = ("torch",)
+# A framework is implemented when its runner folder has a launcher (adding a framework is
+# adding a folder and a rule); checked on disk so that no framework is imported here.
+IMPLEMENTED_FRAMEWORKS = tuple(
+    fw for fw in FRAMEWORKS if (Path(__file__).parent / "runners" / fw / "launcher.py").is_file()
+)
 
 RUN_ID_PATTERN = re.compile(
     r"^(?P<framework>[a-z]+)/(?P<model>[a-z0-9]+)/n(?P<nodes>\d+)x(?P<ranks_per_node>\d+)"

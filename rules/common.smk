@@ -11,7 +11,6 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from dlscale import study as dlstudy
-from dlscale.launch import RUNNER_MODULES
 from snakemake.utils import validate
 
 try:

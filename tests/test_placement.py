@@ -22,6 +22,15 @@ def test_expand_hostlist(hostlist, hosts):
     assert expand_hostlist(hostlist) == hosts
 
 
+@pytest.mark.parametrize(
+    ("value", "counts"), [("1", [1]), ("2(x3)", [2, 2, 2]), ("2(x3),1", [2, 2, 2, 1]), ("4,2(x2)", [4, 2, 2])]
+)
+def test_expand_tasks_per_node(value, counts):
+    from dlscale.placement import expand_tasks_per_node
+
+    assert expand_tasks_per_node(value) == counts
+
+
 def test_slurm_placement():
     env = {
         "SLURM_PROCID": "5",
@@ -32,12 +41,15 @@ def test_slurm_placement():
         "SLURM_JOB_NODELIST": "n[1-4]",
         "SLURMD_NODENAME": "n3",
         "SLURM_JOB_ID": "42",
+        "SLURM_TASKS_PER_NODE": "2(x4)",
     }
     where = detect(env)
     assert (where.rank, where.world_size, where.local_rank, where.node_rank, where.nodes) == (5, 8, 1, 2, 4)
     assert where.host == "n3"
     assert where.master_addr == "n1"
     assert where.launcher == "slurm"
+    assert where.rank_hosts == ("n1", "n1", "n2", "n2", "n3", "n3", "n4", "n4")
+    assert where.rank_hosts[where.rank] == where.host
     assert detect(env).master_port == where.master_port  # every rank agrees on the port
 
 

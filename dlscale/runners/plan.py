@@ -1,0 +1,90 @@
+"""How a run's processes are laid out: the contract between the launcher and a runner.
+
+Frameworks start differently: PyTorch and Caffe want one process per rank; TensorFlow's
+parameter-server mode adds server processes; BigDL runs one driver that brings up its own
+Spark cluster. Each runner package therefore has a light ``launcher.py`` (no framework
+import) with ``plan(ctx) -> Plan``; ``dlscale.launch`` starts, watches and stops whatever
+the plan lists, and merges the part files of the ranks that report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlscale import placement
+
+
+@dataclass
+class Process:
+    """One process of a run. ``rank`` names the part file that tells its story, if any."""
+
+    label: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    rank: int | None = None
+
+
+@dataclass
+class Plan:
+    processes: list[Process]
+    reporting_ranks: int  # ranks that write iteration events (the launcher checks the count)
+
+
+@dataclass
+class LaunchContext:
+    spec: dict[str, Any]
+    python: str
+    data: Path
+    work_dir: Path
+    master_port: int
+    mode: str = "local"  # "local" (emulated nodes on this host) or "slurm" (inside an allocation)
+
+    def runner_argv(self, module: str, *extra: str) -> list[str]:
+        """The command line of one rank of ``module`` (``python -m module ...``)."""
+        return [
+            self.python, "-m", module, "--spec-json", json.dumps(self.spec),
+            "--data", str(self.data), "--work-dir", str(self.work_dir), *extra,
+        ]  # fmt: skip
+
+    def base_env(self) -> dict[str, str]:
+        """Threads pinned, traffic on loopback, temporary files inside the run's work dir."""
+        threads = str(self.spec["threads_per_rank"])
+        env = {
+            "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "OMP_WAIT_POLICY": "PASSIVE",
+            "TMPDIR": str(self.work_dir / "tmp"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.mode == "local":
+            env.update(
+                {
+                    "GLOO_SOCKET_IFNAME": "lo",
+                    "OMPI_MCA_btl_tcp_if_include": "lo",
+                    "OMPI_MCA_oob_tcp_if_include": "lo",
+                    "SPARK_LOCAL_IP": "127.0.0.1",
+                }
+            )
+        return env
+
+
+def per_rank_plan(ctx: LaunchContext, module: str) -> Plan:
+    """The common layout: n x p rank processes, each told its place as srun would tell it."""
+    world = int(ctx.spec["world_size"])
+    processes = []
+    for rank in range(world):
+        env = {
+            **ctx.base_env(),
+            **placement.local_rank_env(rank, ctx.spec["nodes"], ctx.spec["ranks_per_node"], ctx.master_port),
+        }
+        processes.append(Process(f"rank {rank}", ctx.runner_argv(module), env, rank))
+    return Plan(processes, reporting_ranks=world)
+
+
+def environ_with(overrides: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **overrides}
