@@ -30,17 +30,19 @@ def schema() -> dict:
 CACHE = Path(os.environ.get("DLSCALE_TEST_CACHE", Path.home() / ".cache" / "dlscale-tests"))
 
 
-def torch_python() -> Path:
-    """The torch venv's python, built like the workflow builds it (once per machine)."""
-    python = ENVS_DIR / "torch" / "bin" / "python"
-    if not python.exists():
-        import subprocess
+def framework_python(framework: str) -> Path:
+    """A framework venv's python, built as the workflow builds it (once per machine)."""
+    from dlscale.envs import build_venv
 
-        subprocess.run([sys.executable, "-m", "venv", str(ENVS_DIR / "torch")], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "-r", str(REPO / "envs" / "torch.txt")], check=True
-        )
-    return python
+    venv = ENVS_DIR / framework
+    marker = venv / "dlscale-env.json"
+    if not marker.exists():
+        build_venv(venv, REPO / "envs" / f"{framework}.txt", marker)
+    return venv / "bin" / "python"
+
+
+def torch_python() -> Path:
+    return framework_python("torch")
 
 
 @pytest.fixture(scope="session")
