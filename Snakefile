@@ -12,6 +12,18 @@ configfile: "config.yaml"
 report: "report/workflow.rst"
 
 
+# Small or network-bound steps run where snakemake runs (a login node has PyPI; compute
+# nodes often have no internet). Training goes to the batch system.
+localrules:
+    all,
+    framework_env,
+    fetch_mnist,
+    mnist_shards,
+    synthetic_imagenet,
+    aggregate,
+    figures,
+
+
 include: "rules/common.smk"
 include: "rules/envs.smk"
 include: "rules/data.smk"

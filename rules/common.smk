@@ -4,6 +4,7 @@ Nothing here imports a deep-learning framework: the DAG of a 10,000-run study is
 from dlscale.study alone.
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -88,10 +89,23 @@ def run_of(wildcards, framework):
     )
 
 
+def requirements_sha(framework):
+    """Hash of a framework's requirements: a training rule's parameter, so that runs are
+    redone when the framework's pinned versions change, not when its venv is rebuilt."""
+    path = os.path.join(workflow.basedir, "envs", f"{framework}.txt")
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()[:16]
+
+
 def train_input(framework):
-    """Inputs of a training rule: the framework's environment and the model's shards."""
+    """Inputs of a training rule: the framework's environment and the model's shards.
+
+    The environment only has to exist (``ancient``): rebuilding it must not invalidate
+    every run; its requirements' hash is a parameter instead (requirements_sha).
+    """
+    marker = env_marker(framework)
     return {
-        "env": env_marker(framework),
+        "env": ancient(marker) if marker else [],
         "data": lambda wc: DATASET_DIRS[dlstudy.dataset_of(STUDY, wc.model)],
     }
 
@@ -131,4 +145,22 @@ def train_cpus(wildcards):
 
 
 def train_runtime(wildcards):
+    """Batch time limit: the run's own limit (enforced and recorded by the launcher) + slack."""
     return STUDY["run_timeout_min"] + 5
+
+
+def train_resources():
+    """What a run asks of the batch system: n nodes, one task per rank, threads per task.
+
+    ``mpi`` makes the SLURM plugin run the job's shell in the allocation itself (not in
+    ``srun -n1``), so that the launcher's own srun starts the ranks on every node.
+    """
+    return {
+        "bench": 1,
+        "runtime": train_runtime,
+        "nodes": lambda wc: int(wc.nodes),
+        "tasks": lambda wc: int(wc.nodes) * int(wc.ranks_per_node),
+        "cpus_per_task": STUDY["threads_per_rank"],
+        "mem_mb": lambda wc: int(wc.ranks_per_node) * STUDY["mem_per_rank_mb"],
+        "mpi": lambda wc: "srun" if int(wc.nodes) * int(wc.ranks_per_node) > 1 else "",
+    }

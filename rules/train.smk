@@ -15,13 +15,39 @@ rule train_torch:
         "../envs/torch.yaml"
     threads: train_cpus
     resources:
-        bench=1,
-        runtime=train_runtime,
+        **train_resources(),
     params:
         spec=train_spec("torch"),
         spec_sha=train_spec_sha("torch"),
         failed_attempts=failed_attempts("torch"),
+        requirements=requirements_sha("torch"),
         python=env_python("torch"),
+        repo=workflow.basedir,
+    shell:
+        "PYTHONPATH={params.repo:q} {params.python:q} -m dlscale.launch"
+        " --spec-json {params.spec:q} --data {input.data:q} --events {output.events:q}"
+        " --python {params.python:q} --config-sha256 {params.spec_sha} > {log:q} 2>&1"
+
+
+rule train_tensorflow:
+    """TensorFlow: MultiWorkerMirroredStrategy (ring all-reduce) or parameter servers."""
+    input:
+        **train_input("tensorflow"),
+    output:
+        events="results/runs/tensorflow/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/events.jsonl",
+    log:
+        "results/runs/tensorflow/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/run.log",
+    conda:
+        "../envs/tensorflow.yaml"
+    threads: train_cpus
+    resources:
+        **train_resources(),
+    params:
+        spec=train_spec("tensorflow"),
+        spec_sha=train_spec_sha("tensorflow"),
+        failed_attempts=failed_attempts("tensorflow"),
+        requirements=requirements_sha("tensorflow"),
+        python=env_python("tensorflow"),
         repo=workflow.basedir,
     shell:
         "PYTHONPATH={params.repo:q} {params.python:q} -m dlscale.launch"

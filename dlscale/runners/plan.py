@@ -42,6 +42,7 @@ class LaunchContext:
     work_dir: Path
     master_port: int
     mode: str = "local"  # "local" (emulated nodes on this host) or "slurm" (inside an allocation)
+    master_addr: str = "127.0.0.1"
 
     def runner_argv(self, module: str, *extra: str) -> list[str]:
         """The command line of one rank of ``module`` (``python -m module ...``)."""
@@ -73,9 +74,39 @@ class LaunchContext:
         return env
 
 
+def srun_argv(ctx: LaunchContext, *extra: str) -> list[str]:
+    """srun inside the job's allocation: n nodes x p tasks, the whole step dies with a rank.
+
+    ``--kill-on-bad-exit`` ends the step when one rank fails, so no rank waits forever
+    in a collective for a dead peer.
+    """
+    spec = ctx.spec
+    return [
+        "srun", f"--nodes={spec['nodes']}", f"--ntasks={spec['world_size']}",
+        f"--ntasks-per-node={spec['ranks_per_node']}", f"--cpus-per-task={spec['threads_per_rank']}",
+        "--kill-on-bad-exit=1", "--export=ALL", *extra,
+    ]  # fmt: skip
+
+
+def slurm_env(ctx: LaunchContext) -> dict[str, str]:
+    """What srun's ranks need beyond SLURM's own variables: where rank 0 listens."""
+    return {
+        **ctx.base_env(),
+        "DLSCALE_MASTER_ADDR": ctx.master_addr,
+        "DLSCALE_MASTER_PORT": str(ctx.master_port),
+    }
+
+
 def per_rank_plan(ctx: LaunchContext, module: str) -> Plan:
-    """The common layout: n x p rank processes, each told its place as srun would tell it."""
+    """The common layout: n x p rank processes, each told its place as srun would tell it.
+
+    Inside a SLURM allocation srun starts them on the allocated nodes and SLURM tells each
+    its place; locally the launcher starts them and tells them through DLSCALE_* variables.
+    """
     world = int(ctx.spec["world_size"])
+    if ctx.mode == "slurm":
+        argv = srun_argv(ctx, *ctx.runner_argv(module))
+        return Plan([Process(f"srun ({world} ranks)", argv, slurm_env(ctx), None)], reporting_ranks=world)
     processes = []
     for rank in range(world):
         env = {

@@ -1,0 +1,274 @@
+"""A real SLURM cluster on this host, for the tests: munge, slurmctld and n slurmd.
+
+Debian's SLURM is built with multiple-slurmd support, so each emulated node is its own
+``slurmd -N nK`` with its own port, spool, pid and log (``%n`` in slurm.conf). Everything
+lives under one private directory; ports are picked free on loopback; every daemon runs in
+the foreground as our child and is stopped by its PID (jobs first, then their steps).
+Client commands get the config path from wrapper scripts first on PATH, because the
+Snakemake SLURM plugin strips every ``SLURM_*`` variable (SLURM_CONF included) from jobs.
+
+Usable from pytest (``SlurmCluster`` as a context manager) and by hand:
+``python tests/slurm_cluster.py up DIR`` / ``down DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo", "sacct", "salloc")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """Every live process below ``pids`` (slurmstepd and job processes), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    stack = list(pids)
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    except OSError:
+        return False
+
+
+class SlurmCluster:
+    """``nodes`` emulated nodes of ``cpus`` CPUs and ``mem_mb`` MB each, in ``base``."""
+
+    def __init__(self, base: Path | None = None, nodes: int = 4, cpus: int = 2, mem_mb: int = 4000):
+        self.base = Path(base or tempfile.mkdtemp(prefix="dlslurm-", dir="/tmp"))
+        self.nodes, self.cpus, self.mem_mb = nodes, cpus, mem_mb
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.conf = self.base / "slurm.conf"
+        self.bin = self.base / "bin"
+        self.partition = "test"
+
+    # ----------------------------------------------------------------- set-up
+    def _write_config(self) -> None:
+        for sub in ("state", "spool", "run", "log", "tmp", "munge", "bin"):
+            (self.base / sub).mkdir(parents=True, exist_ok=True)
+        for k in range(1, self.nodes + 1):
+            (self.base / "tmp" / f"n{k}").mkdir(exist_ok=True)
+        base = self.base
+        lines = [
+            "ClusterName=dlscale-test",
+            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldPort={free_port()}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={base}/munge/munge.socket",
+            f"StateSaveLocation={base}/state",
+            f"SlurmdSpoolDir={base}/spool/%n",
+            f"SlurmctldPidFile={base}/run/slurmctld.pid",
+            f"SlurmdPidFile={base}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={base}/log/slurmctld.log",
+            f"SlurmdLogFile={base}/log/slurmd-%n.log",
+            f"TmpFS={base}/tmp/%n",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SlurmdParameters=config_overrides",
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "JobCompType=jobcomp/none",
+            "SchedulerType=sched/backfill",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "MinJobAge=60",  # >= 3 x the plugin's first status check (profile: 10 s)
+            "KillWait=10",
+            "InactiveLimit=0",
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=30",
+        ]
+        for k in range(1, self.nodes + 1):
+            lines.append(
+                f"NodeName=n{k} NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()}"
+                f" CPUs={self.cpus} RealMemory={self.mem_mb} State=UNKNOWN"
+            )
+        lines.append(
+            f"PartitionName={self.partition} Nodes=n[1-{self.nodes}] Default=YES MaxTime=120 State=UP"
+        )
+        self.conf.write_text("\n".join(lines) + "\n")
+        for client in CLIENTS:
+            wrapper = self.bin / client
+            wrapper.write_text(f'#!/bin/sh\nSLURM_CONF="{self.conf}" exec /usr/bin/{client} "$@"\n')
+            wrapper.chmod(0o755)
+
+    def env(self) -> dict[str, str]:
+        """The environment that talks to this cluster (wrappers first on PATH)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env["PATH"] = f"{self.bin}:{env.get('PATH', '')}"
+        env["SLURM_CONF"] = str(self.conf)
+        return env
+
+    def _spawn(self, name: str, cmd: list[str]) -> None:
+        log = open(self.base / "log" / f"{name}.out", "ab")
+        self.procs[name] = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True
+        )
+        log.close()
+
+    def _wait(self, what: str, check, timeout: float) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}: {self.logs()}")
+            if check():
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"SLURM test cluster: {what} not ready after {timeout:.0f} s: {self.logs()}")
+
+    def logs(self) -> str:
+        tails = []
+        for path in sorted((self.base / "log").glob("*")):
+            text = path.read_text(errors="replace").strip().splitlines()[-5:]
+            tails.append(f"--- {path.name}\n" + "\n".join(text))
+        return "\n".join(tails)
+
+    def start(self, timeout: float = 90) -> SlurmCluster:
+        started = time.time()
+        install = subprocess.run(
+            ["bash", str(REPO / "scripts" / "install-slurm.sh")], capture_output=True, text=True, timeout=1200
+        )
+        if install.returncode != 0:
+            raise RuntimeError(f"installing SLURM failed: {install.stderr[-2000:]}")
+        self._write_config()
+        munge = self.base / "munge"
+        key = munge / "munge.key"
+        if not key.exists():
+            subprocess.run(["mungekey", "--create", "--keyfile", str(key)], check=True, timeout=30)
+            key.chmod(0o400)
+        munge.chmod(0o700)
+        self._spawn(
+            "munged",
+            [
+                "munged", "--foreground", "--force", f"--key-file={key}", f"--socket={munge}/munge.socket",
+                f"--pid-file={munge}/munged.pid", f"--log-file={munge}/munged.log",
+                f"--seed-file={munge}/munged.seed",
+            ],
+        )  # fmt: skip
+        self._wait("munge", lambda: (munge / "munge.socket").exists(), 30)
+        self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
+        self._wait("slurmctld", lambda: self._run(["scontrol", "ping"]).stdout.count("UP") > 0, timeout)
+        for k in range(1, self.nodes + 1):
+            self._spawn(f"slurmd-n{k}", ["slurmd", "-D", "-N", f"n{k}", "-f", str(self.conf)])
+        self._wait("all nodes idle", self._all_idle, timeout)
+        self.startup_s = time.time() - started
+        (self.base / "cluster.json").write_text(json.dumps({n: p.pid for n, p in self.procs.items()}))
+        return self
+
+    def _run(self, cmd: list[str], timeout: float = 20) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, env=self.env(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(cmd, 124, "", "timeout")
+
+    def _all_idle(self) -> bool:
+        out = self._run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout.split("\n")
+        states = dict(line.split() for line in out if line.strip())
+        return len(states) == self.nodes and all(s == "idle" for s in states.values())
+
+    # --------------------------------------------------------------- tear-down
+    def jobs(self) -> list[str]:
+        return self._run(["squeue", "-h", "-o", "%i"]).stdout.split()
+
+    def stop(self, timeout: float = 60) -> None:
+        """Cancel every job, then stop the daemons and whatever they started, by PID."""
+        if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
+            for job in self.jobs():
+                self._run(["scancel", job])
+            deadline = time.time() + timeout / 2
+            while self.jobs() and time.time() < deadline:
+                time.sleep(0.5)
+        daemon_pids = [p.pid for p in self.procs.values() if p.poll() is None]
+        stragglers = descendants(daemon_pids)
+        for name in [n for n in self.procs if n.startswith("slurmd")] + ["slurmctld", "munged"]:
+            proc = self.procs.get(name)
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)
+        for pid in stragglers:  # steps and job processes our slurmds started
+            if alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+    def __enter__(self) -> SlurmCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("up", "down"):
+        print("usage: python tests/slurm_cluster.py up|down DIR", file=sys.stderr)
+        return 2
+    base = Path(argv[1])
+    if argv[0] == "up":
+        cluster = SlurmCluster(base).start()
+        print(f"up in {cluster.startup_s:.1f} s; export PATH={cluster.bin}:$PATH; pids in {base}/cluster.json")
+        return 0
+    pids = json.loads((base / "cluster.json").read_text())
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,114 @@
+"""The workflow through the SLURM profile, on a real 4-node SLURM cluster on this host.
+
+One study (LeNet, 1 and 4 nodes) runs through ``profiles/slurm``: the 4-node run's rank 2
+is killed mid-run, so the first invocation records it as failed and completes the rest;
+the second, plain invocation submits exactly that one training job again and finishes
+the tables and figures with 4 distinct hosts in the 4-node run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import ENVS_DIR, REPO
+from slurm_cluster import SlurmCluster, alive
+from test_workflow import planned_jobs
+
+from dlscale.events import read_events
+
+pytestmark = pytest.mark.workflow
+
+STUDY = {
+    "frameworks": ["torch"],
+    "models": ["lenet"],
+    "nodes": [1, 4],
+    "iterations": {"lenet": 300},
+    "warmup": 2,
+    "mem_per_rank_mb": 500,
+    "run_timeout_min": 10,
+    "envs_dir": str(ENVS_DIR),
+}
+FOUR_NODES = Path("results/runs/torch/lenet/n4x1/b64/r0")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with SlurmCluster(nodes=4, cpus=2, mem_mb=4000) as running:
+        yield running
+    assert not [pid for pid in running.pids() if alive(pid)], "a SLURM or munge daemon was left running"
+
+
+def snakemake(cluster: SlurmCluster, workdir: Path, *args: str, wait: bool = True):
+    cmd = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--profile", str(REPO / "profiles" / "slurm"), "--configfile", str(workdir / "study.yaml"), *args,
+    ]  # fmt: skip
+    # The emulated nodes all live on 127.0.0.1: keep rendezvous and gloo on loopback.
+    env = {**cluster.env(), "DLSCALE_MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
+    if not wait:
+        return subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, env=env, cwd=workdir, capture_output=True, text=True, timeout=900)
+
+
+def kill_rank_when_running(run_dir: Path, rank: int, min_iterations: int, timeout: float) -> int:
+    """SIGKILL one rank of a running job once it has done some iterations; its PID."""
+    part = run_dir / ".work" / f"rank{rank}.jsonl"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if part.exists():
+            lines = part.read_text().splitlines()
+            if sum('"event":"iteration"' in line for line in lines) >= min_iterations:
+                pid = json.loads(lines[0])["pid"]
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        time.sleep(0.1)
+    raise TimeoutError(f"rank {rank} of {run_dir} never ran {min_iterations} iterations")
+
+
+def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch_py, mnist_shards):
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(STUDY))
+    first = snakemake(cluster, tmp_path, wait=False)
+    try:
+        killed = kill_rank_when_running(tmp_path / FOUR_NODES, rank=2, min_iterations=5, timeout=600)
+        output, _ = first.communicate(timeout=900)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, output[-4000:]
+    assert not alive(killed)
+
+    runs = pd.read_csv(tmp_path / "results" / "runs.csv").set_index("run_id")
+    failed = runs.loc["torch/lenet/n4x1/b64/r0"]
+    assert failed["status"] == "failed"
+    assert failed["reason"].startswith("rank 2 died at iteration"), failed["reason"]
+    assert runs.loc["torch/lenet/n1x1/b64/r0", "status"] == "ok"
+    assert not cluster.jobs(), "a job outlived the run"
+
+    dry = snakemake(cluster, tmp_path, "--dry-run")
+    assert planned_jobs(dry.stdout + dry.stderr) == {"train_torch": 1, "aggregate": 1, "figures": 1, "all": 1}
+    one_node_before = (tmp_path / "results/runs/torch/lenet/n1x1/b64/r0/events.jsonl").stat().st_mtime_ns
+
+    second = snakemake(cluster, tmp_path)
+    assert second.returncode == 0, second.stderr[-4000:]
+    submitted = (second.stdout + second.stderr).count("has been submitted with SLURM jobid")
+    assert submitted == 1, second.stderr[-4000:]  # exactly one training job ran on the rerun
+    assert (tmp_path / "results/runs/torch/lenet/n1x1/b64/r0/events.jsonl").stat().st_mtime_ns == one_node_before
+
+    runs = pd.read_csv(tmp_path / "results" / "runs.csv").set_index("run_id")
+    assert (runs["status"] == "ok").all(), runs["reason"]
+    events = read_events(tmp_path / FOUR_NODES / "events.jsonl")
+    start = events[0]
+    assert start["launcher"] == "slurm"
+    assert sorted(start["hosts"]) == ["n1", "n2", "n3", "n4"]
+    assert {e["rank"] for e in events if e["event"] == "iteration"} == {0, 1, 2, 3}
+    for name in ("throughput", "speedup", "breakdown", "loss"):
+        assert (tmp_path / "results" / "figures" / f"{name}.png").stat().st_size > 0
