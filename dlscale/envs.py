@@ -38,7 +38,9 @@ def _run(cmd: list[str]) -> str:
     return proc.stdout
 
 
-def build_venv(venv: str | Path, requirements: str | Path, marker: str | Path | None = None) -> dict[str, Any]:
+def build_venv(
+    venv: str | Path, requirements: str | Path, marker: str | Path | None = None
+) -> dict[str, Any]:
     """Create or update ``venv`` from ``requirements`` (and its ``.nodeps.txt`` sibling).
 
     Returns what was installed; writes it to ``marker`` (atomically, last) when given, so

@@ -150,7 +150,9 @@ class SlurmCluster:
         while time.time() < deadline:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}: {self.logs()}")
+                    raise RuntimeError(
+                        f"{name} exited with {proc.returncode} while waiting for {what}: {self.logs()}"
+                    )
             if check():
                 return
             time.sleep(0.3)
@@ -258,7 +260,9 @@ def main(argv: list[str]) -> int:
     base = Path(argv[1])
     if argv[0] == "up":
         cluster = SlurmCluster(base).start()
-        print(f"up in {cluster.startup_s:.1f} s; export PATH={cluster.bin}:$PATH; pids in {base}/cluster.json")
+        print(
+            f"up in {cluster.startup_s:.1f} s; export PATH={cluster.bin}:$PATH; pids in {base}/cluster.json"
+        )
         return 0
     pids = json.loads((base / "cluster.json").read_text())
     for pid in pids.values():

@@ -55,7 +55,9 @@ def snakemake(cluster: SlurmCluster, workdir: Path, *args: str, wait: bool = Tru
     # The emulated nodes all live on 127.0.0.1: keep rendezvous and gloo on loopback.
     env = {**cluster.env(), "DLSCALE_MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
     if not wait:
-        return subprocess.Popen(cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     return subprocess.run(cmd, env=env, cwd=workdir, capture_output=True, text=True, timeout=900)
 
 
@@ -101,7 +103,9 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch
     assert second.returncode == 0, second.stderr[-4000:]
     submitted = (second.stdout + second.stderr).count("has been submitted with SLURM jobid")
     assert submitted == 1, second.stderr[-4000:]  # exactly one training job ran on the rerun
-    assert (tmp_path / "results/runs/torch/lenet/n1x1/b64/r0/events.jsonl").stat().st_mtime_ns == one_node_before
+    assert (
+        tmp_path / "results/runs/torch/lenet/n1x1/b64/r0/events.jsonl"
+    ).stat().st_mtime_ns == one_node_before
 
     runs = pd.read_csv(tmp_path / "results" / "runs.csv").set_index("run_id")
     assert (runs["status"] == "ok").all(), runs["reason"]
