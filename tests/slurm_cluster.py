@@ -128,7 +128,10 @@ class SlurmCluster:
         self.conf.write_text("\n".join(lines) + "\n")
         for client in CLIENTS:
             wrapper = self.bin / client
-            wrapper.write_text(f'#!/bin/sh\nSLURM_CONF="{self.conf}" exec /usr/bin/{client} "$@"\n')
+            record = (
+                f'printf "%s\\n" "$*" >> "{self.base}/log/{client}.calls"\n' if client == "sbatch" else ""
+            )
+            wrapper.write_text(f'#!/bin/sh\n{record}SLURM_CONF="{self.conf}" exec /usr/bin/{client} "$@"\n')
             wrapper.chmod(0o755)
 
     def env(self) -> dict[str, str]:
@@ -238,6 +241,11 @@ class SlurmCluster:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+    def sbatch_calls(self) -> list[str]:
+        """Every sbatch command line submitted to this cluster (recorded by the wrapper)."""
+        path = self.base / "log" / "sbatch.calls"
+        return path.read_text().splitlines() if path.exists() else []
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs.values()]

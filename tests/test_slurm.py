@@ -107,6 +107,12 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch
         tmp_path / "results/runs/torch/lenet/n1x1/b64/r0/events.jsonl"
     ).stat().st_mtime_ns == one_node_before
 
+    four_node_calls = [call for call in cluster.sbatch_calls() if "--nodes=4" in call]
+    assert len(four_node_calls) == 2  # the failed attempt and its rerun
+    for option in ("--ntasks=4", "--cpus-per-task=1", "--mem 500", "-t 15"):
+        assert option in four_node_calls[-1], four_node_calls[-1]
+    print("sbatch line of the 4-node run:", four_node_calls[-1])
+
     runs = pd.read_csv(tmp_path / "results" / "runs.csv").set_index("run_id")
     assert (runs["status"] == "ok").all(), runs["reason"]
     events = read_events(tmp_path / FOUR_NODES / "events.jsonl")
