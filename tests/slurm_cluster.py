@@ -7,6 +7,10 @@ the foreground as our child and is stopped by its PID (jobs first, then their st
 Client commands get the config path from wrapper scripts first on PATH, because the
 Snakemake SLURM plugin strips every ``SLURM_*`` variable (SLURM_CONF included) from jobs.
 
+SLURM's daemons bind every interface (there is no bind-address setting), so the cluster
+runs in a network namespace of its own with only a loopback interface: nothing it or its
+jobs listen on is reachable from outside. Clients must run in it too: ``netns_prefix()``.
+
 Usable from pytest (``SlurmCluster`` as a context manager) and by hand:
 ``python tests/slurm_cluster.py up DIR`` / ``down DIR``.
 """
@@ -76,6 +80,46 @@ class SlurmCluster:
         self.conf = self.base / "slurm.conf"
         self.bin = self.base / "bin"
         self.partition = "test"
+        self.netns = f"dlslurm-{os.getpid()}-{self.base.name[-6:]}"
+        self.netns_created = False
+
+    def netns_prefix(self) -> list[str]:
+        """Prefix a command with this to run it inside the cluster's network namespace."""
+        # nsenter enters the network namespace only; `ip netns exec` would also remount
+        # /sys, hiding the cgroup file system that slurmd insists on finding.
+        return ["nsenter", f"--net=/run/netns/{self.netns}"]
+
+    def _make_netns(self) -> None:
+        subprocess.run(["ip", "netns", "add", self.netns], check=True, timeout=30)
+        self.netns_created = True
+        subprocess.run([*self.netns_prefix(), "ip", "link", "set", "lo", "up"], check=True, timeout=30)
+        # glibc's getaddrinfo(AI_ADDRCONFIG), which SLURM uses to bind, ignores 127/8 and
+        # finds nothing when that is all there is: give loopback one more (link-local)
+        # address. It is on lo, so it leads nowhere; all traffic stays on 127.0.0.1.
+        subprocess.run(
+            [*self.netns_prefix(), "ip", "addr", "add", "169.254.77.1/32", "dev", "lo"], check=True, timeout=30
+        )
+
+    def interfaces(self) -> dict[str, str]:
+        """Interface name -> kind (``loopback``, ``dummy``, ``veth``, ...) in the namespace."""
+        out = subprocess.run(
+            ["ip", "-n", self.netns, "-d", "-o", "link", "show"], capture_output=True, text=True, timeout=30
+        ).stdout
+        kinds = {}
+        for line in out.splitlines():
+            name = line.split(":")[1].strip()
+            fields = line.split()
+            kind = (
+                "loopback"
+                if "LOOPBACK" in line
+                else next(
+                    (fields[i + 1] for i, f in enumerate(fields) if f in ("dummy", "veth", "bridge")), "other"
+                )
+            )
+            if "dummy" in fields:
+                kind = "dummy"
+            kinds[name] = kind
+        return kinds
 
     # ----------------------------------------------------------------- set-up
     def _write_config(self) -> None:
@@ -144,7 +188,11 @@ class SlurmCluster:
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = open(self.base / "log" / f"{name}.out", "ab")
         self.procs[name] = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True
+            [*self.netns_prefix(), *cmd],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env(),
+            start_new_session=True,
         )
         log.close()
 
@@ -176,6 +224,7 @@ class SlurmCluster:
         if install.returncode != 0:
             raise RuntimeError(f"installing SLURM failed: {install.stderr[-2000:]}")
         self._write_config()
+        self._make_netns()
         munge = self.base / "munge"
         key = munge / "munge.key"
         if not key.exists():
@@ -197,12 +246,15 @@ class SlurmCluster:
             self._spawn(f"slurmd-n{k}", ["slurmd", "-D", "-N", f"n{k}", "-f", str(self.conf)])
         self._wait("all nodes idle", self._all_idle, timeout)
         self.startup_s = time.time() - started
-        (self.base / "cluster.json").write_text(json.dumps({n: p.pid for n, p in self.procs.items()}))
+        state = {n: p.pid for n, p in self.procs.items()}
+        (self.base / "cluster.json").write_text(json.dumps({**state, "netns": self.netns}))
         return self
 
     def _run(self, cmd: list[str], timeout: float = 20) -> subprocess.CompletedProcess[str]:
         try:
-            return subprocess.run(cmd, capture_output=True, text=True, env=self.env(), timeout=timeout)
+            return subprocess.run(
+                [*self.netns_prefix(), *cmd], capture_output=True, text=True, env=self.env(), timeout=timeout
+            )
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(cmd, 124, "", "timeout")
 
@@ -241,6 +293,9 @@ class SlurmCluster:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        if self.netns_created:
+            subprocess.run(["ip", "netns", "del", self.netns], timeout=30)
+            self.netns_created = False
 
     def sbatch_calls(self) -> list[str]:
         """Every sbatch command line submitted to this cluster (recorded by the wrapper)."""
@@ -269,15 +324,20 @@ def main(argv: list[str]) -> int:
     if argv[0] == "up":
         cluster = SlurmCluster(base).start()
         print(
-            f"up in {cluster.startup_s:.1f} s; export PATH={cluster.bin}:$PATH; pids in {base}/cluster.json"
+            f"up in {cluster.startup_s:.1f} s; clients: {' '.join(cluster.netns_prefix())} env"
+            f" PATH={cluster.bin}:$PATH ...; pids in {base}/cluster.json"
         )
         return 0
-    pids = json.loads((base / "cluster.json").read_text())
-    for pid in pids.values():
+    state = json.loads((base / "cluster.json").read_text())
+    for name, pid in state.items():
+        if name == "netns":
+            continue
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+    time.sleep(2)
+    subprocess.run(["ip", "netns", "del", state["netns"]], timeout=30)
     shutil.rmtree(base, ignore_errors=True)
     return 0
 

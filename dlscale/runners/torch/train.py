@@ -40,7 +40,7 @@ class Batches:
 
     def __init__(self, ctx: RunContext, torch: Any):
         self.torch = torch
-        shards = ShardSet(ctx.data_dir)
+        shards = ShardSet(ctx.data_dir, verify=True)  # a corrupted shard fails the run, loudly
         images, labels = shards.load_part(ctx.rank, ctx.world_size)
         self.images, self.labels = images, labels
         self.mean, self.std = float(shards.mean), float(shards.std)

@@ -1,0 +1,142 @@
+"""Helpers of the fault suite: launching a runner the way the workflow does, injecting a
+fault, and recording the outcome in a table that ``make test-faults`` prints.
+
+Outcomes: ``failed cleanly`` (the run ended in bounded time, recorded as failed with a
+reason a person understands, nothing left running), ``hung`` (it did not end in time),
+``wrong result`` (it ended but recorded success, or an unclear reason, or left processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlscale.study import expand_runs, load_schema, run_spec, validate_config
+
+REPO = Path(__file__).resolve().parent.parent
+TABLE = REPO / "results" / "fault-table.jsonl"
+
+
+@dataclass
+class FaultRow:
+    fault: str
+    framework: str
+    outcome: str
+    time_to_fail_s: float | None
+    detail: str = ""
+
+
+def record(row: FaultRow) -> None:
+    """Append a row to the fault table (read by the terminal summary in conftest)."""
+    TABLE.parent.mkdir(parents=True, exist_ok=True)
+    with open(TABLE, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row.__dict__) + "\n")
+
+
+def fault_spec(
+    framework: str, *, nodes: int = 2, iterations: int = 100_000, **overrides: Any
+) -> dict[str, Any]:
+    """A LeNet run spec for ``framework`` built by dlscale.study, as the workflow builds it."""
+    config = {
+        "frameworks": [framework],
+        "models": ["lenet"],
+        "nodes": [nodes],
+        "iterations": {"lenet": iterations},
+        "warmup": 1,
+        **overrides,
+    }
+    study = validate_config(config, load_schema(REPO / "schemas" / "config.schema.yaml"))
+    return run_spec(study, expand_runs(study)[0])
+
+
+@dataclass
+class LaunchedRun:
+    """A run started through ``python -m dlscale.launch`` in the background."""
+
+    proc: subprocess.Popen[str]
+    events: Path
+    started: float = field(default_factory=time.time)
+
+    @property
+    def work(self) -> Path:
+        return self.events.parent / ".work"
+
+    def parts(self) -> dict[int, list[dict[str, Any]]]:
+        found = {}
+        for path in self.work.glob("rank*.jsonl"):
+            events = []
+            for line in path.read_text().splitlines():
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break
+            found[int(path.stem.removeprefix("rank"))] = events
+        return found
+
+    def rank_pids(self) -> dict[int, int]:
+        return {
+            rank: events[0]["pid"]
+            for rank, events in self.parts().items()
+            if events and events[0].get("event") == "rank_start"
+        }
+
+    def wait_for_iterations(self, rank: int, count: int, timeout: float = 300) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            events = self.parts().get(rank, [])
+            if sum(e.get("event") == "iteration" for e in events) >= count:
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"the run ended before rank {rank} did {count} iterations: {self.output()}"
+                )
+            time.sleep(0.1)
+        raise TimeoutError(f"rank {rank} did not reach {count} iterations in {timeout} s")
+
+    def wait(self, timeout: float) -> float | None:
+        """Seconds until the launcher exited, or None if it hung past ``timeout``."""
+        start = time.time()
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return time.time() - start
+
+    def output(self) -> str:
+        if self.proc.stdout is None or self.proc.poll() is None:
+            return ""
+        return self.proc.stdout.read()[-3000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def launch(python: Path, spec: dict[str, Any], data: Path, events: Path) -> LaunchedRun:
+    cmd = [
+        str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(spec), "--data", str(data),
+        "--events", str(events), "--python", str(python),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    return LaunchedRun(proc, events)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

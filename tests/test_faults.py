@@ -1,0 +1,132 @@
+"""Faults during training, on every runner that has landed.
+
+Each fault must end the run in bounded time, record it as failed with a reason a person
+understands, and leave no training process behind. Every outcome is added to the fault
+table that ``make test-faults`` (and ``make test``) prints.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import time
+
+import pytest
+from conftest import framework_python
+from faults import FaultRow, alive, fault_spec, launch, record
+
+from dlscale.events import read_events
+from dlscale.study import IMPLEMENTED_FRAMEWORKS
+
+pytestmark = pytest.mark.faults
+
+BOUND_S = 120  # a run that has not ended this long after its fault is hung
+
+
+def finish(
+    run, fault: str, framework: str, expected_reason: str, started: float, pids: dict[int, int]
+) -> None:
+    """Wait for the run, judge the outcome, record it, and fail the test unless it is clean."""
+    waited = run.wait(BOUND_S)
+    if waited is None:
+        run.stop()
+        record(FaultRow(fault, framework, "hung", None, f"no end after {BOUND_S} s"))
+        pytest.fail(f"{fault}: the run hung")
+    elapsed = time.time() - started
+    end = read_events(run.events)[-1]
+    left = [pid for pid in pids.values() if alive(pid)]
+    clean = (
+        run.proc.returncode == 0
+        and end["status"] == "failed"
+        and re.search(expected_reason, end["reason"] or "", re.IGNORECASE)
+        and not left
+    )
+    outcome = "failed cleanly" if clean else "wrong result"
+    record(FaultRow(fault, framework, outcome, round(elapsed, 2), end["reason"] or ""))
+    assert end["status"] == "failed", end
+    assert re.search(expected_reason, end["reason"] or "", re.IGNORECASE), end["reason"]
+    assert not left, f"processes left behind: {left}"
+    assert run.proc.returncode == 0, run.output()
+    assert list((run.events.parent / "attempts").glob("failed-*.jsonl")), "the failure was not kept"
+
+
+@pytest.fixture(params=IMPLEMENTED_FRAMEWORKS)
+def framework(request) -> str:
+    return request.param
+
+
+def test_sigkill_one_rank(framework, mnist_shards, tmp_path):
+    python = framework_python(framework)
+    run = launch(python, fault_spec(framework), mnist_shards, tmp_path / "events.jsonl")
+    try:
+        run.wait_for_iterations(rank=1, count=5)
+        pids = run.rank_pids()
+        started = time.time()
+        signal_pid = pids[1]
+        import os
+
+        os.kill(signal_pid, signal.SIGKILL)
+        finish(run, "SIGKILL rank 1 mid-run", framework, r"rank 1 died .*at iteration \d+", started, pids)
+    finally:
+        run.stop()
+
+
+def test_sigterm_like_slurm_time_limit(framework, mnist_shards, tmp_path):
+    python = framework_python(framework)
+    run = launch(python, fault_spec(framework), mnist_shards, tmp_path / "events.jsonl")
+    try:
+        run.wait_for_iterations(rank=0, count=5)
+        pids = run.rank_pids()
+        started = time.time()
+        run.proc.send_signal(signal.SIGTERM)
+        finish(run, "SIGTERM the job (SLURM time limit)", framework, r"SIGTERM", started, pids)
+    finally:
+        run.stop()
+
+
+def test_nan_loss(framework, mnist_shards, tmp_path):
+    python = framework_python(framework)
+    spec = fault_spec(framework, iterations=200, learning_rate={"lenet": 1e9})
+    run = launch(python, spec, mnist_shards, tmp_path / "events.jsonl")
+    try:
+        started = run.started
+        waited = run.wait(BOUND_S)
+        pids = run.rank_pids() if waited is not None else {}
+        finish(run, "loss becomes NaN", framework, r"loss became (nan|inf) at iteration \d+", started, pids)
+    finally:
+        run.stop()
+
+
+def test_run_time_limit(framework, mnist_shards, tmp_path):
+    python = framework_python(framework)
+    spec = fault_spec(framework)
+    spec["timeout_s"] = 20  # the launcher's own limit (run_timeout_min), far below the work
+    run = launch(python, spec, mnist_shards, tmp_path / "events.jsonl")
+    try:
+        run.wait_for_iterations(rank=0, count=1, timeout=spec["timeout_s"] + 60)
+        pids = run.rank_pids()
+        finish(
+            run, "run exceeds its time limit", framework, r"time limit of 20 s exceeded", run.started, pids
+        )
+    finally:
+        run.stop()
+
+
+def test_corrupted_shard(framework, mnist_shards, tmp_path):
+    data = tmp_path / "shards"
+    shutil.copytree(mnist_shards, data)
+    victim = data / "shard-00001-images.npy"
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    python = framework_python(framework)
+    run = launch(python, fault_spec(framework, iterations=5), data, tmp_path / "events.jsonl")
+    try:
+        waited = run.wait(BOUND_S)
+        pids = run.rank_pids() if waited is not None else {}
+        finish(
+            run, "corrupted shard", framework, r"shard-00001-images\.npy.*(sha256|corrupt)", run.started, pids
+        )
+    finally:
+        run.stop()
