@@ -360,11 +360,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         launch.stop_all()
     events = launch.merge()
-    write_atomic(launch.events_path, events)
     run_end = events[-1]
+    try:
+        if run_end["status"] != "ok":
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            write_atomic(launch.events_path.parent / "attempts" / f"failed-{stamp}.jsonl", events)
+        write_atomic(launch.events_path, events)
+    except OSError as err:
+        # Nothing half-written is left (atomic writes); the job fails so Snakemake redoes it.
+        print(
+            f"[launch] cannot record the run in {launch.events_path.parent}: {err}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
     if run_end["status"] != "ok":
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        write_atomic(launch.events_path.parent / "attempts" / f"failed-{stamp}.jsonl", events)
         print(f"[launch] run recorded as FAILED: {run_end['reason']}", file=sys.stderr, flush=True)
     else:
         shutil.rmtree(launch.work_dir, ignore_errors=True)

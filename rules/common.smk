@@ -25,6 +25,13 @@ except dlstudy.ConfigError as err:
     raise WorkflowError(f"invalid study configuration: {err}") from None
 validate(config, "../schemas/config.schema.yaml")
 
+from dlscale import preflight
+
+try:
+    preflight.check_writable("results")
+except preflight.PreflightError as err:
+    raise WorkflowError(str(err)) from None
+
 RUNS = dlstudy.expand_runs(STUDY)
 ENVS_DIR = STUDY["envs_dir"]
 FIGURES = ("throughput", "speedup", "breakdown", "loss")

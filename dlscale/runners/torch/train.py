@@ -78,6 +78,18 @@ class Batches:
         return x, self.torch.from_numpy(self.labels[index].astype(np.int64))
 
 
+def rendezvous(ctx: RunContext) -> str:
+    """Where the ranks meet: a file in the run's work dir on one host, TCP across nodes.
+
+    torch's TCPStore listens on every interface, with no way to bind it to loopback; on
+    one host a FileStore needs no socket at all, so local runs stay off the network.
+    """
+    where = ctx.placement
+    if where.launcher == "local":
+        return f"file://{ctx.writer.path.parent / 'torch-rendezvous'}"
+    return f"tcp://{where.master_addr}:{where.master_port}"
+
+
 def train(ctx: RunContext) -> None:
     import torch
     import torch.distributed as dist
@@ -108,7 +120,7 @@ def train(ctx: RunContext) -> None:
         where = ctx.placement
         dist.init_process_group(
             "gloo",
-            init_method=f"tcp://{where.master_addr}:{where.master_port}",
+            init_method=rendezvous(ctx),
             rank=where.rank,
             world_size=where.world_size,
             timeout=timedelta(seconds=int(spec["options"].get("timeout_s", 300))),
