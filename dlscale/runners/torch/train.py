@@ -86,7 +86,7 @@ def rendezvous(ctx: RunContext) -> str:
     """
     where = ctx.placement
     if where.launcher == "local":
-        return f"file://{ctx.writer.path.parent / 'torch-rendezvous'}"
+        return f"file://{(ctx.writer.path.parent / 'torch-rendezvous').resolve()}"
     return f"tcp://{where.master_addr}:{where.master_port}"
 
 
