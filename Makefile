@@ -32,6 +32,13 @@ test: $(VENV)/.installed lint
 test-faults: $(VENV)/.installed
 	$(PY) -m pytest tests -m faults
 
+## bench: performance benchmarks -> results/bench/*.csv, summary.md, figures (~15 min on 2 cores).
+## Builds what it needs (torch venv, Open MPI + .venvs/bench-mpi). BENCH_REPEATS=5 by default.
+BENCH_REPEATS ?= 5
+.PHONY: bench
+bench: $(VENV)/.installed
+	nice -n 10 $(PY) -m benchmarks --repeats $(BENCH_REPEATS)
+
 lint: $(VENV)/.installed
 	$(SNAKEMAKE) --lint
 	$(VENV)/bin/snakefmt --check Snakefile rules

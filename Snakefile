@@ -27,6 +27,7 @@ localrules:
 include: "rules/common.smk"
 include: "rules/envs.smk"
 include: "rules/data.smk"
+include: "rules/imagenet.smk"
 include: "rules/train.smk"
 include: "rules/analysis.smk"
 

@@ -14,6 +14,10 @@ How a run's numbers are made (the definitions the figures and the report rely on
   part of the step not spent computing: gradient synchronisation that did not overlap with
   compute, plus waiting for the slowest rank. That is the communication cost a user pays,
   whatever the framework's own ``comm_s`` says (overlapped communication costs nothing).
+* ``input_s`` (optional, NaN where a runner does not report it) is the time a rank waited
+  for its next batch before the step began, mean over ranks, median per run; it is not in
+  ``step_s``. Comparing it across ``input: memory`` and ``input: pipeline`` runs shows
+  where feeding the step becomes the bottleneck.
 * Only timed iterations count: warm-up iterations (``warmup: true`` on any rank) are left
   out of every statistic except the loss curve, and so are iterations that some rank did
   not report (a partial iteration would undercount the samples of that step).
@@ -71,6 +75,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "comm_s",
     "exposed_comm_s",
     "exposed_comm_share",
+    "input_s",
     "throughput",
     "throughput_min",
     "throughput_max",
@@ -102,6 +107,7 @@ MEASURED_COLUMNS: tuple[str, ...] = (
     "comm_s",
     "exposed_comm_s",
     "exposed_comm_share",
+    "input_s",
     "throughput",
     "throughput_min",
     "throughput_max",
@@ -137,6 +143,7 @@ ITERATION_COLUMNS: tuple[str, ...] = (
     "step_s",
     "compute_s",
     "comm_s",
+    "input_s",
     "loss",
     "host",
 )
@@ -162,7 +169,7 @@ SPEEDUP_GROUP: tuple[str, ...] = ("framework", "model", "dataset", "scaling", "r
 
 NEEDS_TWO_NODE_COUNTS = "n/a (needs >= 2 node counts)"
 
-_EVENT_FIELDS = ("rank", "iteration", "warmup", "samples", "step_s", "compute_s", "comm_s", "loss")
+_EVENT_FIELDS = ("rank", "iteration", "warmup", "samples", "step_s", "compute_s", "comm_s", "input_s", "loss")
 
 
 def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[str, Any]:
@@ -263,7 +270,7 @@ def _typed_iterations(iterations: pd.DataFrame) -> pd.DataFrame:
     out = iterations.copy()
     for name in ("rank", "iteration", "samples"):
         out[name] = out[name].astype("int64")
-    for name in ("step_s", "compute_s", "comm_s", "loss"):
+    for name in ("step_s", "compute_s", "comm_s", "input_s", "loss"):
         out[name] = pd.to_numeric(out[name], errors="coerce").astype("float64")
     out["warmup"] = out["warmup"].eq(True)  # absent (NaN) means a timed iteration
     return out
@@ -290,6 +297,7 @@ def _run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
         step_s=("step_s", "max"),
         compute_s=("compute_s", "mean"),
         comm_s=("comm_s", "mean"),
+        input_s=("input_s", "mean"),
         samples=("samples", "sum"),
         warmup=("warmup", "any"),
         reports=("rank", "size"),
@@ -313,6 +321,7 @@ def _run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
         comm_s=("comm_s", "median"),
         exposed_comm_s=("exposed_comm_s", "median"),
         exposed_comm_share=("exposed_comm_share", "median"),
+        input_s=("input_s", "median"),
         throughput=("throughput", "median"),
         throughput_min=("throughput", "min"),
         throughput_max=("throughput", "max"),

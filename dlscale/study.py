@@ -167,6 +167,37 @@ def _check_semantics(study: dict[str, Any], base_dir: Path) -> None:
                 f"config key 'data.mnist.source': {mnist_source!r} is neither 'pypi' nor an existing"
                 " directory of MNIST idx files"
             )
+    _check_data_source(study, base_dir)
+
+
+def _check_data_source(study: dict[str, Any], base_dir: Path) -> None:
+    """Fashion-MNIST and real ImageNet sources must exist before any job starts."""
+    used = {study["datasets"][m] for m in study["models"]}
+    fashion = study["data"]["fashion_mnist"]["source"]
+    if "fashion-mnist" in used and fashion != "debian" and not _resolve(fashion, base_dir).is_dir():
+        raise ConfigError(
+            f"config key 'data.fashion_mnist.source': {fashion!r} is neither 'debian' nor an existing"
+            " directory of Fashion-MNIST idx files"
+        )
+    imagenet = study["data"]["imagenet"]
+    if "imagenet" not in used or imagenet["source"] == "synthetic":
+        return
+    split_dir = _resolve(imagenet["source"], base_dir) / imagenet["split"]
+    if not split_dir.is_dir():
+        raise ConfigError(
+            f"config key 'data.imagenet.source': {imagenet['source']!r} is neither 'synthetic' nor a"
+            f" directory with a {imagenet['split']}/ folder (ILSVRC2012 layout: train/<class>/*.JPEG)"
+        )
+    if imagenet["resize"] < imagenet["image_size"]:
+        raise ConfigError(
+            f"config key 'data.imagenet.resize': {imagenet['resize']} is smaller than"
+            f" data.imagenet.image_size {imagenet['image_size']} (the crop must fit in the resized image)"
+        )
+
+
+def _resolve(path: str, base_dir: Path) -> Path:
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else base_dir / candidate
 
 
 def global_batch_of(study: dict[str, Any], model: str) -> int:
@@ -224,6 +255,10 @@ def run_spec(study: dict[str, Any], run: Run) -> dict[str, Any]:
         "timeout_s": int(study["run_timeout_min"]) * 60,
         "options": fw_options,
     }
+    if study.get("input", "memory") != "memory":
+        # Only when not the default, so that adding the option changed no existing run's hash.
+        spec["input"] = study["input"]
+        spec["input_workers"] = int(study["input_workers"])
     return spec
 
 

@@ -44,7 +44,13 @@ FIGURE_CATEGORIES = {
 }
 DATASET_DIRS = {
     "mnist": "results/data/mnist/shards",
-    "imagenet": "results/data/imagenet/shards",
+    "fashion-mnist": "results/data/fashion-mnist/shards",
+    # Synthetic and real ImageNet live apart, so switching source never reuses the other's shards.
+    "imagenet": (
+        "results/data/imagenet/shards"
+        if STUDY["data"]["imagenet"]["source"] == "synthetic"
+        else "results/data/imagenet-real/shards"
+    ),
 }
 
 

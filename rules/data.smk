@@ -35,9 +35,9 @@ rule mnist_shards:
 
 
 rule synthetic_imagenet:
-    """Seeded ImageNet-shaped shards (224x224x3 uint8, 1000 classes) sized by config."""
+    """Seeded ImageNet-shaped shards (image_size squared x 3 uint8, 1000 classes) sized by config."""
     output:
-        shards=directory(DATASET_DIRS["imagenet"]),
+        shards=directory("results/data/imagenet/shards"),
     log:
         "results/logs/data/synthetic_imagenet.log",
     conda:
@@ -46,7 +46,29 @@ rule synthetic_imagenet:
         num_samples=STUDY["data"]["imagenet"]["num_samples"],
         seed=STUDY["data"]["imagenet"]["seed"],
         shard_size=STUDY["data"]["imagenet"]["shard_size"],
-        image_size=224,
+        image_size=STUDY["data"]["imagenet"]["image_size"],
         num_classes=1000,
     script:
         "../scripts/synthetic_imagenet.py"
+
+
+# Local like fetch_mnist: it may need the package index (apt), which compute nodes lack.
+localrules:
+    fashion_mnist,
+
+
+rule fashion_mnist:
+    """Real Fashion-MNIST (Debian's dataset-fashion-mnist or a user directory), MD5-verified, as shards."""
+    output:
+        summary="results/data/fashion-mnist/verification.json",
+        idx=directory("results/data/fashion-mnist/idx"),
+        shards=directory(DATASET_DIRS["fashion-mnist"]),
+    log:
+        "results/logs/data/fashion_mnist.log",
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        source=STUDY["data"]["fashion_mnist"]["source"],
+        shard_size=STUDY["data"]["fashion_mnist"]["shard_size"],
+    script:
+        "../scripts/fashion_mnist.py"

@@ -53,3 +53,4 @@ rule train_tensorflow:
         "PYTHONPATH={params.repo:q} {params.python:q} -m dlscale.launch"
         " --spec-json {params.spec:q} --data {input.data:q} --events {output.events:q}"
         " --python {params.python:q} --config-sha256 {params.spec_sha} > {log:q} 2>&1"
+

@@ -15,6 +15,19 @@ complete, so a directory that has an ``index.json`` is a whole shard set: an int
 job leaves no half-written data for a later run to train on. Each rank reads only its own
 contiguous block of samples (``ShardSet.load_part``), through memory maps, so a rank never
 loads the whole set.
+
+Input pipelines (study option ``input: pipeline``; the run spec then carries ``input`` and
+``input_workers``). A runner reads its block ``ShardSet.rank_range(rank, world)`` through
+its framework's own pipeline instead of ``load_part``, fetching shuffled batches with
+``ShardSet.take(indices)`` (random access through memory maps, safe in forked workers),
+and passes the time the step waited for its batch as ``input_s`` to
+``ctx.record_iteration`` (in both modes, so the two can be compared). The torch runner
+does it with a DataLoader of ``input_workers`` processes over batches of indices
+(dlscale/runners/torch/train.py, ``Batches``). The same shape elsewhere: tf.data,
+``Dataset.from_generator`` of index batches ``.map(tf.numpy_function(take), num_parallel_calls=
+input_workers).prefetch(2)``; BigDL, an RDD of the rank block's shard ranges with
+``input_workers`` partitions per executor, each partition calling ``take``; Caffe, a
+Python data layer whose ``forward`` calls ``take`` on a prefetching thread.
 """
 
 from __future__ import annotations
@@ -108,6 +121,22 @@ def _stats_from_histogram(hist: np.ndarray) -> tuple[float, float]:
     return s1 / n / 255.0, float(np.sqrt((n * s2 - s1 * s1) / (n * n))) / 255.0
 
 
+def pixel_histogram(images: np.ndarray) -> np.ndarray:
+    """Counts of each uint8 pixel value (256 int64s): what parts of a set sum, so that the
+    gathered set's mean and std are exact whichever job converted which images."""
+    if images.dtype != np.uint8:
+        raise ValueError(f"pixel_histogram needs uint8 images, got {images.dtype}")
+    return _histogram(images)
+
+
+def stats_from_histogram(hist: np.ndarray | list[int]) -> tuple[float, float]:
+    """Mean and standard deviation on [0, 1] of the pixels a ``pixel_histogram`` counted."""
+    hist = np.asarray(hist, dtype=np.int64)
+    if hist.shape != (256,) or (hist < 0).any():
+        raise ValueError(f"a pixel histogram has 256 non-negative counts, got shape {hist.shape}")
+    return _stats_from_histogram(hist)
+
+
 def pixel_stats(images: np.ndarray) -> tuple[float, float]:
     """Mean and standard deviation of uint8 pixels scaled to [0, 1] (what runners normalise with)."""
     if images.dtype != np.uint8:
@@ -182,12 +211,75 @@ class ShardWriter:
             entry[f"{kind}_sha256"] = hashlib.sha256(data).hexdigest()
         self._shards.append(entry)
 
+    def add_file(
+        self,
+        images_path: str | os.PathLike[str],
+        labels_path: str | os.PathLike[str],
+        *,
+        histogram: np.ndarray | list[int],
+        sha256: tuple[str, str] | None = None,
+    ) -> None:
+        """Adopt an already written pair of shard files (e.g. one converted by another job).
+
+        The files are hard-linked into the set (copied where linking is impossible), so a
+        gather step over terabytes of converted parts moves no data. Shapes, dtypes and
+        labels are checked through memory maps; ``histogram`` (the images'
+        ``pixel_histogram``, recorded when they were written) keeps mean/std exact without
+        reading every pixel again. ``sha256`` (images, labels), when the writer of the files
+        recorded it, is taken as is; otherwise the adopted bytes are hashed.
+        """
+        if self._tmp is None:
+            raise RuntimeError("ShardWriter already committed or aborted")
+        images = np.load(images_path, mmap_mode="r", allow_pickle=False)
+        labels = np.load(labels_path, mmap_mode="r", allow_pickle=False)
+        if images.dtype != np.uint8 or images.ndim != 4 or labels.dtype != np.int64 or labels.ndim != 1:
+            raise ValueError(f"{images_path}, {labels_path}: not a uint8 NHWC / int64 shard pair")
+        if len(labels) != len(images) or len(labels) == 0:
+            raise ValueError(f"{images_path}: {len(images)} images but {len(labels)} labels")
+        if self._image_shape is not None and images.shape[1:] != self._image_shape:
+            raise ValueError(
+                f"{images_path}: image shape {images.shape[1:]} differs from {self._image_shape}"
+            )
+        if labels.min() < 0 or labels.max() >= self._meta["num_classes"]:
+            raise ValueError(f"{labels_path}: labels outside [0, {self._meta['num_classes']})")
+        hist = np.asarray(histogram, dtype=np.int64)
+        if hist.shape != (256,) or int(hist.sum()) != images.size:
+            raise ValueError(f"{images_path}: histogram does not count its {images.size} pixels")
+        self._image_shape = images.shape[1:]
+        del images, labels
+        self._hist += hist
+        entry: dict[str, Any] = {"num_samples": 0}
+        stem = f"shard-{len(self._shards):05d}"
+        known = sha256 or (None, None)
+        for kind, src, digest in (
+            ("images", Path(images_path), known[0]),
+            ("labels", Path(labels_path), known[1]),
+        ):
+            dest = self._tmp / f"{stem}-{kind}.npy"
+            try:
+                os.link(src, dest)
+            except OSError:
+                shutil.copyfile(src, dest)
+            if digest is None:
+                with open(dest, "rb") as handle:
+                    digest = hashlib.file_digest(handle, "sha256").hexdigest()
+            entry[f"{kind}_sha256"] = digest
+            entry[kind] = dest.name
+        entry["num_samples"] = int(np.load(dest, mmap_mode="r", allow_pickle=False).shape[0])
+        self._shards.append(entry)
+
     def pixel_stats(self) -> tuple[float, float]:
         """Mean and standard deviation of all pixels written so far, on [0, 1]."""
         return _stats_from_histogram(self._hist)
 
-    def commit(self, *, mean: float | None = None, std: float | None = None) -> Path:
-        """Write ``index.json`` and move the set to ``out_dir``; mean/std computed unless given."""
+    def commit(
+        self, *, mean: float | None = None, std: float | None = None, extra: dict[str, Any] | None = None
+    ) -> Path:
+        """Write ``index.json`` and move the set to ``out_dir``; mean/std computed unless given.
+
+        ``extra`` adds dataset-specific keys to the index (e.g. a class map, skipped files);
+        it cannot override the keys that readers rely on.
+        """
         if self._tmp is None:
             raise RuntimeError("ShardWriter already committed or aborted")
         if not self._shards:
@@ -206,6 +298,10 @@ class ShardWriter:
             "source": self._meta["source"],
             "shards": self._shards,
         }
+        clash = sorted(set(extra or {}) & set(index))
+        if clash:
+            raise ValueError(f"extra index keys {clash} would override the format's own")
+        index.update(extra or {})
         (self._tmp / INDEX_NAME).write_text(json.dumps(index, indent=1) + "\n")
         trash = None
         if self.out_dir.exists() or self.out_dir.is_symlink():
@@ -328,6 +424,7 @@ class ShardSet:
         self.path = Path(path)
         self.index: dict[str, Any] = _read_index(self.path)
         self._offsets: list[int] = []
+        self._maps: list[tuple[np.ndarray, np.ndarray]] | None = None  # opened by take()
         offset = 0
         for shard in self.index["shards"]:
             self._offsets.append(offset)
@@ -378,6 +475,36 @@ class ShardSet:
     def load_part(self, rank: int, world: int) -> tuple[np.ndarray, np.ndarray]:
         """Images (uint8 NHWC) and int64 labels of ``rank``'s block, reading only overlapping shards."""
         return self._load_range(*self.rank_range(rank, world))
+
+    def take(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Images and labels of the samples at ``indices`` (global positions, any order).
+
+        This is the random access an input pipeline needs (a framework's loader picks a
+        shuffled batch from the rank's block): only the requested rows are read, through
+        memory maps opened once per process, so a pipeline's worker never holds the set.
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.ndim != 1 or (indices.size and (indices.min() < 0 or indices.max() >= self.num_samples)):
+            raise IndexError(f"sample indices must be a 1-d array within [0, {self.num_samples})")
+        if self._maps is None:
+            self._maps = [
+                tuple(
+                    np.load(self.path / shard[kind], mmap_mode="r", allow_pickle=False)
+                    for kind in ("images", "labels")
+                )
+                for shard in self.index["shards"]
+            ]
+        images = np.empty((len(indices), *self.image_shape), dtype=np.uint8)
+        labels = np.empty(len(indices), dtype=np.int64)
+        which = np.searchsorted(np.asarray(self._offsets), indices, side="right") - 1
+        for shard in np.unique(which):
+            mine = np.flatnonzero(which == shard)
+            local = indices[mine] - self._offsets[shard]
+            order = np.argsort(local, kind="stable")  # ascending reads are kinder to disks
+            mapped_images, mapped_labels = self._maps[shard]
+            images[mine[order]] = mapped_images[local[order]]
+            labels[mine[order]] = mapped_labels[local[order]]
+        return images, labels
 
     def load_all(self) -> tuple[np.ndarray, np.ndarray]:
         """All images (uint8 NHWC) and int64 labels, in order."""

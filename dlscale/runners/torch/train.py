@@ -13,6 +13,7 @@ initial weights, so every replica starts identical.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from typing import Any
@@ -34,27 +35,46 @@ def versions() -> dict[str, str]:
 class Batches:
     """Endless mini-batches from this rank's own part of the shards, reshuffled per epoch.
 
-    MNIST parts are small and converted to tensors once; ImageNet-shaped parts are
-    converted batch by batch, so memory stays bounded by one batch of floats.
+    ``input: memory`` (the default): the part is loaded before training; MNIST parts are
+    converted to tensors whole, ImageNet-shaped batches one at a time, so memory stays
+    bounded by one batch of floats. ``input: pipeline``: nothing is loaded up front; a
+    torch DataLoader with ``input_workers`` worker processes reads each batch from the
+    shards (memory maps) and converts it, overlapped with training, which is how a real
+    job feeds a large set. Both modes draw the same index sequence (same seed), so they
+    train on the same batches and only the time the step waits for input differs.
     """
 
     def __init__(self, ctx: RunContext, torch: Any):
         self.torch = torch
         shards = ShardSet(ctx.data_dir, verify=True)  # a corrupted shard fails the run, loudly
-        images, labels = shards.load_part(ctx.rank, ctx.world_size)
-        self.images, self.labels = images, labels
+        start, stop = shards.rank_range(ctx.rank, ctx.world_size)
         self.mean, self.std = float(shards.mean), float(shards.std)
         self.batch = int(ctx.spec["batch"])
         self.model = ctx.spec["model"]
         self.channels_last = bool(ctx.spec["options"].get("channels_last", True))
-        self.rng = np.random.default_rng(int(ctx.spec["seed"]) + ctx.rank)
-        self.order = self.rng.permutation(len(labels))
-        self.position = 0
-        if len(labels) < self.batch:
+        if stop - start < self.batch:
             raise ValueError(
-                f"rank {ctx.rank} holds {len(labels)} samples, fewer than its batch of {self.batch}:"
+                f"rank {ctx.rank} holds {stop - start} samples, fewer than its batch of {self.batch}:"
                 " make the dataset larger or the batch smaller"
             )
+        self.indices = _IndexBatches(stop - start, self.batch, int(ctx.spec["seed"]) + ctx.rank)
+        self.loader: Any = None
+        if ctx.spec.get("input", "memory") == "pipeline":
+            workers = int(ctx.spec.get("input_workers", 1))
+            loader = torch.utils.data.DataLoader(
+                _ShardBatches(self, shards, start),
+                batch_size=None,  # the sampler yields whole batches of indices
+                sampler=self.indices,
+                num_workers=workers,
+                prefetch_factor=2,
+                worker_init_fn=_worker_init,
+                # Its own generator: the loader's seed draw must not move the global RNG
+                # that initialises the model (both modes start from the same weights).
+                generator=torch.Generator().manual_seed(int(ctx.spec["seed"]) + ctx.rank),
+            )
+            self.loader = iter(loader)  # forks the workers now, before any collective starts
+        else:
+            self.images, self.labels = shards.load_part(ctx.rank, ctx.world_size)
 
     def _tensor(self, images: np.ndarray) -> Any:
         torch = self.torch
@@ -66,16 +86,75 @@ class Batches:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
 
+    def convert(self, images: np.ndarray, labels: np.ndarray) -> tuple[Any, Any]:
+        x = self._tensor(images)
+        if self.model == "autoencoder":
+            return x, x.flatten(1)
+        return x, self.torch.from_numpy(labels.astype(np.int64))
+
     def next(self) -> tuple[Any, Any]:
+        if self.loader is not None:
+            return next(self.loader)
+        index = next(self.indices)
+        return self.convert(self.images[index], self.labels[index])
+
+    def close(self) -> None:
+        """Stop the pipeline's workers (nothing to do in memory mode)."""
+        if self.loader is not None:
+            # What the iterator's __del__ does, done now: workers must not outlive the run.
+            self.loader._shutdown_workers()
+            self.loader = None
+
+
+class _IndexBatches:
+    """Endless sorted index batches over ``n`` samples, one fresh permutation per epoch."""
+
+    def __init__(self, n: int, batch: int, seed: int):
+        self.n, self.batch = n, batch
+        self.rng = np.random.default_rng(seed)
+        self.order = self.rng.permutation(n)
+        self.position = 0
+
+    def __iter__(self) -> _IndexBatches:
+        return self
+
+    def __next__(self) -> np.ndarray:
         if self.position + self.batch > len(self.order):
-            self.order = self.rng.permutation(len(self.labels))
+            self.order = self.rng.permutation(self.n)
             self.position = 0
         index = np.sort(self.order[self.position : self.position + self.batch])
         self.position += self.batch
-        x = self._tensor(self.images[index])
-        if self.model == "autoencoder":
-            return x, x.flatten(1)
-        return x, self.torch.from_numpy(self.labels[index].astype(np.int64))
+        return index
+
+
+class _ShardBatches:
+    """The pipeline's map-style dataset: a batch of rank-local indices -> converted tensors.
+
+    Runs in the DataLoader's workers: each reads its rows through its own memory maps
+    (``ShardSet.take``) and converts them exactly as memory mode does.
+    """
+
+    def __init__(self, batches: Batches, shards: ShardSet, start: int):
+        self.batches, self.shards, self.start = batches, shards, start
+
+    def __getitem__(self, index: np.ndarray) -> tuple[Any, Any]:
+        images, labels = self.shards.take(self.start + index)
+        return self.batches.convert(images, labels)
+
+
+def _worker_init(worker_id: int) -> None:
+    import tempfile
+
+    import torch
+
+    torch.set_num_threads(1)  # a worker converts batches; the rank's threads train
+    # A worker hands each batch's tensors over by passing file descriptors through a Unix
+    # socket that multiprocessing creates under TMPDIR, and socket paths are limited to 107
+    # bytes. The launcher points TMPDIR into the run's own directory, which on a cluster
+    # (or under pytest) is often too deep: the socket cannot be bound, and the rank waits
+    # for its batch forever. Such a worker keeps its few bytes of sockets in /tmp instead.
+    if len(tempfile.gettempdir()) > 64 and os.access("/tmp", os.W_OK):
+        tempfile.tempdir = "/tmp"
 
 
 def rendezvous(ctx: RunContext) -> str:
@@ -108,10 +187,13 @@ def train(ctx: RunContext) -> None:
         model = model.to(memory_format=torch.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
     # One flat gradient buffer; every parameter's .grad is a view into it, so the
-    # all-reduce moves the whole gradient in one call with no packing copies.
-    flat_grad = torch.zeros(sum(p.numel() for p in params))
+    # all-reduce moves the whole gradient in one call with no packing copies. A single
+    # rank has nothing to reduce and keeps autograd's own gradients (set to None each
+    # step): zeroing the buffer and accumulating into it cost 5-8% of an AutoEncoder
+    # step (benchmarks/harness_overhead.py).
+    flat_grad = torch.zeros(sum(p.numel() for p in params) if distributed else 0)
     offset = 0
-    for p in params:
+    for p in params if distributed else ():
         # Same strides as the parameter (channels_last weights too), as autograd wants.
         p.grad = flat_grad.as_strided(p.size(), p.stride(), offset)
         offset += p.numel()
@@ -139,8 +221,13 @@ def train(ctx: RunContext) -> None:
 
     try:
         for iteration in range(ctx.total_iterations):
+            waited = time.perf_counter()
             x, y = batches.next()
-            flat_grad.zero_()
+            input_s = time.perf_counter() - waited  # outside step_s: the step starts with its batch
+            if distributed:
+                flat_grad.zero_()
+            else:
+                optimizer.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
             if no_sync is not None:
                 with no_sync():
@@ -169,9 +256,11 @@ def train(ctx: RunContext) -> None:
                 loss=float(loss.detach()),
                 barrier_s=t2 - t1,
                 comm_bytes=flat_grad.numel() * flat_grad.element_size() if distributed else 0,
+                input_s=input_s,
             )
         if distributed:
             dist.barrier()  # nobody tears gloo down while a peer still talks to it
     finally:
+        batches.close()
         if distributed and dist.is_initialized():
             dist.destroy_process_group()

@@ -1,0 +1,127 @@
+"""``python -m benchmarks`` (``make bench``): run the benchmarks, write results/bench/.
+
+Order: FLOP counts (the sizes and counts the others need), training (harness overhead and
+compute efficiency, from the same side-by-side runs), communication, start-up, workflow
+scale; then summary.md, the figures and a short table on the terminal. A benchmark that
+fails is reported (and the command exits 1) after the others have run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from benchmarks import (
+    comm_efficiency,
+    compute_efficiency,
+    figures,
+    harness_overhead,
+    startup,
+    summary,
+    torch_bench,
+    workflow_scale,
+)
+from benchmarks.common import REPO, default_study, framework_python
+from benchmarks.data import datasets
+from benchmarks.registry import covered
+from dlscale.launch import git_sha
+from dlscale.study import IMPLEMENTED_FRAMEWORKS, MODELS
+
+BENCHMARKS = ("training", "comm", "startup", "scale")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="repeats of every measurement (default 5)")
+    parser.add_argument(
+        "--scale-repeats",
+        type=int,
+        default=None,
+        help="repeats of the workflow-scale runs (default min(3, repeats))",
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "bench")
+    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
+    parser.add_argument("--frameworks", nargs="+", default=list(IMPLEMENTED_FRAMEWORKS))
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    entries, not_covered = covered(args.frameworks)
+    info = {
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "host": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "git_sha": git_sha(REPO),
+        "repeats": args.repeats,
+        "loadavg_start": [round(v, 2) for v in os.getloadavg()],
+        "frameworks": [e.name for e in entries],
+        "not_covered": not_covered,
+    }
+    errors: list[str] = []
+    study = default_study()
+
+    def attempt(name: str, work) -> None:  # noqa: ANN001 - a thunk
+        try:
+            work()
+        except Exception as err:  # noqa: BLE001 - report, run the rest, exit 1 at the end
+            traceback.print_exc()
+            errors.append(f"{name}: {type(err).__name__}: {err}")
+
+    flops = compute_efficiency.flops_table(torch_bench.flops(framework_python("torch"), list(MODELS)))
+    flops.to_csv(out / "flops.csv", index=False)
+    data = datasets(out / "data") if {"training", "startup"} & set(args.only) else {}
+
+    if "training" in args.only:
+
+        def training() -> None:
+            raw = harness_overhead.measure(entries, args.models, study, data, args.repeats)
+            harness_overhead.write(raw, out)
+            compute_efficiency.write(raw, flops, out)
+
+        attempt("training", training)
+    if "comm" in args.only:
+        sizes = [int(flops.set_index("model").loc[m, "gradient_bytes"]) for m in args.models]
+
+        def comm() -> None:
+            raw = comm_efficiency.measure(entries, sorted(set(sizes)), args.repeats)
+            comm_efficiency.write(raw, flops, [e.name for e in entries if e.allreduce], out)
+
+        attempt("comm", comm)
+    if "startup" in args.only:
+        attempt("startup", lambda: startup.write(startup.measure(entries, study, data, args.repeats), out))
+    if "scale" in args.only:
+        repeats = args.scale_repeats or min(3, args.repeats)
+        attempt("scale", lambda: workflow_scale.write(*workflow_scale.measure(repeats), out))
+
+    info["loadavg_end"] = [round(v, 2) for v in os.getloadavg()]
+    info["wall_s"] = round(time.time() - started, 1)
+    if errors:
+        info["errors"] = errors
+    (out / "run_info.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+    path = summary.write(out)
+    try:
+        written = figures.write(out)
+    except Exception as err:  # noqa: BLE001 - figures are a convenience; tables stand alone
+        errors.append(f"figures: {type(err).__name__}: {err}")
+        written = []
+    print(summary.short_table(out))
+    print(f"\nsummary: {path}; figures: {', '.join(str(p.name) for p in written) or 'none'};"
+          f" {info['wall_s']} s")  # fmt: skip
+    for error in errors:
+        print(f"FAILED {error}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Two benchmark figures (altair, html + png like dlscale.figures): training efficiency
+(harness ratio and roofline fraction per model) and communication bandwidth per size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+
+from dlscale.figures import FRAMEWORK_ORDER, MODEL_ORDER
+
+
+def _save(chart: alt.TopLevelMixin, stem: Path) -> list[Path]:
+    chart = chart.configure(background="white")
+    out = []
+    for suffix in (".html", ".png"):
+        path = stem.with_suffix(suffix)
+        if suffix == ".html":
+            chart.save(str(path), inline=True)
+        else:
+            chart.save(str(path), scale_factor=2.0)
+        out.append(path)
+    return out
+
+
+def _ranged_bars(table: pd.DataFrame, prefix: str, title: str, target: float | None) -> alt.TopLevelMixin:
+    data = table.assign(value=table[f"{prefix}_median"], lo=table[f"{prefix}_min"], hi=table[f"{prefix}_max"])
+    x = alt.X("model:N", sort=list(MODEL_ORDER), title=None)
+    colour = alt.Color("framework:N", sort=list(FRAMEWORK_ORDER))
+    bars = (
+        alt.Chart(data)
+        .mark_bar(opacity=0.8)
+        .encode(x=x, xOffset="framework:N", y=alt.Y("value:Q", title=title), color=colour)
+    )
+    ticks = alt.Chart(data).mark_rule(color="black").encode(x=x, xOffset="framework:N", y="lo:Q", y2="hi:Q")
+    layers = [bars, ticks]
+    if target is not None:
+        layers.append(
+            alt.Chart(pd.DataFrame({"target": [target]}))
+            .mark_rule(strokeDash=[4, 4], color="red")
+            .encode(y="target:Q")
+        )
+    return alt.layer(*layers).properties(width=260, height=200, title=title)
+
+
+def training_chart(overhead: pd.DataFrame, compute: pd.DataFrame) -> alt.TopLevelMixin:
+    return alt.hconcat(
+        _ranged_bars(overhead, "ratio", "runner / bare loop throughput", 0.97),
+        _ranged_bars(compute, "cpu_fraction", "achieved FLOP/s / matmul peak (CPU time)", None),
+    ).properties(title="Training: harness overhead and roofline fraction (median, min-max)")
+
+
+def comm_chart(raw: pd.DataFrame) -> alt.TopLevelMixin:
+    data = raw.groupby(["transport", "nbytes"], as_index=False)["bytes_per_s"].median()
+    data["MB"] = data["nbytes"] / 1e6
+    data["MB/s"] = data["bytes_per_s"] / 1e6
+    return (
+        alt.Chart(data)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("MB:Q", scale=alt.Scale(type="log"), title="gradient size (MB)"),
+            y=alt.Y("MB/s:Q", scale=alt.Scale(type="log"), title="bandwidth (MB/s, median)"),
+            color=alt.Color("transport:N"),
+        )
+        .properties(width=360, height=240, title="Gradient synchronisation on loopback: bandwidth per size")
+    )
+
+
+def write(out_dir: Path) -> list[Path]:
+    """Draw whichever figures the csv files allow; returns the files written."""
+    written: list[Path] = []
+    overhead, compute = out_dir / "harness_overhead.csv", out_dir / "compute_efficiency.csv"
+    if overhead.exists() and compute.exists():
+        written += _save(training_chart(pd.read_csv(overhead), pd.read_csv(compute)), out_dir / "training")
+    comm = out_dir / "comm_raw.csv"
+    if comm.exists() and pd.read_csv(comm).shape[0]:
+        written += _save(comm_chart(pd.read_csv(comm)), out_dir / "communication")
+    return written

@@ -1,0 +1,93 @@
+"""Benchmark 1: each runner's single-rank throughput against a bare loop of its framework.
+
+Writes ``training_raw.csv`` (one row per arm and repeat: the runner, the bare loop and the
+matmul peak, measured side by side in one process set-up; compute_efficiency reads it too)
+and ``harness_overhead.csv`` (per framework and model: the paired ratio runner / bare,
+median with min/max over repeats, against the target of 0.97).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from benchmarks.common import bench_spec, log
+from benchmarks.data import DATASETS
+from benchmarks.registry import FrameworkBench, TrainingJob
+from benchmarks.stats import ratio_summary, summarize, verdict
+
+TARGET = 0.97
+RAW_COLUMNS = (
+    "framework", "model", "batch", "threads", "repeat", "arm",
+    "samples_per_s", "samples_per_cpu_s", "self_timed_samples_per_s", "peak_flops", "peak_flops_cpu",
+)  # fmt: skip
+
+
+def measure(
+    entries: list[FrameworkBench],
+    models: list[str],
+    study: dict[str, Any],
+    data: dict[str, Path],
+    repeats: int,
+    timeout_s: float = 900,
+) -> pd.DataFrame:
+    """Run every framework's training arms for every model; one row per arm and repeat."""
+    rows: list[dict[str, Any]] = []
+    for entry in entries:
+        if entry.training is None:
+            continue
+        python = entry.python()
+        for model in models:
+            spec = bench_spec(study, entry.name, model)
+            log(f"training {entry.name}/{model}: runner vs bare vs peak, {repeats} repeats")
+            job = TrainingJob(python, spec, data[DATASETS[model]], repeats, timeout_s)
+            for row in entry.training(job):
+                rows.append({"framework": entry.name, **row})
+    raw = pd.DataFrame(rows)
+    for name in RAW_COLUMNS:
+        if name not in raw:
+            raw[name] = pd.NA
+    return raw[list(RAW_COLUMNS)]
+
+
+def arm_values(group: pd.DataFrame, arm: str, column: str) -> list[float]:
+    """One arm's values in repeat order (the pairing key of the ratios)."""
+    rows = group[group["arm"] == arm].sort_values("repeat")
+    return [float(v) for v in rows[column]]
+
+
+def overhead_table(raw: pd.DataFrame) -> pd.DataFrame:
+    """Per framework and model: runner and bare throughput and their paired ratio."""
+    rows = []
+    for (framework, model), group in raw.groupby(["framework", "model"], sort=False):
+        runner = arm_values(group, "runner", "samples_per_s")
+        bare = arm_values(group, "bare", "samples_per_s")
+        ratio = ratio_summary(runner, bare)
+        cpu_ratio = ratio_summary(
+            arm_values(group, "runner", "samples_per_cpu_s"), arm_values(group, "bare", "samples_per_cpu_s")
+        )
+        rows.append(
+            {
+                "framework": framework,
+                "model": model,
+                "batch": int(group["batch"].iloc[0]),
+                "threads": int(group["threads"].iloc[0]),
+                **summarize(runner).as_row("runner_samples_per_s"),
+                **summarize(bare).as_row("bare_samples_per_s"),
+                **ratio.as_row("ratio"),
+                **cpu_ratio.as_row("cpu_ratio"),
+                "target": TARGET,
+                "verdict": verdict(ratio.median, TARGET),
+                "verdict_cpu": verdict(cpu_ratio.median, TARGET),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def write(raw: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
+    raw.to_csv(out_dir / "training_raw.csv", index=False)
+    table = overhead_table(raw)
+    table.to_csv(out_dir / "harness_overhead.csv", index=False)
+    return table

@@ -1,0 +1,47 @@
+"""MPI all-reduce of each gradient size (``mpirun -n 2 python -m benchmarks.mpi_allreduce``).
+
+Runs in the small bench-mpi venv (mpi4py + numpy). Per size: one warm-up Allreduce, then
+``inner`` timed ones, each after a barrier so the time is the transfer, not a peer's lag
+(the same protocol as the gloo benchmark). Rank 0 prints one JSON line per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", required=True)
+    parser.add_argument("--inner", type=int, default=3)
+    args = parser.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    for nbytes in args.sizes:
+        buffer = np.ones(nbytes // 4, dtype=np.float32)
+        comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
+        times = []
+        for _ in range(args.inner):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
+            buffer /= comm.Get_size()
+            times.append(time.perf_counter() - t0)
+        if comm.Get_rank() == 0:
+            print(
+                json.dumps(
+                    {"transport": "mpi", "nbytes": buffer.nbytes, "seconds": statistics.median(times)}
+                ),
+                flush=True,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""What each framework plugs into the benchmarks: one ``FrameworkBench`` per framework.
+
+Each framework lives in its own venv, so an entry is a set of driver-side functions that
+run the framework's work as subprocesses of its venv's python and return plain rows:
+
+* ``training(job)`` -> rows ``{arm: runner|bare|peak, repeat, samples_per_s | peak_flops}``:
+  the runner's single-rank training loop against a bare loop of the same model, batch and
+  threads, plus the matmul peak, alternated in one process set-up (see torch_worker).
+* ``allreduce(job)`` -> rows ``{transport, nbytes, seconds}``: the framework's gradient
+  synchronisation of each size between two processes on loopback, done as its runner does.
+* ``startup``: extra environment for a tiny study run through ``dlscale.launch`` (start-up
+  cost is measured on the real launcher, the same for every framework).
+
+Adding a framework is adding an entry to ``FRAMEWORKS`` (its owner knows how its runner
+steps); a framework without an entry is reported as "not covered", never silently skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import torch_bench
+from benchmarks.common import framework_python
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    python: Path
+    spec: dict[str, Any]
+    data: Path
+    repeats: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class CommJob:
+    python: Path
+    sizes: list[int]
+    inner: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class FrameworkBench:
+    name: str
+    training: Callable[[TrainingJob], list[dict[str, Any]]] | None = None
+    allreduce: Callable[[CommJob], list[dict[str, Any]]] | None = None
+    startup_env: dict[str, str] = field(default_factory=dict)
+    comm_label: str = ""
+
+    def python(self) -> Path:
+        return framework_python(self.name)
+
+
+FRAMEWORKS: dict[str, FrameworkBench] = {
+    "torch": FrameworkBench(
+        "torch", training=torch_bench.training, allreduce=torch_bench.allreduce, comm_label="torch gloo"
+    ),
+    # "tensorflow", "bigdl", "caffe": added by their runners' owners (see module docstring).
+}
+
+
+def covered(frameworks: list[str]) -> tuple[list[FrameworkBench], list[str]]:
+    """The registered entries among ``frameworks``, and the names that have none yet."""
+    found = [FRAMEWORKS[fw] for fw in frameworks if fw in FRAMEWORKS]
+    missing = [fw for fw in frameworks if fw not in FRAMEWORKS]
+    return found, missing

@@ -1,0 +1,95 @@
+"""Benchmark 5: start-up cost per framework, apart from training time.
+
+A tiny single-rank study run goes through the real launcher (``python -m dlscale.launch``,
+as the training rule runs it). From its events: ``to_first_step_s`` = launcher start to
+the start of the first iteration (interpreter, framework import, data, model, runtime
+set-up: Spark's JVM, TF tracing), ``warmup_s`` = the warm-up iterations, and ``startup_s``
+= their sum, the launcher's own figure (start to first timed iteration). At small scale
+these dominate a run's wall time, so the study reports them separately from step times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from benchmarks.common import REPO, BenchError, bench_spec, finish, log, start
+from benchmarks.data import DATASETS
+from benchmarks.registry import FrameworkBench
+from benchmarks.stats import summarize
+
+STARTUP_MODELS = ("lenet",)
+
+
+def startup_once(entry: FrameworkBench, spec: dict[str, Any], data: Path, tmp: Path, repeat: int) -> dict:
+    events_path = tmp / f"{entry.name}-{spec['model']}-{repeat}" / "events.jsonl"
+    cmd = [
+        str(entry.python()), "-m", "dlscale.launch", "--spec-json", json.dumps(spec),
+        "--data", str(data), "--events", str(events_path), "--python", str(entry.python()),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), **entry.startup_env}
+    finish(start(cmd, env, REPO), cmd, timeout=float(spec["timeout_s"]) + 60)
+    events = [json.loads(line) for line in events_path.read_text(encoding="utf-8").splitlines()]
+    run_start, run_end = events[0], events[-1]
+    if run_end.get("status") != "ok":
+        raise BenchError(f"start-up run {spec['run_id']} failed: {run_end.get('reason')}")
+    iterations = [e for e in events if e["event"] == "iteration" and e.get("rank", 0) == 0]
+    first = iterations[0]
+    to_first = first["time"] - first["step_s"] - run_start["time"]
+    timed = [e["step_s"] for e in iterations if not e.get("warmup")]
+    return {
+        "framework": entry.name,
+        "model": spec["model"],
+        "repeat": repeat,
+        "startup_s": run_start["startup_s"],
+        "to_first_step_s": to_first,
+        "warmup_s": run_start["startup_s"] - to_first,
+        "median_step_s": summarize(timed).median,
+        "wall_s": run_end["wall_s"],
+    }
+
+
+def measure(
+    entries: list[FrameworkBench], study: dict[str, Any], data: dict[str, Path], repeats: int,
+    models: tuple[str, ...] = STARTUP_MODELS,
+) -> pd.DataFrame:  # fmt: skip
+    """Repeats alternate between frameworks (one run each per repeat)."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dlscale-bench-startup-") as name:
+        for repeat in range(repeats):
+            for entry in entries:
+                for model in models:
+                    spec = bench_spec(study, entry.name, model)
+                    spec["warmup"], spec["iterations"] = int(study["warmup"]), 5
+                    log(f"start-up repeat {repeat + 1}/{repeats}: {entry.name}/{model}")
+                    rows.append(startup_once(entry, spec, data[DATASETS[model]], Path(name), repeat))
+    return pd.DataFrame(rows)
+
+
+def startup_table(raw: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (framework, model), group in raw.groupby(["framework", "model"], sort=False):
+        rows.append(
+            {
+                "framework": framework,
+                "model": model,
+                **summarize(group["startup_s"]).as_row("startup_s"),
+                **summarize(group["to_first_step_s"]).as_row("to_first_step_s"),
+                **summarize(group["warmup_s"]).as_row("warmup_s"),
+                "median_step_s": summarize(group["median_step_s"]).median,
+                "startup_in_steps": summarize(group["startup_s"] / group["median_step_s"]).median,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def write(raw: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
+    raw.to_csv(out_dir / "startup_raw.csv", index=False)
+    table = startup_table(raw)
+    table.to_csv(out_dir / "startup.csv", index=False)
+    return table

@@ -1,0 +1,105 @@
+"""Pure arithmetic of the benchmarks: summaries over repeats, paired ratios, A/B order.
+
+Kept free of I/O and of any framework so that the numbers in the summary are unit-tested.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Median with min/max over repeats: the one shape every benchmark figure takes."""
+
+    median: float
+    min: float
+    max: float
+    n: int
+
+    def as_row(self, prefix: str) -> dict[str, float | int]:
+        return {
+            f"{prefix}_median": self.median,
+            f"{prefix}_min": self.min,
+            f"{prefix}_max": self.max,
+            f"{prefix}_n": self.n,
+        }
+
+
+def summarize(values: Iterable[float]) -> Summary:
+    """Median, min and max of the finite values (NaN/inf are dropped: a failed repeat)."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not finite:
+        return Summary(math.nan, math.nan, math.nan, 0)
+    return Summary(statistics.median(finite), min(finite), max(finite), len(finite))
+
+
+def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> list[float]:
+    """Per-repeat ratios a_i / b_i of two arms measured side by side in repeat i.
+
+    Pairing (rather than dividing two medians) cancels slow drift of a shared machine:
+    both arms of one repeat saw the same neighbours.
+    """
+    if len(numerators) != len(denominators):
+        raise ValueError(f"unpaired arms: {len(numerators)} vs {len(denominators)} repeats")
+    return [a / b if b else math.nan for a, b in zip(numerators, denominators, strict=True)]
+
+
+def ratio_summary(numerators: Sequence[float], denominators: Sequence[float]) -> Summary:
+    return summarize(paired_ratios(numerators, denominators))
+
+
+def arm_order(repeat: int, arms: Sequence[str]) -> list[str]:
+    """The arms of one repeat, rotated by the repeat number (A B C, B C A, C A B, ...).
+
+    Every arm runs first as often as the others, so neither gains from a warm cache or
+    loses to a neighbour that starts during the first arm.
+    """
+    if not arms:
+        return []
+    shift = repeat % len(arms)
+    return [*arms[shift:], *arms[:shift]]
+
+
+def median_interval(times: Sequence[float]) -> float:
+    """Median gap between consecutive time stamps: the per-iteration wall time of a loop.
+
+    Taken between the ends of successive iterations, so it includes everything the loop
+    does (data, bookkeeping, event writing), not just the part the loop times itself.
+    """
+    if len(times) < 2:
+        raise ValueError(f"need at least two time stamps, got {len(times)}")
+    gaps = [b - a for a, b in zip(times[:-1], times[1:], strict=True)]
+    return statistics.median(gaps)
+
+
+def throughput(samples_per_iteration: float, seconds_per_iteration: float) -> float:
+    """Samples per second of a loop that handles ``samples_per_iteration`` each step."""
+    if seconds_per_iteration <= 0:
+        return math.nan
+    return samples_per_iteration / seconds_per_iteration
+
+
+def roofline_fraction(samples_per_s: float, flops_per_sample: float, peak_flops: float) -> float:
+    """Achieved FLOP/s (throughput x FLOPs per sample) as a fraction of the matmul peak."""
+    if peak_flops <= 0:
+        return math.nan
+    return samples_per_s * flops_per_sample / peak_flops
+
+
+def bandwidth(nbytes: float, seconds: float) -> float:
+    """Bytes per second of one transfer (or one all-reduce: algorithm bandwidth)."""
+    if seconds <= 0:
+        return math.nan
+    return nbytes / seconds
+
+
+def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
+    """``pass``, ``miss`` or ``n/a`` (no measurement) against a target."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    ok = value >= target if higher_is_better else value < target
+    return "pass" if ok else "miss"

@@ -1,0 +1,226 @@
+"""results/bench/summary.md: every benchmark's table with its target and a pass/miss column.
+
+Reads the csv files the benchmarks wrote (any may be missing: a benchmark that was not run
+or not covered is said so, never left blank), and prints a short table for the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from benchmarks.harness_overhead import TARGET as OVERHEAD_TARGET
+from benchmarks.workflow_scale import AGGREGATE_TARGET_S, PLAN_TARGET_S
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """A number for a table cell ('-' for missing), with ``digits`` decimals."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)) or pd.isna(value):
+        return "-"
+    return f"{float(value):.{digits}f}"
+
+
+def fmt_range(row: Any, prefix: str, digits: int = 2, scale: float = 1.0) -> str:
+    """``median [min, max]`` of the ``<prefix>_median/_min/_max`` columns of a row."""
+    values = [row.get(f"{prefix}_{k}") for k in ("median", "min", "max")]
+    if any(v is None or pd.isna(v) for v in values):
+        return "-"
+    med, lo, hi = (float(v) * scale for v in values)
+    return f"{med:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _read(out_dir: Path, name: str) -> pd.DataFrame | None:
+    path = out_dir / f"{name}.csv"
+    if not path.exists():
+        return None
+    table = pd.read_csv(path, keep_default_na=False, na_values=[""])  # "n/a" is a verdict
+    return None if table.empty else table
+
+
+def overhead_section(table: pd.DataFrame | None) -> str:
+    head = f"## 1. Harness overhead (runner / bare loop throughput; target >= {OVERHEAD_TARGET})\n\n"
+    if table is None:
+        return head + "Not measured.\n"
+    rows = [
+        [r["framework"], r["model"], str(r["batch"]), str(r["threads"]),
+         fmt_range(r, "runner_samples_per_s", 1), fmt_range(r, "bare_samples_per_s", 1),
+         fmt_range(r, "ratio", 3), fmt_range(r, "cpu_ratio", 3), fmt(r["target"]), r["verdict"],
+         str(r.get("verdict_cpu", "n/a"))]
+        for r in table.to_dict("records")
+    ]  # fmt: skip
+    header = ["framework", "model", "batch", "threads", "runner img/s", "bare img/s", "ratio (wall)",
+              "ratio (CPU time)", "target", "verdict (wall)", "verdict (CPU)"]  # fmt: skip
+    note = (
+        "\nimg/s from the wall time between successive iterations (the whole loop body: data,"
+        " step, events). The CPU-time ratio uses the process's CPU time per iteration instead:"
+        " being descheduled by a neighbour costs wall time but no CPU time, so on a shared node"
+        " it is the steadier measure of what the harness itself costs.\n"
+    )
+    return head + markdown_table(header, rows) + "\n" + note
+
+
+def compute_section(table: pd.DataFrame | None) -> str:
+    head = "## 2. Compute efficiency (achieved FLOP/s / float32 matmul peak, same threads)\n\n"
+    if table is None:
+        return head + "Not measured.\n"
+    rows = [
+        [r["framework"], r["model"], str(r["threads"]), fmt(r["flops_per_sample"] / 1e9, 3),
+         fmt_range(r, "achieved_flops", 2, 1e-9), fmt_range(r, "peak_flops", 1, 1e-9),
+         fmt_range(r, "fraction", 3), fmt_range(r, "bare_fraction", 3), fmt_range(r, "cpu_fraction", 3)]
+        for r in table.to_dict("records")
+    ]  # fmt: skip
+    header = ["framework", "model", "threads", "GFLOP/sample", "achieved GFLOP/s", "peak GFLOP/s",
+              "fraction (runner)", "fraction (bare)", "fraction (runner, CPU time)"]  # fmt: skip
+    note = (
+        "\nFLOPs per sample: matmuls and convolutions of forward + backward (torch FlopCounterMode,"
+        " flops.csv), the same count for every framework. Wall-time fractions on both sides; the"
+        " last column uses process CPU time on both sides (steady on a shared node). Fractions"
+        " near or above 1 are not an error: the count is of direct convolution, while torch runs"
+        " some 3x3 convolutions with fewer multiplies (NNPACK/oneDNN Winograd-style kernels)."
+        " The peak is torch.mm (MKL sgemm), best of 1024 and 2048.\n"
+    )
+    return head + markdown_table(header, rows) + "\n" + note
+
+
+def comm_section(table: pd.DataFrame | None) -> str:
+    head = "## 3. Communication efficiency (2 processes on loopback; MB/s = 1e6 bytes / s)\n\n"
+    if table is None:
+        return head + "Not measured.\n"
+    rows = [
+        [r["framework"], str(r["model"]), fmt(r["nbytes"] / 1e6, 1),
+         fmt_range(r, "framework_bytes_per_s", 0, 1e-6), fmt_range(r, "tcp_bytes_per_s", 0, 1e-6),
+         fmt_range(r, "mpi_bytes_per_s", 0, 1e-6), fmt_range(r, "vs_tcp", 3), fmt_range(r, "vs_mpi", 3)]
+        for r in table.to_dict("records")
+    ]  # fmt: skip
+    header = ["framework", "model", "gradient MB", "framework MB/s", "TCP stream MB/s", "MPI allreduce MB/s",
+              "vs TCP", "vs MPI"]  # fmt: skip
+    return head + markdown_table(header, rows) + "\n"
+
+
+def scale_section(table: pd.DataFrame | None) -> str:
+    head = (
+        f"## 4. Workflow scale (targets: 10,000 runs plan in < {PLAN_TARGET_S:.0f} s;"
+        f" 1,000 runs aggregate in < {AGGREGATE_TARGET_S:.0f} s)\n\n"
+    )
+    if table is None:
+        return head + "Not measured.\n"
+    rows = [
+        [r["task"], str(r["runs"]), fmt_range(r, "wall_s", 1), fmt(r["cpu_s_median"], 1),
+         fmt(r["peak_rss_mb_max"], 0), fmt(r["loadavg_1m_median"], 1), fmt(r["target_s"], 0),
+         str(r["verdict"]), str(r.get("verdict_cpu", "n/a"))]
+        for r in table.to_dict("records")
+    ]  # fmt: skip
+    header = ["task", "runs", "wall s", "CPU s", "peak RSS MB", "load (1 min)", "target s",
+              "verdict (wall)", "verdict (CPU)"]  # fmt: skip
+    note = (
+        "\nWall time is what a user waits; on a shared, oversubscribed node it stretches with the"
+        " load, so the CPU time of the process (user + system, from its own rusage) is given"
+        " beside it as the figure a quiet node would show.\n"
+    )
+    return head + markdown_table(header, rows) + "\n" + note
+
+
+def startup_section(table: pd.DataFrame | None) -> str:
+    head = "## 5. Start-up cost (launcher start to first timed iteration, apart from training)\n\n"
+    if table is None:
+        return head + "Not measured.\n"
+    rows = [
+        [r["framework"], r["model"], fmt_range(r, "startup_s", 2), fmt_range(r, "to_first_step_s", 2),
+         fmt_range(r, "warmup_s", 2), fmt(r["median_step_s"], 4), fmt(r["startup_in_steps"], 0)]
+        for r in table.to_dict("records")
+    ]  # fmt: skip
+    header = ["framework", "model", "start-up s", "to first step s", "warm-up s", "median step s",
+              "start-up / step"]  # fmt: skip
+    return head + markdown_table(header, rows) + "\n"
+
+
+def header(info: dict[str, Any]) -> str:
+    lines = ["# dlscale benchmarks", ""]
+    lines.append(
+        "Every figure is a median with [min, max] over repeats; ratios are paired per repeat"
+        " (both arms measured side by side in the same repeat, order rotated)."
+    )
+    lines.append("")
+    for key in (
+        "started_utc",
+        "host",
+        "cpus",
+        "git_sha",
+        "repeats",
+        "loadavg_start",
+        "loadavg_end",
+        "wall_s",
+    ):
+        if key in info:
+            lines.append(f"- {key}: {info[key]}")
+    if info.get("not_covered"):
+        lines.append(f"- frameworks without a benchmark entry yet: {', '.join(info['not_covered'])}")
+    return "\n".join(lines) + "\n"
+
+
+def build(out_dir: Path) -> str:
+    info_path = out_dir / "run_info.json"
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
+    sections = [
+        header(info),
+        overhead_section(_read(out_dir, "harness_overhead")),
+        compute_section(_read(out_dir, "compute_efficiency")),
+        comm_section(_read(out_dir, "comm_efficiency")),
+        scale_section(_read(out_dir, "workflow_scale")),
+        startup_section(_read(out_dir, "startup")),
+    ]
+    return "\n".join(sections)
+
+
+def short_table(out_dir: Path) -> str:
+    """The headline ratios, one line each, for the terminal."""
+    lines = []
+    overhead = _read(out_dir, "harness_overhead")
+    if overhead is not None:
+        for r in overhead.to_dict("records"):
+            lines.append(
+                f"harness  {r['framework']:<10} {r['model']:<12} ratio {fmt_range(r, 'ratio', 3):<24}"
+                f" {r['verdict']:<5} cpu {fmt_range(r, 'cpu_ratio', 3):<24} {r.get('verdict_cpu', 'n/a')}"
+            )
+    compute = _read(out_dir, "compute_efficiency")
+    if compute is not None:
+        for r in compute.to_dict("records"):
+            lines.append(
+                f"roofline {r['framework']:<10} {r['model']:<12} fraction {fmt_range(r, 'fraction', 3):<24}"
+                f" cpu {fmt_range(r, 'cpu_fraction', 3)}"
+            )
+    comm = _read(out_dir, "comm_efficiency")
+    if comm is not None:
+        for r in comm.to_dict("records"):
+            lines.append(
+                f"comm     {r['framework']:<10} {str(r['model']):<12} vs TCP {fmt_range(r, 'vs_tcp', 2)}"
+                f"  vs MPI {fmt_range(r, 'vs_mpi', 2)}"
+            )
+    scale = _read(out_dir, "workflow_scale")
+    if scale is not None:
+        for r in scale.to_dict("records"):
+            lines.append(
+                f"scale    {r['task']:<28} {r['runs']:>6} runs  wall {fmt_range(r, 'wall_s', 1)} s"
+                f"  cpu {fmt(r['cpu_s_median'], 1)} s  {r['verdict']}"
+            )
+    startup = _read(out_dir, "startup")
+    if startup is not None:
+        for r in startup.to_dict("records"):
+            lines.append(f"startup  {r['framework']:<10} {r['model']:<12} {fmt_range(r, 'startup_s', 2)} s")
+    return "\n".join(lines)
+
+
+def write(out_dir: Path) -> Path:
+    path = out_dir / "summary.md"
+    path.write_text(build(out_dir), encoding="utf-8")
+    return path

@@ -1,0 +1,83 @@
+"""How a TensorFlow run starts, in either distributed mode (no TensorFlow import).
+
+- ``mwms``: one process per rank, as torch; every rank reports its own iterations.
+- ``ps``: the way TensorFlow ran distributed in 2018: a chief (rank 0, the coordinator
+  that runs the loop and reports the GLOBAL samples of each step, so ``reporting_ranks`` is
+  1), one worker server per rank of the study's world (n x p workers), and ``num_ps``
+  parameter servers. The servers are ``dlscale.runners.tensorflow.server`` processes; they
+  leave when the chief says it is done.
+Ports are chosen here, free at planning time, and every process gets the same cluster spec
+in ``DLSCALE_TF_CLUSTER``; nothing assumes that ports beyond the launcher's are free.
+"""
+
+from __future__ import annotations
+
+import json
+
+from dlscale import placement
+from dlscale.runners.plan import LaunchContext, Plan, Process, per_rank_plan
+from dlscale.runners.tensorflow import cluster as cluster_mod
+from dlscale.runners.tensorflow import steps
+
+RUNNER = "dlscale.runners.tensorflow"
+SERVER = "dlscale.runners.tensorflow.server"
+
+
+def tf_env(ctx: LaunchContext) -> dict[str, str]:
+    """TensorFlow's settings for every process of the run (explicit, recorded in versions)."""
+    options = ctx.spec["options"]
+    threads = int(ctx.spec["threads_per_rank"])
+    return {
+        "KERAS_HOME": str(ctx.work_dir / "keras"),  # keep ~/.keras out of the home directory
+        "TF_ENABLE_ONEDNN_OPTS": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "1",
+        "DLSCALE_TF_STRATEGY": str(options.get("strategy", "mwms")),
+        steps.ENV_INTRA: str(options.get("intra_op_threads") or threads),
+        steps.ENV_INTER: str(options.get("inter_op_threads") or 2),
+    }
+
+
+def plan(ctx: LaunchContext) -> Plan:
+    strategy = ctx.spec["options"].get("strategy", "mwms")
+    if strategy == "ps":
+        return ps_plan(ctx)
+    base = per_rank_plan(ctx, RUNNER)
+    world = int(ctx.spec["world_size"])
+    extra = tf_env(ctx)
+    if world > 1 and ctx.mode == "local":
+        hosts = ["127.0.0.1"] * world
+        extra[cluster_mod.ENV_CLUSTER] = json.dumps(
+            cluster_mod.mwms_cluster(hosts, cluster_mod.free_ports(world))
+        )
+    for process in base.processes:
+        process.env.update(extra)
+    return base
+
+
+def ps_plan(ctx: LaunchContext) -> Plan:
+    """Chief + workers + parameter servers, all on this host (emulated nodes)."""
+    if ctx.mode != "local":
+        raise ValueError(
+            "tensorflow.strategy ps runs with the local launcher only (one host) for now;"
+            " inside a SLURM allocation use strategy mwms"
+        )
+    spec = ctx.spec
+    workers = int(spec["world_size"])
+    num_ps = int(spec["options"].get("num_ps", 1))
+    cluster = cluster_mod.ps_cluster(workers, num_ps, cluster_mod.free_ports(1 + workers + num_ps))
+    common = {**ctx.base_env(), **tf_env(ctx), cluster_mod.ENV_CLUSTER: json.dumps(cluster)}
+    chief_env = {
+        **common,
+        **placement.local_rank_env(0, spec["nodes"], spec["ranks_per_node"], ctx.master_port),
+    }
+    processes = [Process("chief", ctx.runner_argv(RUNNER), chief_env, rank=0)]
+    for job, count in (("worker", workers), ("ps", num_ps)):
+        for index in range(count):
+            argv = [
+                ctx.python, "-m", SERVER, "--job", job, "--index", str(index),
+                "--work-dir", str(ctx.work_dir),
+            ]  # fmt: skip
+            # rank 0: the chief's part file tells a server's story too (where the run was
+            # when a server died; a server that dies after the chief's clean end is moot).
+            processes.append(Process(f"{job} {index}", argv, dict(common), rank=0))
+    return Plan(processes, reporting_ranks=1)

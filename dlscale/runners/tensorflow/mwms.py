@@ -1,0 +1,157 @@
+"""MultiWorkerMirroredStrategy mode: ring all-reduce between n x p worker processes.
+
+Every worker trains its own replica in a custom loop of three tf.functions and reports
+its own iterations (per-rank samples), the way the torch runner does:
+  compute_s = ``compute`` (forward + backward on the local replica, gradient flattened)
+              + ``apply`` (torch's SGD-momentum update of the local variables)
+  comm_s    = ``allreduce``: MWMS's ring all-reduce (``CommunicationImplementation.RING``)
+              of the whole flat gradient, started after a barrier (a one-float
+              all-reduce), so it is the transfer itself, not waiting for a slower peer
+  step_s    = the whole step, barrier included
+The variables are the worker's own (not MirroredVariables): keeping them out of the
+strategy's scope is what lets the local step run with no collective in it, so compute and
+communication are measured apart. Replicas stay identical because the initial weights are
+broadcast from worker 0 (an all-reduce with zeros elsewhere) and every worker applies the
+same averaged gradient. That broadcast, the tracing of every function (by input signature,
+without running a step) and a first all-reduce (collective group set-up) happen before the
+loop, so no timed or warm-up iteration pays for them. ``setup_s`` on the first iteration
+event is the process's start-up (import, connection, tracing, broadcast) until its first
+step; the launcher's ``startup_s`` is the same for the whole run.
+
+A dead peer does not hang a worker: collectives carry ``timeout_seconds`` (the
+``collective_timeout_s`` option), and MWMS's own health check aborts collectives when a
+peer stops answering; locally, the launcher also stops the run as soon as a process dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from dlscale.runners.common import RunContext
+from dlscale.runners.tensorflow import cluster as cluster_mod
+from dlscale.runners.tensorflow import steps
+from dlscale.runners.tensorflow.batches import Batches, normalise
+
+
+class CollectiveFailed(RuntimeError):
+    """A gradient all-reduce failed: a peer died, or hung past ``collective_timeout_s``."""
+
+    def __init__(self, iteration: int, err: Exception):
+        # TensorFlow's message is a graph traceback; the error class says what happened
+        # (UnavailableError: a peer is gone or stopped its heartbeats; DeadlineExceededError:
+        # the collective timeout) and the worker's log holds the details.
+        super().__init__(
+            f"all-reduce failed at iteration {iteration + 1} with {type(err).__name__}:"
+            " a peer died or stopped answering (collective timeout / heartbeat); see run.log"
+        )
+
+
+def make_strategy(tf: Any, ctx: RunContext) -> Any:
+    """The MWMS of this worker, its TF_CONFIG built from the plan's cluster or the placement."""
+    cluster = cluster_mod.cluster_of(os.environ, ctx.placement)
+    os.environ["TF_CONFIG"] = json.dumps(cluster_mod.tf_config(cluster, "worker", ctx.rank))
+    timeout = float(ctx.spec["options"].get("collective_timeout_s", 300))
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+        timeout_seconds=timeout,
+    )
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def train(ctx: RunContext, tf: Any) -> None:
+    from dlscale.runners.tensorflow.models import build_model
+
+    spec = ctx.spec
+    world = ctx.world_size
+    distributed = world > 1
+    strategy = make_strategy(tf, ctx) if distributed else None
+    tf.keras.utils.set_random_seed(int(spec["seed"]))
+    batch = int(spec["batch"])
+    batches = Batches(str(ctx.data_dir), ctx.rank, world, batch, int(spec["seed"]))
+
+    model = build_model(spec["model"], batches.image_shape)
+    variables = list(model.trainable_variables)
+    sgd = steps.SGD(tf, variables, float(spec["learning_rate"]), float(spec["momentum"]))
+    loss_of = steps.loss_function(tf, spec["model"])
+    size = sum(steps.size_of(v.shape) for v in variables)
+    x_spec = tf.TensorSpec([batch, *batches.image_shape], tf.float32)
+    y_spec = tf.TensorSpec([batch], tf.int64)
+    flat_spec = tf.TensorSpec([size], tf.float32)
+
+    @tf.function(input_signature=[x_spec, y_spec])
+    def compute(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = loss_of(model(x, training=True), x, y)
+        return loss, steps.flatten(tf, tape.gradient(loss, variables))
+
+    @tf.function(input_signature=[flat_spec])
+    def apply(flat_sum: Any) -> None:
+        sgd.apply(steps.unflatten(tf, flat_sum / float(world), variables))
+
+    def all_reduce_fn(spec_: Any) -> Any:
+        @tf.function(input_signature=[spec_])
+        def all_reduce(t: Any) -> Any:
+            def replica(value: Any) -> Any:
+                # identity places the input on this replica's device: a graph input has
+                # none, and the collective needs one to know where the result goes.
+                value = tf.identity(value)
+                return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+            return strategy.run(replica, args=(t,))
+
+        return all_reduce
+
+    compute.get_concrete_function()
+    apply.get_concrete_function()
+    if distributed:
+        allreduce = all_reduce_fn(flat_spec)
+        barrier_fn = all_reduce_fn(tf.TensorSpec([], tf.float32))
+        # Broadcast worker 0's initial weights; it also sets the collective group up.
+        mine = steps.flatten(tf, [v.value if hasattr(v, "value") else v for v in variables])
+        weights = allreduce(mine if ctx.rank == 0 else tf.zeros_like(mine))
+        for var, value in zip(variables, steps.unflatten(tf, weights, variables), strict=True):
+            var.assign(value)
+        barrier_fn(tf.constant(0.0))
+    setup_s = time.time() - ctx.started  # process start to first step: import, connect, trace
+
+    comm_bytes = size * 4 if distributed else 0
+    for iteration in range(ctx.total_iterations):
+        images, labels = batches.next()
+        x = tf.constant(normalise(images, spec["model"], batches.mean, batches.std))
+        y = tf.constant(labels)
+        t0 = time.perf_counter()
+        loss, flat = compute(x, y)
+        loss_value = float(loss)
+        t1 = time.perf_counter()
+        if distributed:
+            try:
+                barrier_fn(tf.constant(0.0))
+                t2 = time.perf_counter()
+                flat = allreduce(flat)
+            except tf.errors.OpError as err:
+                raise CollectiveFailed(iteration, err) from None
+            t3 = time.perf_counter()
+        else:
+            t2 = t3 = t1
+        apply(flat)
+        t4 = time.perf_counter()
+        extra: dict[str, Any] = {"setup_s": setup_s} if iteration == 0 else {}
+        if iteration == ctx.total_iterations - 1:
+            # Evidence that the replicas stayed identical: equal on every worker.
+            extra["weights_sum"] = float(sum(tf.reduce_sum(tf.cast(v.value, tf.float64)) for v in variables))
+        ctx.record_iteration(
+            iteration,
+            samples=batch,
+            step_s=t4 - t0,
+            compute_s=(t1 - t0) + (t4 - t3),
+            comm_s=(t3 - t2) if distributed else 0.0,
+            loss=loss_value,
+            barrier_s=t2 - t1,
+            comm_bytes=comm_bytes,
+            **extra,
+        )
+    if distributed:
+        barrier_fn(tf.constant(0.0))  # nobody leaves while a peer still talks to it

@@ -1,0 +1,60 @@
+"""TensorFlow runner: one process of a run, in the study's chosen distributed mode.
+
+``tensorflow.strategy`` in the study config picks the mode (``mwms``: ring all-reduce
+between workers, see ``mwms.py``; ``ps``: parameter servers and a chief that drives the
+workers, see ``ps.py``, with the servers in ``server.py``). Thread pools are set
+explicitly (intra/inter op, from the plan) and recorded with the versions; oneDNN stays on
+(it doubled TensorFlow's CPU speed on these machines).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from dlscale.runners.common import RunContext
+from dlscale.runners.tensorflow import steps
+
+
+def import_tensorflow() -> Any:
+    """TensorFlow with the run's settings applied before its runtime starts."""
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    import tensorflow as tf
+
+    steps.configure(tf)
+    return tf
+
+
+def versions() -> dict[str, str]:
+    tf = import_tensorflow()
+    import keras
+
+    threads = steps.configure(tf)
+    return {
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "numpy": np.__version__,
+        "strategy": os.environ.get("DLSCALE_TF_STRATEGY", "mwms"),
+        "intra_op_threads": str(threads["intra_op"]),
+        "inter_op_threads": str(threads["inter_op"]),
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"),
+        "backend": "grpc",
+    }
+
+
+def train(ctx: RunContext) -> None:
+    tf = import_tensorflow()
+    strategy = ctx.spec["options"].get("strategy", "mwms")
+    if strategy == "mwms":
+        from dlscale.runners.tensorflow import mwms
+
+        mwms.train(ctx, tf)
+    elif strategy == "ps":
+        from dlscale.runners.tensorflow import ps
+
+        ps.train(ctx, tf)
+    else:
+        raise ValueError(f"unknown tensorflow.strategy {strategy!r} (expected mwms or ps)")

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Make Debian's Fashion-MNIST (package dataset-fashion-mnist) present, installing it only when
+# missing. It puts the four canonical idx .gz files under /usr/share/datasets/fashion-mnist/;
+# dlscale.data.fashion_mnist verifies them byte for byte, so the package is only a carrier.
+# Idempotent: a second call (or a machine that has the files) does nothing.
+set -euo pipefail
+dir=/usr/share/datasets/fashion-mnist
+files=(train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz)
+missing=0
+for name in "${files[@]}"; do
+  [[ -f "$dir/$name" ]] || missing=1
+done
+if ((missing == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "dlscale: $dir is missing and installing dataset-fashion-mnist needs root;" \
+    "run 'apt-get install dataset-fashion-mnist' as root, or set data.fashion_mnist.source" \
+    "to a directory holding the four idx files" >&2
+  exit 1
+fi
+echo "dlscale: installing dataset-fashion-mnist"
+export DEBIAN_FRONTEND=noninteractive
+# A stale package list cannot find the package; refresh it once and retry.
+apt-get install -y -qq --no-install-recommends dataset-fashion-mnist >/dev/null 2>&1 ||
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends dataset-fashion-mnist >/dev/null; }
+for name in "${files[@]}"; do
+  [[ -f "$dir/$name" ]] || { echo "dlscale: $dir/$name still missing after installing dataset-fashion-mnist" >&2; exit 1; }
+done

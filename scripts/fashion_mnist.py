@@ -1,0 +1,51 @@
+"""Snakemake glue: Fashion-MNIST (Debian package or a user directory), verified, as shards.
+
+Outputs ``summary`` (JSON of ``verify_fashion_mnist``), ``idx`` (directory of the four
+uncompressed idx files) and ``shards`` (the training set as a shard set, images NHWC with one
+channel); params ``source`` ("debian" or a directory) and ``shard_size``. Fails, with the
+reason in the log, unless the files are byte-identical to canonical Fashion-MNIST.
+"""
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+
+def main(smk) -> None:
+    sys.path.insert(0, str(Path(smk.scriptdir).parent))
+    from dlscale.data import fashion_mnist
+    from dlscale.data.mnist import read_idx
+    from dlscale.data.shards import ShardSet, atomic_write_bytes, write_shards
+
+    logging.basicConfig(
+        filename=smk.log[0],
+        level=logging.INFO,
+        force=True,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        source = str(smk.params.source)
+        idx = fashion_mnist.import_fashion_mnist(source, smk.output.idx)
+        summary = fashion_mnist.verify_fashion_mnist(idx)
+        summary["source"] = (
+            f"Debian dataset-fashion-mnist ({fashion_mnist.DEBIAN_DIR})" if source == "debian" else source
+        )
+        out = write_shards(
+            smk.output.shards,
+            read_idx(idx["train_images"])[..., None],
+            read_idx(idx["train_labels"]),
+            dataset="fashion-mnist",
+            split="train",
+            num_classes=10,
+            shard_size=int(smk.params.shard_size),
+            source=f"Fashion-MNIST train idx ({summary['source']}, MD5-verified)",
+        )
+        atomic_write_bytes(smk.output.summary, (json.dumps(summary, indent=1) + "\n").encode())
+        logging.info("Fashion-MNIST verified: %s; wrote %r", summary, ShardSet(out, verify=True))
+    except Exception:
+        logging.exception("fashion_mnist failed")
+        raise
+
+
+main(snakemake)  # noqa: F821 (defined by Snakemake's script: directive)

@@ -1,0 +1,42 @@
+"""Snakemake glue: gather the converted parts into the ImageNet shard set (hard links, no copy).
+
+Inputs ``listing`` and ``parts`` (directories, in part order); output ``shards``. The set is
+checked (sizes and headers) once written.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+
+def main(smk) -> None:
+    sys.path.insert(0, str(Path(smk.scriptdir).parent))
+    from dlscale.data import imagenet
+    from dlscale.data.shards import ShardSet
+
+    logging.basicConfig(
+        filename=smk.log[0],
+        level=logging.INFO,
+        force=True,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        listing = imagenet.Listing.read(smk.input.listing)
+        out = imagenet.gather(listing, list(smk.input.parts), smk.output.shards)
+        shards = ShardSet(out)
+        logging.info(
+            "wrote %r: %d shards, %d of %d images (%d skipped), mean %.6f std %.6f",
+            shards,
+            len(shards.index["shards"]),
+            shards.num_samples,
+            shards.index["listed"],
+            shards.index["skipped_count"],
+            shards.mean,
+            shards.std,
+        )
+    except Exception:
+        logging.exception("imagenet_gather failed")
+        raise
+
+
+main(snakemake)  # noqa: F821 (defined by Snakemake's script: directive)

@@ -1,0 +1,208 @@
+"""The benchmarks' arithmetic and tables (pure functions), plus the FLOP count and the TCP
+stream for real. No timing is asserted anywhere: benchmarks report, tests check correctness."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+
+import pandas as pd
+import pytest
+from conftest import REPO, torch_python
+
+from benchmarks import stats, summary, workflow_scale
+from benchmarks.comm_efficiency import comm_table
+from benchmarks.compute_efficiency import efficiency_table
+from benchmarks.harness_overhead import overhead_table
+from benchmarks.tcp_stream import stream
+
+
+def test_summarize_median_min_max_and_drops_failed_repeats():
+    s = stats.summarize([3.0, 1.0, float("nan"), 2.0, 10.0])
+    assert (s.median, s.min, s.max, s.n) == (2.5, 1.0, 10.0, 4)
+    empty = stats.summarize([float("nan")])
+    assert empty.n == 0 and math.isnan(empty.median)
+    assert s.as_row("x") == {"x_median": 2.5, "x_min": 1.0, "x_max": 10.0, "x_n": 4}
+
+
+def test_ratios_are_paired_per_repeat():
+    # Repeat 1 was slow for both arms: pairing cancels it, dividing medians would not.
+    runner, bare = [100.0, 50.0, 98.0], [100.0, 50.0, 100.0]
+    assert stats.paired_ratios(runner, bare) == [1.0, 1.0, 0.98]
+    r = stats.ratio_summary(runner, bare)
+    assert (r.median, r.min, r.max) == (1.0, 0.98, 1.0)
+    assert math.isnan(stats.paired_ratios([1.0], [0.0])[0])
+    with pytest.raises(ValueError, match="unpaired"):
+        stats.paired_ratios([1.0, 2.0], [1.0])
+
+
+def test_arm_order_rotates_so_each_arm_leads_equally_often():
+    arms = ("runner", "bare", "peak")
+    orders = [stats.arm_order(r, arms) for r in range(6)]
+    assert orders[0] == ["runner", "bare", "peak"] and orders[1] == ["bare", "peak", "runner"]
+    assert all(sorted(o) == sorted(arms) for o in orders)
+    firsts = [o[0] for o in orders]
+    assert {a: firsts.count(a) for a in arms} == {"runner": 2, "bare": 2, "peak": 2}
+    assert stats.arm_order(3, []) == []
+
+
+def test_interval_throughput_roofline_bandwidth_verdict():
+    assert stats.median_interval([0.0, 1.0, 3.0, 4.0]) == 1.0
+    with pytest.raises(ValueError):
+        stats.median_interval([1.0])
+    assert stats.throughput(64, 0.5) == 128.0 and math.isnan(stats.throughput(64, 0.0))
+    assert stats.roofline_fraction(100.0, 1e9, 2e11) == 0.5
+    assert stats.bandwidth(1e6, 0.5) == 2e6
+    assert stats.verdict(0.98, 0.97) == "pass" and stats.verdict(0.96, 0.97) == "miss"
+    assert stats.verdict(12.0, 20.0, higher_is_better=False) == "pass"
+    assert stats.verdict(float("nan"), 1.0) == "n/a"
+
+
+def _raw() -> pd.DataFrame:
+    rows = []
+    for repeat, (runner, bare, peak) in enumerate(
+        [(95.0, 100.0, 4e10), (50.0, 50.0, 2e10), (99.0, 100.0, 4e10)]
+    ):
+        base = {"framework": "torch", "model": "lenet", "batch": 64, "threads": 1, "repeat": repeat}
+        rows.append({**base, "arm": "runner", "samples_per_s": runner, "samples_per_cpu_s": runner * 2})
+        rows.append({**base, "arm": "bare", "samples_per_s": bare, "samples_per_cpu_s": bare * 2})
+        rows.append({**base, "arm": "peak", "peak_flops": peak, "peak_flops_cpu": peak})
+    return pd.DataFrame(rows)
+
+
+def test_overhead_table_pairs_runner_and_bare():
+    table = overhead_table(_raw())
+    row = table.iloc[0]
+    assert (row["ratio_median"], row["ratio_min"], row["ratio_max"]) == (0.99, 0.95, 1.0)
+    assert row["cpu_ratio_median"] == 0.99
+    assert row["verdict"] == "pass" and row["target"] == 0.97
+    assert row["runner_samples_per_s_median"] == 95.0
+
+
+def test_efficiency_table_uses_each_repeats_own_peak():
+    flops = pd.DataFrame({"model": ["lenet"], "flops_per_sample": [2e8]})
+    row = efficiency_table(_raw(), flops).iloc[0]
+    # fractions per repeat: 95*2e8/4e10, 50*2e8/2e10, 99*2e8/4e10 = 0.475, 0.5, 0.495
+    assert row["fraction_median"] == pytest.approx(0.495)
+    assert row["fraction_min"] == pytest.approx(0.475)
+    assert row["bare_fraction_max"] == pytest.approx(0.5)
+    assert row["peak_flops_median"] == 4e10
+    # CPU-time throughput is twice the wall one here, against the same peak
+    assert row["cpu_fraction_median"] == pytest.approx(0.99)
+
+
+def test_comm_table_ratios_against_tcp_and_mpi():
+    raw = pd.DataFrame(
+        [
+            {"repeat": r, "transport": t, "nbytes": 4000, "bytes_per_s": bw}
+            for r, scale in enumerate((1.0, 0.5))
+            for t, bw in (("tcp", 2e9 * scale), ("mpi", 1e9 * scale), ("torch", 1e9 * scale))
+        ]
+    )
+    flops = pd.DataFrame({"model": ["lenet"], "gradient_bytes": [4000]})
+    row = comm_table(raw, flops, ["torch"]).iloc[0]
+    assert row["model"] == "lenet" and row["nbytes"] == 4000
+    assert row["vs_tcp_median"] == 0.5 and row["vs_tcp_min"] == 0.5
+    assert row["vs_mpi_median"] == 1.0
+    assert row["tcp_bytes_per_s_max"] == 2e9
+
+
+@pytest.mark.parametrize("runs", [100, 1000, 10000])
+def test_generated_studies_have_exactly_the_asked_runs(runs, schema):
+    from dlscale import study
+
+    config = workflow_scale.study_of_size(runs, "/nonexistent/envs")
+    validated = study.validate_config(config, schema, REPO)
+    assert len(study.expand_runs(validated)) == runs
+    with pytest.raises(ValueError):
+        workflow_scale.study_of_size(101, "x")
+
+
+def test_synthetic_events_aggregate_as_ok_runs(tmp_path):
+    from dlscale import analysis
+
+    paths = workflow_scale.write_synthetic_study(tmp_path, runs=20)
+    assert len(paths) == 20
+    runs, iterations = analysis.load_events(paths)
+    assert runs["status"].eq("ok").all(), runs[["run_id", "reason"]]
+    assert set(runs["nodes"]) == set(workflow_scale.AGG_NODES)
+    lenet = runs[runs["model"].eq("lenet")]
+    assert lenet["timed_iterations"].eq(100).all()
+    assert len(iterations) == sum(
+        (n_iter + 3) * nodes
+        for n_iter, nodes in zip(
+            runs["model"].map({"lenet": 100, "autoencoder": 100, "alexnet": 12, "resnet50": 8}),
+            runs["nodes"],
+            strict=True,
+        )
+    )
+
+
+def test_summary_tables_have_targets_and_verdicts(tmp_path):
+    overhead_table(_raw()).to_csv(tmp_path / "harness_overhead.csv", index=False)
+    pd.DataFrame(
+        [{"task": "snakemake -n", "runs": 10000, "wall_s_median": 25.0, "wall_s_min": 24.0,
+          "wall_s_max": 30.0, "cpu_s_median": 15.0, "peak_rss_mb_max": 400.0,
+          "loadavg_1m_median": 8.0, "target_s": 20.0, "verdict": "miss", "verdict_cpu": "pass"}]
+    ).to_csv(tmp_path / "workflow_scale.csv", index=False)  # fmt: skip
+    text = summary.build(tmp_path)
+    assert "| torch | lenet | 64 | 1 |" in text
+    assert "0.990 [0.950, 1.000]" in text and "| pass |" in text
+    assert "25.0 [24.0, 30.0]" in text and "| miss | pass |" in text
+    assert "## 3. Communication efficiency" in text and "Not measured." in text
+    short = summary.short_table(tmp_path)
+    assert "harness  torch" in short and "scale    snakemake -n" in short
+
+
+def test_fmt_helpers():
+    assert summary.fmt(float("nan")) == "-" and summary.fmt(1.234, 1) == "1.2"
+    assert summary.fmt_range({"x_median": 1.0, "x_min": 0.5, "x_max": 2.0}, "x", 1) == "1.0 [0.5, 2.0]"
+    assert summary.fmt_range({"x_median": 1.0}, "x") == "-"
+    assert summary.markdown_table(["a", "b"], [["1", "2"]]).splitlines() == [
+        "| a | b |",
+        "|---|---|",
+        "| 1 | 2 |",
+    ]
+
+
+def test_tcp_stream_moves_every_byte_on_loopback():
+    rows = stream([1 << 20, 3 << 20], inner=1)
+    assert [r["nbytes"] for r in rows] == [1 << 20, 3 << 20]
+    assert all(r["transport"] == "tcp" and r["seconds"] > 0 for r in rows)
+
+
+FLOPS_CODE = """
+import json, torch
+from torch import nn
+from benchmarks.torch_worker import count_flops, model_input
+from dlscale.runners.torch.models import build_model
+mlp = nn.Sequential(nn.Linear(10, 5), nn.ReLU(), nn.Linear(5, 3))
+x, y = torch.randn(4, 10), torch.randint(0, 3, (4,))
+lenet = build_model("lenet")
+lx, ly, loss = model_input("lenet", 2)
+print(json.dumps({"mlp": count_flops(mlp, x, y, nn.CrossEntropyLoss()) / 4,
+                  "lenet": count_flops(lenet, lx, ly, loss) / 2}))
+"""
+
+
+def test_flop_count_matches_hand_counts():
+    """Forward + backward FLOPs (2 per multiply-add) of matmuls and convolutions.
+
+    MLP 10-5-3 per sample: forward 2*(50+15) = 130; backward: weight grads 130, input grad
+    of the second layer 30 (the input needs no grad) -> 290. LeNet (Caffe's): forward MACs
+    conv1 20*24*24*25 + conv2 50*8*8*500 + ip1 800*500 + ip2 500*10 = 2,293,000 -> 4,586,000
+    FLOPs; backward: weight grads 4,586,000 + input grads of all but conv1 4,010,000.
+    """
+    proc = subprocess.run(
+        [str(torch_python()), "-c", FLOPS_CODE],
+        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counts["mlp"] == 290
+    assert counts["lenet"] == 2 * 4_586_000 + 4_010_000
