@@ -15,7 +15,7 @@ from dlscale.study import ConfigError, Run, expand_runs, run_spec, spec_sha256, 
 def test_default_config_is_valid(repo, schema):
     config = yaml.safe_load((repo / "config.yaml").read_text())
     study = validate_config(config, schema, repo)
-    assert study["frameworks"] == ["torch"]
+    assert "torch" in study["frameworks"] and "tensorflow" in study["frameworks"]
     assert set(study["models"]) == {"lenet", "autoencoder", "alexnet", "resnet50"}
 
 
