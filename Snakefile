@@ -26,6 +26,8 @@ localrules:
 
 include: "rules/common.smk"
 include: "rules/envs.smk"
+include: "rules/caffe.smk"
+include: "rules/bigdl.smk"
 include: "rules/data.smk"
 include: "rules/imagenet.smk"
 include: "rules/train.smk"
@@ -41,3 +43,4 @@ rule all:
         "results/runs.csv",
         "results/findings.csv",
         figure_files(),
+        CAFFE_FIGURE_FILES,

@@ -221,11 +221,17 @@ def expand_runs(study: dict[str, Any]) -> list[Run]:
     runs = [
         Run(fw, model, nodes, study["ranks_per_node"], batch_per_rank(study, model, nodes), repeat)
         for fw in study["frameworks"]
-        for model in study["models"]
+        for model in models_of(study, fw)
         for nodes in sorted(study["nodes"])
         for repeat in range(study["repeats"])
     ]
     return runs
+
+
+def models_of(study: dict[str, Any], framework: str) -> list[str]:
+    """The models a framework runs: all of ``models``, or its ``models_per_framework`` subset."""
+    subset = study.get("models_per_framework", {}).get(framework)
+    return [m for m in study["models"] if subset is None or m in subset]
 
 
 def dataset_of(study: dict[str, Any], model: str) -> str:

@@ -141,3 +141,17 @@ def test_any_config_is_valid_or_a_clear_error(schema, config):
         assert str(err).startswith("config key '")
     else:
         assert expand_runs(study)
+
+
+def test_models_per_framework_restricts_one_framework(schema, monkeypatch):
+    import dlscale.study
+
+    monkeypatch.setattr(dlscale.study, "IMPLEMENTED_FRAMEWORKS", ("torch", "bigdl"))
+    study = validate_config(
+        {"frameworks": ["torch", "bigdl"], "models_per_framework": {"bigdl": ["lenet"]}, "nodes": [1]}, schema
+    )
+    runs = expand_runs(study)
+    assert sorted(r.model for r in runs if r.framework == "bigdl") == ["lenet"]
+    assert len([r for r in runs if r.framework == "torch"]) == 4
+    with pytest.raises(ConfigError, match=r"'models_per_framework.bigdl\[0\]'"):
+        validate_config({"models_per_framework": {"bigdl": ["vgg"]}}, schema)

@@ -1,0 +1,21 @@
+"""How a BigDL run starts: one driver process, which brings up its own Spark cluster.
+
+BigDL's "ranks" are Spark executor cores (see ``spark.ClusterShape``): the launcher does not
+start them, the driver does, through the standalone master and workers it starts and stops
+itself (``dlscale.runners.bigdl.spark``). Only the driver reports: BigDL's log gives one
+line per iteration for the whole cluster, so the plan has ``reporting_ranks=1`` and each
+iteration event carries the GLOBAL samples.
+"""
+
+from dlscale import placement
+from dlscale.runners.plan import LaunchContext, Plan, Process
+
+
+def plan(ctx: LaunchContext) -> Plan:
+    env = {**ctx.base_env(), "PYSPARK_PYTHON": ctx.python, "DLSCALE_SPARK_MODE": ctx.mode}
+    if ctx.mode == "local":
+        env.update(
+            placement.local_rank_env(0, ctx.spec["nodes"], ctx.spec["ranks_per_node"], ctx.master_port)
+        )
+    driver = Process("bigdl driver", ctx.runner_argv("dlscale.runners.bigdl"), env, rank=0)
+    return Plan([driver], reporting_ranks=1)

@@ -1,0 +1,334 @@
+"""A Spark standalone cluster that belongs to one BigDL run: started, watched, stopped by PID.
+
+Every BigDL job brings up its own master and workers and takes them down again, so that
+runs never share daemons (a measurement is never disturbed by another job's executors, and
+a failed job leaves nothing behind). The pip ``pyspark`` has no ``sbin/`` scripts, so the
+daemons are started with ``bin/spark-class`` (which ``exec``s the JVM: the PID we hold is
+the JVM's).
+
+- Local profile: the master and one worker per emulated node, all on 127.0.0.1. Ports are
+  picked free by the OS (the master's is read back from its log, because Spark moves to the
+  next port when one is taken), web UIs get port 0: concurrent jobs on one host never meet.
+- SLURM: the master on the allocation's first node (where the driver runs) and one worker
+  per node started by a single ``srun`` step, each offering the cores and memory the
+  allocation gives a node.
+
+Every daemon runs in a process group of its own (so that stopping a worker also stops the
+executors it forked) with ``PR_SET_PDEATHSIG`` set: if the driver is SIGKILLed before its
+``finally`` runs, the kernel still takes the daemons down. Worker and scratch directories
+(the jars Spark copies per application, shuffle files) live under the run's work dir and
+are deleted on stop; the daemons' and executors' logs are kept beside them as evidence.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOST = "127.0.0.1"
+STOP_GRACE_S = 4.0
+PR_SET_PDEATHSIG = 1
+
+
+class SparkClusterError(RuntimeError):
+    """The cluster could not be started; the message quotes the daemon's log."""
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    """How a run's nodes and ranks become Spark workers, executors and cores.
+
+    One worker per node, each running one executor with ``ranks_per_node x
+    threads_per_rank`` cores. BigDL trains one model replica per executor core, each on its
+    own slice of the mini-batch, so a study rank (one data-parallel replica with its own
+    batch) is one executor core when threads_per_rank is 1; with more threads, a rank's
+    batch is split over that many replicas.
+    """
+
+    workers: int
+    cores_per_executor: int
+    executor_memory: str
+
+    @property
+    def total_cores(self) -> int:
+        return self.workers * self.cores_per_executor
+
+
+def cluster_shape(spec: Mapping[str, object], executor_memory: str) -> ClusterShape:
+    cores = int(spec["ranks_per_node"]) * int(spec["threads_per_rank"])  # type: ignore[call-overload]
+    return ClusterShape(int(spec["nodes"]), cores, executor_memory)  # type: ignore[call-overload]
+
+
+def bigdl_batch(spec: Mapping[str, object], shape: ClusterShape) -> int:
+    """The global batch BigDL is given: the study's batch per rank x ranks.
+
+    DistriOptimizer splits it evenly over executors x cores and refuses a remainder, so a
+    batch that does not divide is a configuration error, said before any JVM starts.
+    """
+    global_batch = int(spec["global_batch"])  # type: ignore[call-overload]
+    if global_batch % shape.total_cores:
+        raise ValueError(
+            f"BigDL needs the global batch ({global_batch} = batch {spec['batch']} x"
+            f" {spec['world_size']} ranks) to be a multiple of executors x cores"
+            f" ({shape.workers} x {shape.cores_per_executor}): with threads_per_rank > 1 the"
+            " batch per rank must be a multiple of threads_per_rank"
+        )
+    return global_batch
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _daemon_preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
+    os.setpgid(0, 0)
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class Daemon:
+    label: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+@dataclass
+class SparkCluster:
+    """Start with ``start()``, stop with ``stop()`` (idempotent); or use as a context manager."""
+
+    spark_home: Path
+    root: Path  # everything the cluster writes goes below this directory
+    shape: ClusterShape
+    env: dict[str, str] = field(default_factory=dict)
+    mode: str = "local"  # "local" (emulated nodes) or "slurm" (inside an allocation)
+    startup_timeout_s: float = 120.0
+    daemons: list[Daemon] = field(default_factory=list)
+    master_url: str | None = None
+    startup_s: float | None = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [d.pid for d in self.daemons]
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    def worker_dir(self, index: int) -> Path:
+        return self.root / f"worker{index}"
+
+    def _spawn(self, label: str, argv: list[str], env: Mapping[str, str]) -> Daemon:
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        log = self.logs_dir / f"{label}.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env, **env},
+                preexec_fn=_daemon_preexec,  # noqa: PLW1509 - setpgid + pdeathsig, nothing else
+            )
+        daemon = Daemon(label, proc, log)
+        self.daemons.append(daemon)
+        return daemon
+
+    def _daemon_env(self, scratch: Path) -> dict[str, str]:
+        scratch.mkdir(parents=True, exist_ok=True)
+        return {
+            "SPARK_HOME": str(self.spark_home),
+            "SPARK_LOCAL_DIRS": str(scratch),
+            "SPARK_DAEMON_MEMORY": "512m",
+            # Master and workers only pass messages: the client compiler and a serial GC
+            # start them sooner and keep them off the cores the training needs. No
+            # /tmp/hsperfdata_* file, which a SIGKILLed JVM would leave behind.
+            "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData",
+            "SPARK_LOG_DIR": str(self.logs_dir),
+            "SPARK_PID_DIR": str(self.root),
+        }
+
+    def _wait_for(self, pattern: str, logs: list[Path], count: int = 1) -> str:
+        """Wait until ``pattern`` appears ``count`` times in ``logs``; the last match.
+
+        Every daemon started so far must stay alive meanwhile: one that exits fails the
+        start at once, with the end of its log, instead of a wait for the time-out.
+        """
+        deadline = time.time() + self.startup_timeout_s
+        regex = re.compile(pattern)
+        while True:
+            matches = []
+            for path in logs:
+                try:
+                    matches += regex.findall(path.read_text(errors="replace"))
+                except OSError:
+                    pass
+            if len(matches) >= count:
+                return matches[-1]
+            for daemon in self.daemons:
+                if daemon.proc.poll() is not None:
+                    raise SparkClusterError(
+                        f"Spark {daemon.label} exited with status {daemon.proc.returncode} while"
+                        f" starting; its log ({daemon.log}) ends:\n{_tail(daemon.log)}"
+                    )
+            if time.time() > deadline:
+                raise SparkClusterError(
+                    f"Spark cluster not ready after {self.startup_timeout_s:.0f} s (waiting for"
+                    f" {pattern!r} x{count}); the log ({logs[0]}) ends:\n{_tail(logs[0])}"
+                )
+            time.sleep(0.2)
+
+    def start(self) -> str:
+        """Start the master and the workers; return the master URL once every worker registered."""
+        started = time.time()
+        spark_class = str(self.spark_home / "bin" / "spark-class")
+        host = HOST if self.mode == "local" else socket.gethostname()
+        master = self._spawn(
+            "master",
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                host,
+                "--port",
+                str(free_port()),
+                "--webui-port",
+                "0",
+            ],
+            self._daemon_env(self.root / "scratch" / "master"),
+        )
+        self.master_url = self._wait_for(r"Starting Spark master at (spark://\S+)", [master.log])
+        memory = self.shape.executor_memory
+        if self.mode == "local":
+            for index in range(self.shape.workers):
+                self._spawn(
+                    f"worker{index}",
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        "--host",
+                        HOST,
+                        "--cores",
+                        str(self.shape.cores_per_executor),
+                        "--memory",
+                        memory,
+                        "--work-dir",
+                        str(self.worker_dir(index)),
+                        "--webui-port",
+                        "0",
+                        self.master_url,
+                    ],
+                    self._daemon_env(self.root / "scratch" / f"worker{index}"),
+                )
+        else:
+            self._start_slurm_workers(spark_class)
+        self._wait_for(r"Registering worker", [master.log], count=self.shape.workers)
+        self.startup_s = time.time() - started
+        return self.master_url
+
+    def _start_slurm_workers(self, spark_class: str) -> None:
+        """One worker per allocated node, by one srun step, sized from the allocation.
+
+        Each worker offers every CPU and (nearly) all the memory SLURM gives its node; the
+        executor still takes only the study's cores and executor memory, so the node's other
+        cores stay idle as they do for the other frameworks.
+        """
+        cpus = os.environ.get("SLURM_CPUS_ON_NODE", str(self.shape.cores_per_executor))
+        mem_mb = int(os.environ.get("SLURM_MEM_PER_NODE", "0") or 0)
+        memory = f"{max(mem_mb - 2048, 1024)}m" if mem_mb else self.shape.executor_memory
+        work = self.root / "worker-slurm"  # executors get unique app-*/<id> folders below
+        self._spawn(
+            "workers",
+            [
+                "srun",
+                f"--nodes={self.shape.workers}",
+                f"--ntasks={self.shape.workers}",
+                "--ntasks-per-node=1",
+                "--kill-on-bad-exit=1",
+                spark_class,
+                "org.apache.spark.deploy.worker.Worker",
+                "--cores",
+                cpus,
+                "--memory",
+                memory,
+                "--work-dir",
+                str(work),
+                "--webui-port",
+                "0",
+                str(self.master_url),
+            ],
+            self._daemon_env(self.root / "scratch" / "workers"),
+        )
+
+    def stop(self) -> None:
+        """Stop every daemon by PID (its process group): SIGTERM, a short grace, SIGKILL.
+
+        Then keep the executors' logs and delete the worker and scratch directories.
+        Safe to call twice, and after a failed start.
+        """
+        for daemon in reversed(self.daemons):  # workers first, the master last
+            if daemon.proc.poll() is None:
+                _killpg(daemon.pid, signal.SIGTERM)
+        deadline = time.time() + STOP_GRACE_S
+        for daemon in self.daemons:
+            try:
+                daemon.proc.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+            _killpg(daemon.pid, signal.SIGKILL)  # leftovers of the group (executors) too
+            if daemon.proc.poll() is None:
+                daemon.proc.wait()
+        self._keep_executor_logs()
+        for path in [*self.root.glob("worker*"), self.root / "scratch"]:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _keep_executor_logs(self) -> None:
+        for stream in sorted(self.root.glob("worker*/app-*/*/std*")):
+            worker, executor = stream.parts[-4], stream.parts[-2]
+            target = self.logs_dir / f"{worker}-executor{executor}.{stream.name}.log"
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(stream, target)
+
+    def __enter__(self) -> SparkCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

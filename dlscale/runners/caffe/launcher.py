@@ -1,0 +1,113 @@
+"""How a Caffe run starts: one MPI job of n x p ranks (mpirun locally, ``srun --mpi`` under SLURM).
+
+The plan has a single process, the MPI launcher, and every rank writes its own part file
+through the common harness (``reporting_ranks`` = world size). mpirun ends the whole job
+when one rank dies, so no rank waits forever in an all-reduce for a dead peer; under SLURM
+``srun --kill-on-bad-exit`` does the same.
+
+pycaffe is not pip-installable: it lives in a Caffe build tree (``<home>/python``), found
+in this order: the config's ``caffe.home``; ``DLSCALE_CAFFE_HOME``; the build marker named
+by ``DLSCALE_CAFFE_MARKER`` (the training rule passes the one ``caffe_build`` wrote);
+``caffe-build.json`` beside the framework venvs (where tests and the rule put it).
+No caffe or MPI import here: this module is loaded when a run is planned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dlscale.runners.plan import LaunchContext, Plan, Process, slurm_env, srun_argv
+
+MODULE = "dlscale.runners.caffe"
+REPO = Path(__file__).resolve().parents[3]
+MARKER_NAME = "caffe-build.json"
+
+
+class CaffeNotFound(RuntimeError):
+    """No usable Caffe install: the message says where it looked and how to provide one."""
+
+
+def check_home(home: str | os.PathLike[str]) -> Path:
+    """A Caffe build tree with pycaffe (``python/caffe``) and the tool (``build/tools/caffe``)."""
+    path = Path(home).expanduser().resolve()
+    missing = [p for p in ("python/caffe/__init__.py", "build/tools/caffe") if not (path / p).exists()]
+    if missing:
+        raise CaffeNotFound(f"{path} is not a built Caffe tree: missing {', '.join(missing)}")
+    return path
+
+
+def read_marker(marker: str | os.PathLike[str]) -> Path:
+    """The Caffe home recorded in a build marker (written by scripts/build_caffe.sh)."""
+    try:
+        info = json.loads(Path(marker).read_text(encoding="utf-8"))
+        return check_home(info["home"])
+    except (OSError, ValueError, KeyError) as err:
+        raise CaffeNotFound(f"unreadable Caffe build marker {marker}: {err}") from None
+
+
+def caffe_home(options: Mapping[str, Any], env: Mapping[str, str], python: str) -> Path:
+    """Where pycaffe and the caffe tool live (see the module docstring for the order)."""
+    if options.get("home"):
+        return check_home(options["home"])
+    if env.get("DLSCALE_CAFFE_HOME"):
+        return check_home(env["DLSCALE_CAFFE_HOME"])
+    if env.get("DLSCALE_CAFFE_MARKER"):
+        return read_marker(env["DLSCALE_CAFFE_MARKER"])
+    beside_venvs = Path(python).absolute().parent.parent.parent / MARKER_NAME
+    if beside_venvs.is_file():
+        return read_marker(beside_venvs)
+    raise CaffeNotFound(
+        "no Caffe install found: set config caffe.home to a built Caffe tree, or let the"
+        f" workflow build one (rule caffe_build; looked for {beside_venvs})"
+    )
+
+
+def caffe_env(home: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """pycaffe and this repository importable; Caffe's glog quiet below warnings."""
+    path = [str(home / "python"), str(REPO)]
+    if env.get("PYTHONPATH"):
+        path.append(env["PYTHONPATH"])
+    return {
+        "PYTHONPATH": os.pathsep.join(path),
+        "DLSCALE_CAFFE_HOME": str(home),
+        "GLOG_minloglevel": str(env.get("GLOG_minloglevel", "1")),
+    }
+
+
+def mpirun_argv(ctx: LaunchContext, mpirun: str = "mpirun") -> list[str]:
+    """mpirun for n x p ranks on this host: root allowed, oversubscription allowed (emulated
+    nodes may exceed the cores), no core binding (the node is shared, threads are pinned by
+    count), and the job aborted as soon as one rank fails."""
+    world = int(ctx.spec["world_size"])
+    return [
+        shutil.which(mpirun) or mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+        "-n", str(world), *ctx.runner_argv(MODULE),
+    ]  # fmt: skip
+
+
+def plan(ctx: LaunchContext) -> Plan:
+    options = ctx.spec.get("options", {})
+    home = caffe_home(options, os.environ, ctx.python)
+    world = int(ctx.spec["world_size"])
+    if ctx.mode == "slurm":
+        env = {**slurm_env(ctx), **caffe_env(home, os.environ)}
+        argv = srun_argv(ctx, f"--mpi={options.get('srun_mpi', 'pmix')}", *ctx.runner_argv(MODULE))
+        return Plan([Process(f"srun --mpi ({world} ranks)", argv, env, None)], reporting_ranks=world)
+    env = {
+        **ctx.base_env(),
+        **caffe_env(home, os.environ),
+        # Emulated nodes talk over TCP on loopback, as torch's gloo does here, and as ranks
+        # on different nodes would: no shared-memory shortcut between "nodes".
+        "OMPI_MCA_btl": os.environ.get("OMPI_MCA_btl", "self,tcp"),
+        "DLSCALE_MPIRUN": "1",
+        "DLSCALE_RANKS_PER_NODE": str(ctx.spec["ranks_per_node"]),
+        "DLSCALE_MASTER_ADDR": ctx.master_addr,
+        "DLSCALE_MASTER_PORT": str(ctx.master_port),
+    }
+    argv = mpirun_argv(ctx, str(options.get("mpirun", "mpirun")))
+    return Plan([Process(f"mpirun ({world} ranks)", argv, env, None)], reporting_ranks=world)

@@ -1,0 +1,108 @@
+# Caffe: the build (or a user's install), `caffe time` per model, the per-layer figures.
+# Training runs are in train.smk (train_caffe); they take the build marker as input.
+
+CAFFE = STUDY.get("caffe", {})
+CAFFE_HOME = CAFFE.get("home")
+CAFFE_BUILD_MARKER = os.path.join(ENVS_DIR, "caffe-build.json")
+WORKFLOW_PYTHON = "python" if USE_CONDA else sys.executable
+
+
+# The per-layer time figures (in rule all and the report) when the study includes Caffe.
+CAFFE_FIGURE_FILES = (
+    [
+        f"results/figures/caffe_layers_{model}.{fmt}"
+        for model in STUDY["models"]
+        for fmt in FIGURE_FORMATS
+    ]
+    if "caffe" in STUDY["frameworks"]
+    else []
+)
+
+
+rule caffe_build:
+    """CPU Caffe + pycaffe, built from the BVLC source once per machine (cached outside
+    the repo by source hash and build options), or a user's install (config caffe.home).
+
+    The marker names the install; runs take it as an ``ancient`` input so that a rebuild
+    does not redo them.
+    """
+    input:
+        env=env_marker("caffe"),
+        script=os.path.join(workflow.basedir, "scripts/build_caffe.sh"),
+    output:
+        marker=CAFFE_BUILD_MARKER,
+    log:
+        "results/logs/envs/caffe-build.log",
+    localrule: True
+    conda:
+        "../envs/caffe.yaml"
+    params:
+        python=env_python("caffe"),
+        home=CAFFE_HOME or "",
+    message:
+        (
+            f"Using the Caffe install at {CAFFE_HOME} (config caffe.home)"
+            if CAFFE_HOME
+            else "Building Caffe from source (once per machine, cached; 10-25 minutes):"
+            " progress in results/logs/envs/caffe-build.log"
+        )
+    shell:
+        "DLSCALE_CAFFE_HOME={params.home:q} bash {input.script:q} {params.python:q}"
+        " {output.marker:q} > {log:q} 2>&1"
+
+
+rule caffe_time:
+    """`caffe time`: each layer's forward and backward time at the model's per-rank batch."""
+    input:
+        caffe=ancient(CAFFE_BUILD_MARKER),
+        env=train_input("caffe")["env"],
+    output:
+        net="results/caffe/time/{model}.prototxt",
+        log="results/caffe/time/{model}.log",
+        events="results/caffe/time/{model}.jsonl",
+    log:
+        "results/logs/caffe/time_{model}.log",
+    conda:
+        "../envs/caffe.yaml"
+    threads: STUDY["threads_per_rank"]
+    resources:
+        bench=1,
+    params:
+        python=env_python("caffe"),
+        repo=workflow.basedir,
+        batch=lambda wc: STUDY["batch_per_rank"][wc.model],
+        iterations=CAFFE.get("time_iterations", 5),
+        threads=STUDY["threads_per_rank"],
+    shell:
+        "DLSCALE_CAFFE_MARKER={input.caffe:q} PYTHONPATH={params.repo:q}"
+        " {params.python:q} -m dlscale.runners.caffe.timing --model {wildcards.model}"
+        " --batch {params.batch} --iterations {params.iterations} --threads {params.threads}"
+        " --python {params.python:q} --net {output.net:q} --log {output.log:q}"
+        " --events {output.events:q} > {log:q} 2>&1"
+
+
+rule caffe_layer_figure:
+    """Per-layer time of one model inside Caffe (html, svg, png), from `caffe time`."""
+    input:
+        events="results/caffe/time/{model}.jsonl",
+    output:
+        html="results/figures/caffe_layers_{model}.html",
+        svg=report(
+            "results/figures/caffe_layers_{model}.svg",
+            caption="../report/caffe_layers.rst",
+            category="6. Caffe per-layer time",
+            labels={"model": "{model}"},
+        ),
+        png="results/figures/caffe_layers_{model}.png",
+    log:
+        "results/logs/caffe/figure_{model}.log",
+    localrule: True
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        python=WORKFLOW_PYTHON,
+        repo=workflow.basedir,
+    shell:
+        "PYTHONPATH={params.repo:q} {params.python:q} -m dlscale.runners.caffe.layers"
+        " --events {input.events:q} --model {wildcards.model}"
+        " --out {output.html:q} {output.svg:q} {output.png:q} > {log:q} 2>&1"
