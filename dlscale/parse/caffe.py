@@ -204,6 +204,10 @@ class _Reader:
         for event in self.events:
             if event["event"] == "iteration" and event["samples"] == 0 and self.batch:
                 event["samples"] = self.batch  # the net's shape was logged after a display line
+            if event["event"] == "iteration" and event["step_s"] is None:
+                # A display with no earlier stamp to time it against (the first one) has no
+                # step time, which an iteration event must have: it stays a loss reading.
+                event["event"] = "display"
         return self.events
 
 
