@@ -259,6 +259,9 @@ class Launch:
             bad = [(index, code) for index, code in enumerate(codes) if code not in (None, 0)]
             if bad:
                 parts = read_parts(self.work_dir)
+                # The cause before its consequences: a rank that died without ending itself
+                # (killed, crashed) comes before ranks that then failed on its broken pipe.
+                bad.sort(key=lambda item: (self._ended_itself(item[0], parts), item[0]))
                 for index, code in bad:
                     process = self.plan.processes[index]
                     events = parts.get(process.rank, []) if process.rank is not None else []
@@ -284,6 +287,10 @@ class Launch:
             time.sleep(POLL_S)
         print(f"[launch] FAILED: {self.failure}; stopping the other ranks", file=sys.stderr, flush=True)
         self.stop_all()
+
+    def _ended_itself(self, index: int, parts: dict[int, list[dict[str, Any]]]) -> bool:
+        rank = self.plan.processes[index].rank
+        return rank is not None and any(e.get("event") == "rank_end" for e in parts.get(rank, []))
 
     def merge(self) -> list[dict[str, Any]]:
         parts = read_parts(self.work_dir)

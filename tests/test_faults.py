@@ -121,7 +121,7 @@ def test_sigterm_like_slurm_time_limit(framework, mnist_shards, tmp_path):
 
 def test_nan_loss(framework, mnist_shards, tmp_path):
     python = runner_python(framework)
-    spec = fault_spec(framework, iterations=200, learning_rate={"lenet": 1e9})
+    spec = fault_spec(framework, iterations=200, learning_rate={"lenet": 1e38})
     run = launch(python, spec, mnist_shards, tmp_path / "events.jsonl")
     try:
         started = run.started
