@@ -144,7 +144,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for row in rows:
         took = "-" if row["time_to_fail_s"] is None else f"{row['time_to_fail_s']:.1f} s"
         terminalreporter.write_line(f"{row['fault']:45} {row['framework']:11} {row['outcome']:15} {took:>12}")
-    bad = [r for r in rows if r["outcome"] != "failed cleanly"]
+    bad = [r for r in rows if r["outcome"] in ("hung", "wrong result")]
     terminalreporter.write_line(f"{len(rows)} tried, {len(bad)} hung or wrong")
 
 
