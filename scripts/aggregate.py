@@ -11,13 +11,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # `snakemake` comes from script:
 
 from dlscale import analysis
+from dlscale.logsetup import log_to
 
-logging.basicConfig(
-    filename=snakemake.log[0],
-    level=logging.INFO,
-    format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    force=True,
-)
+log_to(snakemake.log[0])
 log = logging.getLogger("aggregate")
 
 try:

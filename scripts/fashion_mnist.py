@@ -17,13 +17,9 @@ def main(smk) -> None:
     from dlscale.data import fashion_mnist
     from dlscale.data.mnist import read_idx
     from dlscale.data.shards import ShardSet, atomic_write_bytes, write_shards
+    from dlscale.logsetup import log_to
 
-    logging.basicConfig(
-        filename=smk.log[0],
-        level=logging.INFO,
-        force=True,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_to(smk.log[0])
     try:
         source = str(smk.params.source)
         idx = fashion_mnist.import_fashion_mnist(source, smk.output.idx)

@@ -17,13 +17,9 @@ def main(smk) -> None:
     sys.path.insert(0, str(Path(smk.scriptdir).parent))
     from dlscale.data import mnist
     from dlscale.data.shards import atomic_write_bytes
+    from dlscale.logsetup import log_to
 
-    logging.basicConfig(
-        filename=smk.log[0],
-        level=logging.INFO,
-        force=True,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_to(smk.log[0])
     try:
         outputs = {key: Path(getattr(smk.output, key)) for key in mnist.IDX_NAMES}
         dest_dirs = {path.parent for path in outputs.values()}

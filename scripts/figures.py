@@ -13,13 +13,9 @@ sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # `snakemake` comes f
 import pandas as pd
 
 from dlscale import figures
+from dlscale.logsetup import log_to
 
-logging.basicConfig(
-    filename=snakemake.log[0],
-    level=logging.INFO,
-    format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    force=True,
-)
+log_to(snakemake.log[0])
 log = logging.getLogger("figures")
 
 try:

@@ -11,13 +11,9 @@ from pathlib import Path
 def main(smk) -> None:
     sys.path.insert(0, str(Path(smk.scriptdir).parent))
     from dlscale.data import imagenet
+    from dlscale.logsetup import log_to
 
-    logging.basicConfig(
-        filename=smk.log[0],
-        level=logging.INFO,
-        force=True,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_to(smk.log[0])
     try:
         listing = imagenet.list_split(
             smk.params.source,

@@ -13,13 +13,9 @@ def main(smk) -> None:
     sys.path.insert(0, str(Path(smk.scriptdir).parent))
     from dlscale.data import mnist
     from dlscale.data.shards import ShardSet, write_shards
+    from dlscale.logsetup import log_to
 
-    logging.basicConfig(
-        filename=smk.log[0],
-        level=logging.INFO,
-        force=True,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_to(smk.log[0])
     try:
         images = mnist.read_idx(smk.input.train_images)
         labels = mnist.read_idx(smk.input.train_labels)

@@ -13,13 +13,9 @@ def main(smk) -> None:
     sys.path.insert(0, str(Path(smk.scriptdir).parent))
     from dlscale.data.shards import ShardSet
     from dlscale.data.synthetic import make_synthetic_imagenet
+    from dlscale.logsetup import log_to
 
-    logging.basicConfig(
-        filename=smk.log[0],
-        level=logging.INFO,
-        force=True,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_to(smk.log[0])
     try:
         params = {
             key: int(getattr(smk.params, key))

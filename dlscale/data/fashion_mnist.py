@@ -19,17 +19,14 @@ train-labels bad3541b69d9..., t10k-images 5b4141f0afba..., t10k-labels 0402a96d9
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from dlscale.data.mnist import IDX_NAMES, import_from_dir, read_idx
-from dlscale.data.shards import DatasetError, pixel_stats
+from dlscale.data.mnist import import_from_dir, verify_idx_set
+from dlscale.data.shards import DatasetError
 
 log = logging.getLogger(__name__)
 
@@ -89,45 +86,12 @@ def import_fashion_mnist(source: str, dest_dir: str | os.PathLike[str]) -> dict[
     return import_from_dir(src, dest_dir)
 
 
-def _md5(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "md5").hexdigest()
-
-
 def verify_fashion_mnist(idx_paths: dict[str, str | os.PathLike[str]]) -> dict[str, Any]:
     """Check the four uncompressed idx files against canonical Fashion-MNIST; return a summary.
 
-    The MD5s decide; shapes and the balanced label counts are checked too. The summary
-    (JSON-ready) has ``md5``, ``shapes``, ``train_label_counts``, ``test_label_counts``,
-    ``pixel_mean`` and ``pixel_std`` (training images on [0, 1]) and ``classes``.
+    The same checks as MNIST (``mnist.verify_idx_set``: MD5s decide; shapes, the balanced
+    label counts and pixel statistics too); the summary adds ``classes``.
     """
-    missing = [key for key in IDX_NAMES if key not in idx_paths]
-    if missing:
-        raise ValueError(f"verify_fashion_mnist needs paths for {', '.join(missing)}")
-    paths = {key: Path(idx_paths[key]) for key in IDX_NAMES}
-    md5s = {key: _md5(path) for key, path in paths.items()}
-    wrong = [
-        f"{paths[key]}: MD5 {got} does not match canonical Fashion-MNIST {CANONICAL['md5'][key]}"
-        for key, got in md5s.items()
-        if got != CANONICAL["md5"][key]
-    ]
-    if wrong:
-        raise DatasetError("; ".join(wrong))
-    arrays = {key: read_idx(path) for key, path in paths.items()}
-    for key, array in arrays.items():
-        if array.shape != CANONICAL["shapes"][key]:
-            raise DatasetError(f"{paths[key]}: shape {array.shape}, canonical {CANONICAL['shapes'][key]}")
-    summary: dict[str, Any] = {"md5": md5s, "shapes": {key: list(a.shape) for key, a in arrays.items()}}
-    for split in ("train", "test"):
-        counts = np.bincount(arrays[f"{split}_labels"], minlength=10).tolist()
-        if counts != list(CANONICAL[f"{split}_label_counts"]):
-            raise DatasetError(f"{paths[f'{split}_labels']}: label counts {counts} are not balanced")
-        summary[f"{split}_label_counts"] = counts
-    summary["pixel_mean"], summary["pixel_std"] = pixel_stats(arrays["train_images"])
-    for stat in ("pixel_mean", "pixel_std"):
-        if abs(summary[stat] - CANONICAL[stat]) > 1e-9:
-            raise DatasetError(
-                f"{paths['train_images']}: {stat} {summary[stat]:.10f}, canonical {CANONICAL[stat]:.10f}"
-            )
+    summary = verify_idx_set(idx_paths, CANONICAL, "Fashion-MNIST", "label counts {counts} are not balanced")
     summary["classes"] = list(CLASSES)
     return summary

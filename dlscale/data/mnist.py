@@ -242,42 +242,58 @@ def _md5(path: Path) -> str:
         return hashlib.file_digest(handle, "md5").hexdigest()
 
 
-def verify_mnist(idx_paths: dict[str, str | os.PathLike[str]]) -> dict[str, Any]:
-    """Check the four uncompressed idx files against canonical MNIST; return a summary.
+def verify_idx_set(
+    idx_paths: dict[str, str | os.PathLike[str]],
+    canonical: dict[str, Any],
+    dataset: str = "",
+    counts_wrong: str = "label counts {counts}, canonical {expected}",
+) -> dict[str, Any]:
+    """Check four uncompressed idx files (MNIST's layout) against ``canonical`` facts.
 
-    ``idx_paths`` maps the keys of ``IDX_NAMES`` to files. The MD5s decide; shapes, label
-    counts and pixel statistics are checked too and reported in the summary (JSON-ready):
-    ``md5``, ``shapes``, ``train_label_counts``, ``test_label_counts`` (index = digit),
-    ``pixel_mean`` and ``pixel_std`` of the training images on [0, 1].
+    Shared by MNIST and Fashion-MNIST, which have the same files and the same checks:
+    the MD5s decide; shapes, label counts and the training pixels' mean and std are
+    checked too and returned in a JSON-ready summary (``md5``, ``shapes``,
+    ``train_label_counts``, ``test_label_counts``, ``pixel_mean``, ``pixel_std``).
+    ``dataset`` names the set in MD5 errors; ``counts_wrong`` words a label-count error.
     """
     missing = [key for key in IDX_NAMES if key not in idx_paths]
     if missing:
-        raise ValueError(f"verify_mnist needs paths for {', '.join(missing)}")
+        raise ValueError(f"verifying {dataset or 'MNIST'} needs paths for {', '.join(missing)}")
     paths = {key: Path(idx_paths[key]) for key in IDX_NAMES}
     md5s = {key: _md5(path) for key, path in paths.items()}
+    named = f"{dataset} " if dataset else ""
     wrong = [
-        f"{paths[key]}: MD5 {got} does not match canonical {CANONICAL['md5'][key]}"
+        f"{paths[key]}: MD5 {got} does not match canonical {named}{canonical['md5'][key]}"
         for key, got in md5s.items()
-        if got != CANONICAL["md5"][key]
+        if got != canonical["md5"][key]
     ]
     if wrong:
         raise DatasetError("; ".join(wrong))
     arrays = {key: read_idx(path) for key, path in paths.items()}
     for key, array in arrays.items():
-        if array.shape != CANONICAL["shapes"][key]:
-            raise DatasetError(f"{paths[key]}: shape {array.shape}, canonical {CANONICAL['shapes'][key]}")
+        if array.shape != canonical["shapes"][key]:
+            raise DatasetError(f"{paths[key]}: shape {array.shape}, canonical {canonical['shapes'][key]}")
     summary: dict[str, Any] = {"md5": md5s, "shapes": {key: list(a.shape) for key, a in arrays.items()}}
     for split in ("train", "test"):
         counts = np.bincount(arrays[f"{split}_labels"], minlength=10).tolist()
-        expected = list(CANONICAL[f"{split}_label_counts"])
+        expected = list(canonical[f"{split}_label_counts"])
         if counts != expected:
-            raise DatasetError(f"{paths[f'{split}_labels']}: label counts {counts}, canonical {expected}")
+            message = counts_wrong.format(counts=counts, expected=expected)
+            raise DatasetError(f"{paths[f'{split}_labels']}: {message}")
         summary[f"{split}_label_counts"] = counts
     mean, std = pixel_stats(arrays["train_images"])
     for stat, value in (("pixel_mean", mean), ("pixel_std", std)):
-        if abs(value - CANONICAL[stat]) > 1e-9:
+        if abs(value - canonical[stat]) > 1e-9:
             raise DatasetError(
-                f"{paths['train_images']}: {stat} {value:.10f}, canonical {CANONICAL[stat]:.10f}"
+                f"{paths['train_images']}: {stat} {value:.10f}, canonical {canonical[stat]:.10f}"
             )
     summary.update(pixel_mean=mean, pixel_std=std)
     return summary
+
+
+def verify_mnist(idx_paths: dict[str, str | os.PathLike[str]]) -> dict[str, Any]:
+    """Check the four uncompressed idx files against canonical MNIST; return a summary.
+
+    ``idx_paths`` maps the keys of ``IDX_NAMES`` to files; see ``verify_idx_set``.
+    """
+    return verify_idx_set(idx_paths, CANONICAL)
