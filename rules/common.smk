@@ -4,6 +4,7 @@ Nothing here imports a deep-learning framework: the DAG of a 10,000-run study is
 from dlscale.study alone.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -123,16 +124,19 @@ def train_input(framework):
     }
 
 
+@functools.cache
+def spec_json(run):
+    """A run's spec as canonical JSON, computed once per run (two params use it)."""
+    return json.dumps(dlstudy.run_spec(STUDY, run), sort_keys=True)
+
+
 def train_spec(framework):
-    return lambda wc: json.dumps(
-        dlstudy.run_spec(STUDY, run_of(wc, framework)), sort_keys=True
-    )
+    return lambda wc: spec_json(run_of(wc, framework))
 
 
 def train_spec_sha(framework):
-    return lambda wc: dlstudy.spec_sha256(
-        dlstudy.run_spec(STUDY, run_of(wc, framework))
-    )
+    # spec_sha256 hashes the same canonical JSON (sort_keys), so hash it directly.
+    return lambda wc: hashlib.sha256(spec_json(run_of(wc, framework)).encode()).hexdigest()
 
 
 def failed_attempts(framework):
