@@ -136,7 +136,9 @@ def train_spec(framework):
 
 def train_spec_sha(framework):
     # spec_sha256 hashes the same canonical JSON (sort_keys), so hash it directly.
-    return lambda wc: hashlib.sha256(spec_json(run_of(wc, framework)).encode()).hexdigest()
+    return lambda wc: hashlib.sha256(
+        spec_json(run_of(wc, framework)).encode()
+    ).hexdigest()
 
 
 def failed_attempts(framework):
