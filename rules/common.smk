@@ -100,15 +100,29 @@ def run_of(wildcards, framework):
         ranks_per_node=int(wildcards.ranks_per_node),
         batch=int(wildcards.batch),
         repeat=int(wildcards.repeat),
+        network=dlstudy.network_of_suffix(wildcards.net),
     )
+
+
+def requirement_files(framework):
+    """envs/<framework>.txt and, where there is one, the envs/<framework>.nodeps.txt that
+    dlscale.envs.build_venv installs after it with --no-deps (BigDL's wheels)."""
+    base = os.path.join(workflow.basedir, "envs", framework)
+    nodeps = f"{base}.nodeps.txt"
+    return [f"{base}.txt", *([nodeps] if os.path.exists(nodeps) else [])]
 
 
 def requirements_sha(framework):
     """Hash of a framework's requirements: a training rule's parameter, so that runs are
-    redone when the framework's pinned versions change, not when its venv is rebuilt."""
-    path = os.path.join(workflow.basedir, "envs", f"{framework}.txt")
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()[:16]
+    redone when the framework's pinned versions change, not when its venv is rebuilt.
+    The files are hashed as one stream: with a single file (no nodeps list) the hash is
+    that file's, as it always was, so adding this did not redo those frameworks' runs.
+    """
+    digest = hashlib.sha256()
+    for path in requirement_files(framework):
+        with open(path, "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()[:16]
 
 
 def train_input(framework):

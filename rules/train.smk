@@ -8,9 +8,9 @@ rule train_torch:
     input:
         **train_input("torch"),
     output:
-        events="results/runs/torch/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/events.jsonl",
+        events="results/runs/torch/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/events.jsonl",
     log:
-        "results/runs/torch/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/run.log",
+        "results/runs/torch/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/run.log",
     conda:
         "../envs/torch.yaml"
     threads: train_cpus
@@ -34,9 +34,9 @@ rule train_tensorflow:
     input:
         **train_input("tensorflow"),
     output:
-        events="results/runs/tensorflow/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/events.jsonl",
+        events="results/runs/tensorflow/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/events.jsonl",
     log:
-        "results/runs/tensorflow/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/run.log",
+        "results/runs/tensorflow/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/run.log",
     conda:
         "../envs/tensorflow.yaml"
     threads: train_cpus
@@ -61,9 +61,9 @@ rule train_caffe:
         **train_input("caffe"),
         caffe=ancient(CAFFE_BUILD_MARKER),
     output:
-        events="results/runs/caffe/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/events.jsonl",
+        events="results/runs/caffe/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/events.jsonl",
     log:
-        "results/runs/caffe/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/run.log",
+        "results/runs/caffe/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/run.log",
     conda:
         "../envs/caffe.yaml"
     threads: train_cpus
@@ -88,9 +88,9 @@ rule train_bigdl:
         **train_input("bigdl"),
         java=ancient(JAVA_MARKER),
     output:
-        events="results/runs/bigdl/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/events.jsonl",
+        events="results/runs/bigdl/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/events.jsonl",
     log:
-        "results/runs/bigdl/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}/run.log",
+        "results/runs/bigdl/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/run.log",
     conda:
         "../envs/bigdl.yaml"
     threads: train_cpus

@@ -26,6 +26,7 @@ class Process:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     rank: int | None = None
+    node: int = 0  # the emulated node whose network namespace the process runs in
 
 
 @dataclass
@@ -43,6 +44,18 @@ class LaunchContext:
     master_port: int
     mode: str = "local"  # "local" (emulated nodes on this host) or "slurm" (inside an allocation)
     master_addr: str = "127.0.0.1"
+    # Local runs on an emulated interconnect (dlscale.netns): each emulated node's address
+    # and the interface ranks talk on; by default every node is this host's loopback.
+    node_addresses: tuple[str, ...] = ("127.0.0.1",)
+    interface: str = "lo"
+
+    def node_of(self, rank: int) -> int:
+        """The emulated node of ``rank`` (ranks packed by node, as srun's block distribution)."""
+        return rank // int(self.spec["ranks_per_node"])
+
+    def address_of(self, rank: int) -> str:
+        """The address rank ``rank`` listens on and publishes to its peers."""
+        return self.node_addresses[self.node_of(rank) % len(self.node_addresses)]
 
     def runner_argv(self, module: str, *extra: str) -> list[str]:
         """The command line of one rank of ``module`` (``python -m module ...``)."""
@@ -65,10 +78,10 @@ class LaunchContext:
         if self.mode == "local":
             env.update(
                 {
-                    "GLOO_SOCKET_IFNAME": "lo",
-                    "OMPI_MCA_btl_tcp_if_include": "lo",
-                    "OMPI_MCA_oob_tcp_if_include": "lo",
-                    "SPARK_LOCAL_IP": "127.0.0.1",
+                    "GLOO_SOCKET_IFNAME": self.interface,
+                    "OMPI_MCA_btl_tcp_if_include": self.interface,
+                    "OMPI_MCA_oob_tcp_if_include": self.interface,
+                    "SPARK_LOCAL_IP": self.node_addresses[0],
                 }
             )
         return env
@@ -111,9 +124,12 @@ def per_rank_plan(ctx: LaunchContext, module: str) -> Plan:
     for rank in range(world):
         env = {
             **ctx.base_env(),
-            **placement.local_rank_env(rank, ctx.spec["nodes"], ctx.spec["ranks_per_node"], ctx.master_port),
+            **placement.local_rank_env(
+                rank, ctx.spec["nodes"], ctx.spec["ranks_per_node"], ctx.master_port, ctx.address_of(0)
+            ),
+            "DLSCALE_NODE_ADDR": ctx.address_of(rank),
         }
-        processes.append(Process(f"rank {rank}", ctx.runner_argv(module), env, rank))
+        processes.append(Process(f"rank {rank}", ctx.runner_argv(module), env, rank, ctx.node_of(rank)))
     return Plan(processes, reporting_ranks=world)
 
 

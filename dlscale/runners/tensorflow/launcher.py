@@ -45,7 +45,7 @@ def plan(ctx: LaunchContext) -> Plan:
     world = int(ctx.spec["world_size"])
     extra = tf_env(ctx)
     if world > 1 and ctx.mode == "local":
-        hosts = ["127.0.0.1"] * world
+        hosts = [ctx.address_of(rank) for rank in range(world)]
         extra[cluster_mod.ENV_CLUSTER] = json.dumps(
             cluster_mod.mwms_cluster(hosts, cluster_mod.free_ports(world))
         )
