@@ -278,6 +278,7 @@ class Launch:
             master_addr=net.addresses[0] if net else master_address(self.mode, os.environ),
             node_addresses=tuple(net.addresses) if net else ("127.0.0.1",),
             interface=net.interface if net else "lo",
+            node_env=netns.node_env(net) if net and net.preset else {},
         )
         self.plan = runner_launcher(self.spec["framework"]).plan(ctx)
         where = "emulated node(s) on this host" if self.mode == "local" else "node(s) of SLURM job"

@@ -233,3 +233,66 @@ def interfaces(namespace: str) -> dict[str, list[str]]:
 def qdisc(namespace: str, device: str = NODE_INTERFACE) -> str:
     """The root qdisc line of ``device`` in ``namespace`` (what ``tc qdisc show`` says)."""
     return run_ip("qdisc", "show", "dev", device, netns=namespace, tool="tc").strip()
+
+
+ENV_NODE_NAMESPACES = "DLSCALE_NETNS_NODES"  # the namespace file of every emulated node, by node
+ENV_NODE_ADDRESSES = "DLSCALE_NODE_ADDRS"  # every emulated node's address, by node
+
+
+def node_env(net: RunNetwork) -> dict[str, str]:
+    """What processes that start processes of other nodes (mpirun, Spark's driver) need to know."""
+    return {
+        ENV_NODE_NAMESPACES: ",".join(net.path(i) for i in range(len(net.namespaces))),
+        ENV_NODE_ADDRESSES: ",".join(net.addresses),
+    }
+
+
+def node_argv(python: str, node: int | None = None, rank_var: str | None = None) -> list[str]:
+    """The prefix that runs a command in an emulated node's namespace (see ``main``)."""
+    argv = [python, "-m", "dlscale.netns"]
+    argv += ["--node", str(node)] if node is not None else ["--rank-var", str(rank_var)]
+    return [*argv, "--"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dlscale.netns (--node N | --rank-var VAR) -- COMMAND...``
+
+    Runs COMMAND (exec, same PID) in emulated node N's namespace, or in the node of the rank
+    that VAR names (``OMPI_COMM_WORLD_RANK`` under mpirun, packed ``DLSCALE_RANKS_PER_NODE``
+    to a node): mpirun and Spark start a run's other processes themselves, and this is how
+    each lands on its own emulated node.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m dlscale.netns", description=main.__doc__)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--node", type=int)
+    where.add_argument("--rank-var")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run")
+    paths = [p for p in os.environ.get(ENV_NODE_NAMESPACES, "").split(",") if p]
+    if not paths:
+        print(f"dlscale.netns: {ENV_NODE_NAMESPACES} is not set", file=sys.stderr)
+        return 2
+    node = args.node
+    if node is None:
+        rank = int(os.environ.get(args.rank_var, "-1"))
+        per_node = int(os.environ.get("DLSCALE_RANKS_PER_NODE", "1"))
+        if rank < 0:
+            print(f"dlscale.netns: {args.rank_var} is not set", file=sys.stderr)
+            return 2
+        node = rank // per_node
+    if not 0 <= node < len(paths):
+        print(f"dlscale.netns: node {node} is not one of the {len(paths)} emulated nodes", file=sys.stderr)
+        return 2
+    enter(paths[node])
+    os.execvp(command[0], command)
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

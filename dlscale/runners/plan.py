@@ -48,6 +48,13 @@ class LaunchContext:
     # and the interface ranks talk on; by default every node is this host's loopback.
     node_addresses: tuple[str, ...] = ("127.0.0.1",)
     interface: str = "lo"
+    # Set on an emulated interconnect: what a process that starts other nodes' processes
+    # (mpirun, Spark's driver) needs to put each on its node (dlscale.netns.node_env).
+    node_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.node_env)
 
     def node_of(self, rank: int) -> int:
         """The emulated node of ``rank`` (ranks packed by node, as srun's block distribution)."""
@@ -82,6 +89,7 @@ class LaunchContext:
                     "OMPI_MCA_btl_tcp_if_include": self.interface,
                     "OMPI_MCA_oob_tcp_if_include": self.interface,
                     "SPARK_LOCAL_IP": self.node_addresses[0],
+                    **self.node_env,
                 }
             )
         return env

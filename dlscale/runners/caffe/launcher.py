@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dlscale.netns import node_argv as netns_argv
 from dlscale.runners.plan import LaunchContext, Plan, Process, slurm_env, srun_argv
 
 MODULE = "dlscale.runners.caffe"
@@ -110,4 +111,11 @@ def plan(ctx: LaunchContext) -> Plan:
         "DLSCALE_MASTER_PORT": str(ctx.master_port),
     }
     argv = mpirun_argv(ctx, str(options.get("mpirun", "mpirun")))
+    if ctx.emulated:
+        # mpirun starts every rank itself: each rank first joins its emulated node's network
+        # namespace (dlscale.netns), and reaches mpirun's PMIx server across the emulated
+        # network, which PMIx allows only when told (it listens on loopback by default).
+        env.update({"PMIX_MCA_ptl_tcp_remote_connections": "1", "PMIX_MCA_ptl_tcp_if_include": ctx.interface})
+        cut = argv.index(ctx.python)
+        argv[cut:cut] = netns_argv(ctx.python, rank_var="OMPI_COMM_WORLD_RANK")
     return Plan([Process(f"mpirun ({world} ranks)", argv, env, None)], reporting_ranks=world)
