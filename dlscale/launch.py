@@ -280,7 +280,14 @@ class Launch:
             interface=net.interface if net else "lo",
             node_env=netns.node_env(net) if net and net.preset else {},
         )
-        self.plan = runner_launcher(self.spec["framework"]).plan(ctx)
+        try:
+            self.plan = runner_launcher(self.spec["framework"]).plan(ctx)
+        except (ValueError, RuntimeError, OSError) as err:
+            # A run that cannot be laid out (no Caffe build, ps mode under SLURM, ...) is a
+            # recorded failure with its reason, like any other.
+            self.failure = f"cannot start the run: {err}"
+            print(f"[launch] FAILED: {self.failure}", file=sys.stderr, flush=True)
+            return
         where = "emulated node(s) on this host" if self.mode == "local" else "node(s) of SLURM job"
         if self.mode == "slurm":
             where += f" {os.environ.get('SLURM_JOB_ID')}"

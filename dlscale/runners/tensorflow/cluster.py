@@ -41,16 +41,22 @@ def mwms_cluster(hosts: list[str], ports: list[int]) -> dict[str, list[str]]:
     return {"worker": [f"{h}:{p}" for h, p in zip(hosts, ports, strict=True)]}
 
 
-def ps_cluster(workers: int, num_ps: int, ports: list[int], host: str = "127.0.0.1") -> dict[str, list[str]]:
+def ps_cluster(
+    workers: int, num_ps: int, ports: list[int], host: str | list[str] = "127.0.0.1"
+) -> dict[str, list[str]]:
     """ParameterServerStrategy: one chief (the coordinator), ``workers`` workers, ``num_ps`` servers.
 
-    ``ports`` lists the chief's port, then the workers', then the parameter servers'.
+    ``ports`` lists the chief's port, then the workers', then the parameter servers'; ``host``
+    is one host for all, or one per task in the same order (tasks on emulated nodes).
     """
     if workers < 1 or num_ps < 1:
         raise ValueError(f"ps mode needs >= 1 worker and >= 1 parameter server, got {workers} and {num_ps}")
     if len(ports) != 1 + workers + num_ps:
         raise ValueError(f"need {1 + workers + num_ps} ports, got {len(ports)}")
-    addresses = [f"{host}:{port}" for port in ports]
+    hosts = [host] * len(ports) if isinstance(host, str) else host
+    if len(hosts) != len(ports):
+        raise ValueError(f"{len(hosts)} hosts for {len(ports)} tasks")
+    addresses = [f"{h}:{port}" for h, port in zip(hosts, ports, strict=True)]
     return {
         "chief": addresses[:1],
         "worker": addresses[1 : 1 + workers],

@@ -64,20 +64,27 @@ def ps_plan(ctx: LaunchContext) -> Plan:
     spec = ctx.spec
     workers = int(spec["world_size"])
     num_ps = int(spec["options"].get("num_ps", 1))
-    cluster = cluster_mod.ps_cluster(workers, num_ps, cluster_mod.free_ports(1 + workers + num_ps))
+    # On an emulated interconnect each task sits on a node: the chief on node 0, worker i
+    # on rank i's node, parameter server j on node j mod n (spread, as on a cluster).
+    nodes = int(spec["nodes"])
+    task_nodes = [0, *(ctx.node_of(rank) for rank in range(workers)), *(j % nodes for j in range(num_ps))]
+    hosts = [ctx.node_addresses[node % len(ctx.node_addresses)] for node in task_nodes]
+    cluster = cluster_mod.ps_cluster(workers, num_ps, cluster_mod.free_ports(1 + workers + num_ps), hosts)
     common = {**ctx.base_env(), **tf_env(ctx), cluster_mod.ENV_CLUSTER: json.dumps(cluster)}
     chief_env = {
         **common,
         **placement.local_rank_env(0, spec["nodes"], spec["ranks_per_node"], ctx.master_port),
     }
     processes = [Process("chief", ctx.runner_argv(RUNNER), chief_env, rank=0)]
+    task = 0
     for job, count in (("worker", workers), ("ps", num_ps)):
         for index in range(count):
+            task += 1
             argv = [
                 ctx.python, "-m", SERVER, "--job", job, "--index", str(index),
                 "--work-dir", str(ctx.work_dir),
             ]  # fmt: skip
             # rank 0: the chief's part file tells a server's story too (where the run was
             # when a server died; a server that dies after the chief's clean end is moot).
-            processes.append(Process(f"{job} {index}", argv, dict(common), rank=0))
+            processes.append(Process(f"{job} {index}", argv, dict(common), rank=0, node=task_nodes[task]))
     return Plan(processes, reporting_ranks=1)
