@@ -155,3 +155,49 @@ def test_models_per_framework_restricts_one_framework(schema, monkeypatch):
     assert len([r for r in runs if r.framework == "torch"]) == 4
     with pytest.raises(ConfigError, match=r"'models_per_framework.bigdl\[0\]'"):
         validate_config({"models_per_framework": {"bigdl": ["vgg"]}}, schema)
+
+
+def test_networks_multiply_the_matrix_and_mark_emulated_run_ids(schema, monkeypatch):
+    from dlscale import netns
+
+    monkeypatch.setattr(netns, "unavailable", lambda shaping=False: None)
+    study = validate_config(
+        {"frameworks": ["torch"], "models": ["lenet"], "network": ["host", "emulated-1gbe"]}, schema
+    )
+    runs = expand_runs(study)
+    assert [r.run_id for r in runs] == [
+        "torch/lenet/n1x1/b64/r0",
+        "torch/lenet/n2x1/b64/r0",
+        "torch/lenet/n1x1-1gbe/b64/r0",
+        "torch/lenet/n2x1-1gbe/b64/r0",
+    ]
+    for run in runs:
+        assert Run.from_run_id(run.run_id) == run
+    host, emulated = run_spec(study, runs[1]), run_spec(study, runs[3])
+    # The host network adds nothing to a spec, so adding the option redid no existing run.
+    assert "network" not in host and emulated["network"] == "emulated-1gbe"
+    assert spec_sha256(host) == spec_sha256(
+        run_spec(validate_config({"frameworks": ["torch"], "models": ["lenet"]}, schema), runs[1])
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("emulated-5gbe", "config key 'network': 'emulated-5gbe' is not one of"),
+        (["host", "x"], "config key 'network[1]': 'x' is not one of"),
+        ("emulated-th-express2", "is not one of"),  # projection only: faster than this host
+    ],
+)
+def test_bad_network_names_the_key(schema, value, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        validate_config({"network": value}, schema)
+
+
+def test_emulated_network_without_root_fails_before_any_job(schema, monkeypatch):
+    from dlscale import netns
+
+    monkeypatch.setattr(netns, "unavailable", lambda shaping=False: "network namespaces need root (test)")
+    with pytest.raises(ConfigError, match="config key 'network': 'emulated-1gbe' .* need root"):
+        validate_config({"network": "emulated-1gbe"}, schema)
+    validate_config({"network": "host"}, schema)  # the host network never needs it
