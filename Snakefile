@@ -22,6 +22,7 @@ localrules:
     synthetic_imagenet,
     aggregate,
     figures,
+    perfmodel,
 
 
 include: "rules/common.smk"
@@ -44,3 +45,4 @@ rule all:
         "results/findings.csv",
         figure_files(),
         CAFFE_FIGURE_FILES,
+        perfmodel_files(),

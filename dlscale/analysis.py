@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from dlscale.events import read_events
+from dlscale.networks import HOST
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "model",
     "dataset",
     "scaling",
+    "network",
     "nodes",
     "ranks_per_node",
     "world_size",
@@ -127,6 +129,7 @@ ITERATION_RUN_COLUMNS: tuple[str, ...] = (
     "model",
     "dataset",
     "scaling",
+    "network",
     "nodes",
     "ranks_per_node",
     "batch_per_rank",
@@ -165,7 +168,10 @@ FINDINGS_COLUMNS: tuple[str, ...] = (
 )
 
 #: Runs compared for speedup share these (plus the batch key, see ``add_speedup``).
-SPEEDUP_GROUP: tuple[str, ...] = ("framework", "model", "dataset", "scaling", "ranks_per_node")
+SPEEDUP_GROUP: tuple[str, ...] = ("framework", "model", "dataset", "scaling", "network", "ranks_per_node")
+
+#: The ``network`` of a run whose run_start names none: its ranks talked over this host.
+HOST_NETWORK = HOST
 
 NEEDS_TWO_NODE_COUNTS = "n/a (needs >= 2 node counts)"
 
@@ -185,6 +191,7 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
         "model": start["model"],
         "dataset": start.get("dataset"),
         "scaling": start.get("scaling") or "weak",
+        "network": start.get("network") or HOST_NETWORK,
         "nodes": int(start["nodes"]),
         "ranks_per_node": int(start["ranks_per_node"]),
         "world_size": world,
@@ -391,8 +398,10 @@ def _batch_key(runs: pd.DataFrame) -> pd.Series:
 def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
     """Add ``baseline_nodes``, ``speedup`` and ``efficiency`` to a runs table.
 
-    Runs are compared within the same framework, model, dataset, scaling mode and ranks
-    per node, and the same batch: the batch per rank under weak scaling (it is what stays
+    Runs are compared within the same framework, model, dataset, scaling mode, network
+    (``host`` or an emulated interconnect: a 2-node run on emulated 1 GbE is measured
+    against the 1-node run on the same network, not against the host's loopback) and
+    ranks per node, and the same batch: the batch per rank under weak scaling (it is what stays
     fixed) and the global batch under strong scaling. The baseline is the smallest node
     count among the group's ok runs (a failed 1-node run makes the next count the
     baseline rather than leaving the group without one), and its throughput is the median
@@ -570,6 +579,7 @@ def summary(runs: pd.DataFrame) -> str:
 
 __all__: Sequence[str] = (
     "FINDINGS_COLUMNS",
+    "HOST_NETWORK",
     "ITERATION_COLUMNS",
     "NEEDS_TWO_NODE_COUNTS",
     "RUN_COLUMNS",

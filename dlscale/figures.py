@@ -55,8 +55,8 @@ def _ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
 def _series(ok: pd.DataFrame) -> pd.Series:
     """One line per framework, split further only when a framework ran several set-ups.
 
-    Points of different ranks-per-node, batch or scaling mode are not one scaling curve;
-    when a study mixes them for one framework and model, the label names the set-up.
+    Points of different ranks-per-node, batch, scaling mode or network are not one scaling
+    curve; when a study mixes them for one framework and model, the label names the set-up.
     """
     if ok.empty:
         return pd.Series([], index=ok.index, dtype=object)
@@ -68,6 +68,8 @@ def _series(ok: pd.DataFrame) -> pd.Series:
         + " ranks/node, batch "
         + batch.astype(str)
     )
+    if "network" in ok:
+        setup = setup + ", " + ok["network"].fillna("host").astype(str)
     setups = setup.groupby([ok["model"], ok["framework"]]).transform("nunique")
     return ok["framework"].astype(str).where(setups.le(1), ok["framework"].astype(str) + " (" + setup + ")")
 
@@ -186,7 +188,7 @@ def speedup_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
     )
 
 
-COMPONENTS: tuple[str, ...] = ("compute", "exposed communication", "step (not split)")
+COMPONENTS: tuple[str, ...] = ("compute", "exposed communication", "step (not split)", "input wait")
 
 
 def breakdown_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -194,23 +196,31 @@ def breakdown_table(runs: pd.DataFrame) -> pd.DataFrame:
 
     Where a framework cannot split a step (compute_s null), the whole median step is one
     ``step (not split)`` bar, so that the framework is still on the figure without a
-    made-up split.
+    made-up split. Where runs recorded ``input_s`` (the wait for the next batch, outside
+    the step), an ``input wait`` part goes on top: the bar is then the whole iteration
+    (input + step), and a growing top part is input becoming the bottleneck (``input:
+    pipeline``). Runs without it (NaN) get no such part.
     """
     ok = _ok_runs(runs)
     columns = ["model", "framework", "series", "nodes", "component", "order", "seconds", "step_s", "runs"]
     if ok.empty:
         return pd.DataFrame(columns=columns)
+    if "input_s" not in ok:
+        ok = ok.assign(input_s=np.nan)  # a table written before input_s existed
     medians = ok.groupby(["model", "framework", "series", "nodes"], as_index=False).agg(
         compute_s=("compute_s", "median"),
         exposed_comm_s=("exposed_comm_s", "median"),
         step_s=("step_s", "median"),
+        input_s=("input_s", "median"),
         runs=("run_id", "size"),
     )
     split = medians["compute_s"].notna()
+    waited = medians["input_s"].notna()
     parts = [
         medians[split].assign(component=COMPONENTS[0], order=0, seconds=medians["compute_s"]),
         medians[split].assign(component=COMPONENTS[1], order=1, seconds=medians["exposed_comm_s"]),
         medians[~split].assign(component=COMPONENTS[2], order=2, seconds=medians["step_s"]),
+        medians[waited].assign(component=COMPONENTS[3], order=3, seconds=medians["input_s"]),
     ]
     return pd.concat(parts, ignore_index=True)[columns]
 
@@ -230,7 +240,7 @@ def breakdown_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
         title="per-iteration time",
         scale=alt.Scale(
             domain=list(COMPONENTS),
-            range=["#4c78a8", "#f58518", "#9d9d9d"],
+            range=["#4c78a8", "#f58518", "#9d9d9d", "#54a24b"],
         ),
         legend=alt.Legend(values=components),
     )
@@ -260,11 +270,10 @@ def breakdown_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
             .properties(title=model)
         )
         rows.append(chart)
-    return (
-        alt.vconcat(*rows)
-        .resolve_scale(y="independent", color="shared")
-        .properties(title="Per-iteration time: compute vs exposed communication (medians)")
-    )
+    title = "Per-iteration time: compute vs exposed communication (medians)"
+    if COMPONENTS[3] in components:
+        title += "; input wait on top where recorded"
+    return alt.vconcat(*rows).resolve_scale(y="independent", color="shared").properties(title=title)
 
 
 def loss_table(runs: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
@@ -372,6 +381,212 @@ def make_figures(runs: pd.DataFrame, iterations: pd.DataFrame, out: dict[str, di
     unknown = sorted(set(out) - set(builders))
     if unknown:
         raise KeyError(f"unknown figure(s) {', '.join(unknown)}; expected {', '.join(FIGURES)}")
+    for name, paths in out.items():
+        chart = _styled(builders[name]())
+        for fmt, target in paths.items():
+            if Path(target).suffix != f".{fmt}":
+                raise ValueError(f"{name} {fmt} output {target} does not end in .{fmt}")
+            _save(chart, target)
+
+
+# --- the scaling model (dlscale.perfmodel): projection and validation ----------------------
+
+PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation")
+
+
+def _setup_colour(setups: list[str]) -> alt.Color:
+    """Colour by set-up (framework, or ``tensorflow-ps``), in the frameworks' fixed order."""
+    return alt.Color("setup:N", title="framework", scale=alt.Scale(domain=setups, scheme="tableau10"))
+
+
+def _setup_order(values: pd.Series) -> list[str]:
+    order = tuple(f for fw in FRAMEWORK_ORDER for f in (fw, f"{fw}-ps"))
+    return _ordered(values, order)
+
+
+def projection_chart(
+    projection: pd.DataFrame, runs: pd.DataFrame, host_model: pd.DataFrame | None = None
+) -> alt.TopLevelMixin:
+    """Projected speedup and efficiency vs nodes (lines) beside the measured host runs (points).
+
+    ``projection`` is ``dlscale.perfmodel.project`` on the chosen preset (solid lines);
+    ``host_model`` the same model on the host's loopback over the measured node counts
+    (dashed), so a reader sees the model pass through the points it was calibrated on
+    before it leaves them. Points are the measured host-network runs (speedup against
+    their own smallest node count). One column per model; speedup on a log axis.
+    """
+    if projection.empty:
+        return empty_chart("Projection: no framework to project (needs ok host runs at world > 1)")
+    network = str(projection["network"].iloc[0])
+    lines = projection.assign(curve=f"model on {network}")
+    if host_model is not None and not host_model.empty:
+        lines = pd.concat([lines, host_model.assign(curve="model on this host")], ignore_index=True)
+    ok = runs.iloc[0:0] if runs.empty or "status" not in runs else runs[runs["status"].eq("ok")]
+    if not ok.empty and "network" in ok:
+        ok = ok[ok["network"].fillna("host").eq("host")]
+    points = pd.DataFrame(columns=["model", "setup", "nodes", "speedup", "efficiency", "run_id"])
+    if not ok.empty:
+        from dlscale.perfmodel import setup_of  # figures stays importable without the model
+
+        versions = ok["versions"] if "versions" in ok else pd.Series(None, index=ok.index)
+        points = ok.assign(setup=[setup_of(fw, v) for fw, v in zip(ok["framework"], versions, strict=True)])
+        points = points[points["speedup"].notna()][
+            list(points.columns.intersection(["model", "setup", "nodes", "speedup", "efficiency", "run_id"]))
+        ]
+    models = _ordered(projection["model"], MODEL_ORDER)
+    points = points[points["model"].isin(models)]
+    setups = _setup_order(pd.concat([lines["setup"], points["setup"]]))
+    colour = _setup_colour(setups)
+    top = int(lines["nodes"].max())
+    ticks = [n for n in lines["nodes"].unique() if n in (1, 4, 16, 64, 256, 1024, 4096) or n == top]
+    x = alt.X(
+        "nodes:Q",
+        title="nodes",
+        scale=alt.Scale(type="log", base=2, domain=[1, top], nice=False),
+        axis=alt.Axis(values=sorted(int(n) for n in ticks), format="d"),
+    )
+    dash = alt.StrokeDash(
+        "curve:N",
+        title="line",
+        scale=alt.Scale(domain=[f"model on {network}", "model on this host"], range=[[1, 0], [5, 3]]),
+    )
+    data = pd.concat(
+        [lines.assign(kind="model"), points.assign(kind="measured", curve="measured (host)")],
+        ignore_index=True,
+    )
+    data["ideal"] = data["nodes"].astype(float)
+    data["one"] = 1.0
+    rows = []
+    for metric, title, scale, ideal in (
+        ("speedup", "speedup (x 1 node)", alt.Scale(type="log", base=2), "ideal"),
+        ("efficiency", "parallel efficiency", alt.Scale(domain=[0, 1.1], clamp=True), "one"),
+    ):
+        y_title = title
+        reference = (
+            alt.Chart()
+            .transform_filter(alt.datum.kind == "model")
+            .mark_line(color="gray", strokeDash=[2, 2], strokeWidth=1)
+            .encode(x=x, y=alt.Y(f"{ideal}:Q", title=y_title, scale=scale))
+        )
+        model_lines = (
+            alt.Chart()
+            .transform_filter(alt.datum.kind == "model")
+            .mark_line(strokeWidth=2)
+            .encode(
+                x=x,
+                y=alt.Y(f"{metric}:Q", title=y_title, scale=scale),
+                color=colour,
+                strokeDash=dash,
+                detail="curve:N",
+                tooltip=[
+                    "setup:N",
+                    "curve:N",
+                    "nodes:Q",
+                    alt.Tooltip("speedup:Q", format=".1f"),
+                    alt.Tooltip("efficiency:Q", format=".0%"),
+                    alt.Tooltip("compute_s:Q", format=".4f"),
+                    alt.Tooltip("comm_s:Q", format=".4f"),
+                ],
+            )
+        )
+        measured = (
+            alt.Chart()
+            .transform_filter(alt.datum.kind == "measured")
+            .mark_point(filled=True, size=45, opacity=0.8)
+            .encode(
+                x=x,
+                y=alt.Y(f"{metric}:Q", title=y_title, scale=scale),
+                color=colour,
+                tooltip=["run_id:N", alt.Tooltip(f"{metric}:Q", format=".2f")],
+            )
+        )
+        rows.append(
+            alt.layer(reference, model_lines, measured, data=data)
+            .properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
+            .facet(column=alt.Column("model:N", title=None, sort=models))
+        )
+    return alt.vconcat(*rows).properties(
+        title=f"Projected scaling on {network} (lines: model; points: measured on this host; grey: ideal)"
+    )
+
+
+def validation_chart(validation: pd.DataFrame, summary: pd.DataFrame | None = None) -> alt.TopLevelMixin:
+    """Predicted vs measured step time of the runs on emulated networks, with the y = x line.
+
+    The legend names each framework's median |error| (from ``summary``), so the figure
+    carries the number the acceptance asks for.
+    """
+    table = (
+        validation[pd.to_numeric(validation.get("predicted_s"), errors="coerce").notna()]
+        if len(validation)
+        else validation
+    )
+    if table.empty:
+        why = "no runs on an emulated network" if validation.empty else "no run could be predicted"
+        return empty_chart(f"Validation: {why}")
+    table = table.copy()
+    labels: dict[str, str] = {}
+    if summary is not None and not summary.empty:
+        for row in summary.itertuples():
+            if pd.notna(row.median_abs_error):
+                labels[row.setup] = f"{row.setup} (median |error| {row.median_abs_error:.0%})"
+    table["label"] = table["setup"].map(lambda s: labels.get(s, s))
+    order = _setup_order(table["setup"])
+    domain = [labels.get(s, s) for s in order]
+    low = float(min(table["measured_s"].min(), table["predicted_s"].min())) * 0.8
+    high = float(max(table["measured_s"].max(), table["predicted_s"].max())) * 1.25
+    scale = alt.Scale(type="log", domain=[low, high], nice=False)
+    axis = alt.Axis(labelOverlap="greedy")
+    diagonal = (
+        alt.Chart(pd.DataFrame({"measured_s": [low, high], "predicted_s": [low, high]}))
+        .mark_line(color="gray", strokeDash=[4, 4])
+        .encode(
+            x=alt.X("measured_s:Q", title="measured step (s, median)", scale=scale, axis=axis),
+            y=alt.Y("predicted_s:Q", title="predicted step (s)", scale=scale),
+        )
+    )
+    points = (
+        alt.Chart(table)
+        .mark_point(filled=True, size=60, opacity=0.8)
+        .encode(
+            x=alt.X("measured_s:Q", title="measured step (s, median)", scale=scale, axis=axis),
+            y=alt.Y("predicted_s:Q", title="predicted step (s)", scale=scale),
+            color=alt.Color("label:N", title="framework", scale=alt.Scale(domain=domain, scheme="tableau10")),
+            shape=alt.Shape("network:N", title="network"),
+            tooltip=[
+                "run_id:N",
+                "network:N",
+                "world_size:Q",
+                alt.Tooltip("measured_s:Q", format=".4f"),
+                alt.Tooltip("predicted_s:Q", format=".4f"),
+                alt.Tooltip("error:Q", format="+.0%"),
+                alt.Tooltip("predicted_compute_s:Q", format=".4f"),
+                alt.Tooltip("predicted_comm_s:Q", format=".4f"),
+                "compute_source:N",
+            ],
+        )
+    )
+    return alt.layer(diagonal, points).properties(
+        width=360, height=300, title="Model vs emulated interconnect: predicted vs measured step time"
+    )
+
+
+def make_perfmodel_figures(
+    projection: pd.DataFrame,
+    runs: pd.DataFrame,
+    validation: pd.DataFrame,
+    summary: pd.DataFrame,
+    out: dict[str, dict[str, str]],
+    host_model: pd.DataFrame | None = None,
+) -> None:
+    """Draw ``projection`` and ``validation`` into the paths of ``out`` (as ``make_figures``)."""
+    builders: dict[str, Callable[[], alt.TopLevelMixin]] = {
+        "projection": lambda: projection_chart(projection, runs, host_model),
+        "validation": lambda: validation_chart(validation, summary),
+    }
+    unknown = sorted(set(out) - set(builders))
+    if unknown:
+        raise KeyError(f"unknown figure(s) {', '.join(unknown)}; expected {', '.join(PERFMODEL_FIGURES)}")
     for name, paths in out.items():
         chart = _styled(builders[name]())
         for fmt, target in paths.items():

@@ -6,6 +6,7 @@ from dlscale.study alone.
 
 import functools
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -78,6 +79,19 @@ def env_marker(framework):
     return os.path.join(ENVS_DIR, framework, "dlscale-env.json")
 
 
+def inspected(func):
+    """``func`` with its signature computed once and attached (``__signature__``).
+
+    Snakemake calls inspect.signature on every input, params, threads and resources
+    function of every job, each time it evaluates one (about 20 times a training job):
+    a tenth of the planning time of a 10,000-run study went into re-deriving the same
+    signatures (benchmarks/workflow_scale.py). inspect.signature returns an attached
+    signature as is; the function itself is unchanged.
+    """
+    func.__signature__ = inspect.signature(func)
+    return func
+
+
 def run_dir(run):
     return f"results/runs/{run.run_id}"
 
@@ -134,7 +148,7 @@ def train_input(framework):
     marker = env_marker(framework)
     return {
         "env": ancient(marker) if marker else [],
-        "data": lambda wc: DATASET_DIRS[dlstudy.dataset_of(STUDY, wc.model)],
+        "data": inspected(lambda wc: DATASET_DIRS[dlstudy.dataset_of(STUDY, wc.model)]),
     }
 
 
@@ -145,14 +159,14 @@ def spec_json(run):
 
 
 def train_spec(framework):
-    return lambda wc: spec_json(run_of(wc, framework))
+    return inspected(lambda wc: spec_json(run_of(wc, framework)))
 
 
 def train_spec_sha(framework):
     # spec_sha256 hashes the same canonical JSON (sort_keys), so hash it directly.
-    return lambda wc: hashlib.sha256(
-        spec_json(run_of(wc, framework)).encode()
-    ).hexdigest()
+    return inspected(
+        lambda wc: hashlib.sha256(spec_json(run_of(wc, framework)).encode()).hexdigest()
+    )
 
 
 def failed_attempts(framework):
@@ -168,17 +182,22 @@ def failed_attempts(framework):
             return 0
         return sum(1 for name in os.listdir(attempts) if name.startswith("failed-"))
 
-    return count
+    return inspected(count)
 
 
+@inspected
 def train_cpus(wildcards):
     """Cores a run occupies on this host: every rank's threads."""
     world = int(wildcards.nodes) * int(wildcards.ranks_per_node)
     return world * STUDY["threads_per_rank"]
 
 
-def train_runtime(wildcards):
-    """Batch time limit: the run's own limit (enforced and recorded by the launcher) + slack."""
+def train_runtime():
+    """Batch time limit: the run's own limit (enforced and recorded by the launcher) + slack.
+
+    The same for every run, so a number, not a function of the wildcards: a function
+    would be inspected and called per job (see ``inspected``).
+    """
     return STUDY["run_timeout_min"] + 5
 
 
@@ -190,10 +209,47 @@ def train_resources():
     """
     return {
         "bench": 1,
-        "runtime": train_runtime,
-        "nodes": lambda wc: int(wc.nodes),
-        "tasks": lambda wc: int(wc.nodes) * int(wc.ranks_per_node),
+        "runtime": train_runtime(),
+        "nodes": inspected(lambda wc: int(wc.nodes)),
+        "tasks": inspected(lambda wc: int(wc.nodes) * int(wc.ranks_per_node)),
         "cpus_per_task": STUDY["threads_per_rank"],
-        "mem_mb": lambda wc: int(wc.ranks_per_node) * STUDY["mem_per_rank_mb"],
-        "mpi": lambda wc: "srun" if int(wc.nodes) * int(wc.ranks_per_node) > 1 else "",
+        "mem_mb": inspected(
+            lambda wc: int(wc.ranks_per_node) * STUDY["mem_per_rank_mb"]
+        ),
+        "mpi": inspected(
+            lambda wc: "srun" if int(wc.nodes) * int(wc.ranks_per_node) > 1 else ""
+        ),
     }
+
+
+PERFMODEL_TABLES = ("calibration", "validation", "validation_summary", "projection")
+PERFMODEL_FIGURES = ("projection", "validation")
+PERFMODEL_CAPTIONS = {
+    "calibration": "../report/calibration.rst",
+    "validation": "../report/validation.rst",
+    "validation_summary": "../report/validation.rst",
+    "projection": "../report/projection.rst",
+}
+
+
+def perfmodel_files():
+    """The scaling model's tables and figures (targets of rule all)."""
+    return [f"results/perfmodel/{name}.csv" for name in PERFMODEL_TABLES] + [
+        f"results/figures/{name}.{fmt}"
+        for name in PERFMODEL_FIGURES
+        for fmt in FIGURE_FORMATS
+    ]
+
+
+def projection_preset(field):
+    """A field of the projection's network preset, for the captions (the loopback's is fitted)."""
+    from dlscale import networks as dlnetworks
+
+    preset = dlnetworks.PRESETS.get(STUDY["projection"]["network"])
+    if preset is None:  # loopback: fitted by the rule itself
+        return ""
+    return {
+        "latency_us": f"{preset.latency_s * 1e6:g}",
+        "bandwidth_gbit": f"{preset.bandwidth_gbit:g}",
+        "source": preset.source,
+    }[field]

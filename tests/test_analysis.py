@@ -60,10 +60,18 @@ def write_run(
     status: str = "ok",
     reason: str | None = None,
     startup_s: float | None = 2.5,
+    network: str | None = None,
 ) -> Path:
-    """Write one run's events.jsonl under ``root`` (at its run id's path) and return it."""
+    """Write one run's events.jsonl under ``root`` (at its run id's path) and return it.
+
+    ``network`` (e.g. ``emulated-1gbe``) goes into run_start and, as the study names such
+    runs, into the run id's layout segment (``n2x1-1gbe``); None writes no network field.
+    """
     world = nodes * ranks_per_node
-    run_id = f"{framework}/{model}/n{nodes}x{ranks_per_node}/b{batch}/r{repeat}"
+    layout = f"n{nodes}x{ranks_per_node}"
+    if network not in (None, "host"):
+        layout += "-" + network.removeprefix("emulated-")
+    run_id = f"{framework}/{model}/{layout}/b{batch}/r{repeat}"
     start = {
         "event": "run_start",
         "run_id": run_id,
@@ -86,6 +94,8 @@ def write_run(
         "loadavg": [0.25, 0.5, 0.75],
         "startup_s": startup_s,
     }
+    if network is not None:
+        start["network"] = network
     end = {"event": "run_end", "status": status, "reason": reason, "time": 1100.0}
     return write_atomic(root / run_id / "events.jsonl", [start, *iterations, end])
 
@@ -281,6 +291,31 @@ def test_speedup_groups_are_separate(tmp_path: Path) -> None:
     lone = one(runs, "torch/lenet/n2x2/b50/r0")
     assert (lone["baseline_nodes"], lone["speedup"], lone["efficiency"]) == (2, 1.0, 1.0)
     assert one(runs, "torch/alexnet/n1x1/b50/r0")["speedup"] == pytest.approx(1.0)
+
+
+def test_each_network_has_its_own_baseline(tmp_path: Path) -> None:
+    """Emulated-network runs scale against the same network's smallest node count."""
+    paths = [
+        steady_run(tmp_path, 100.0, nodes=1),
+        steady_run(tmp_path, 180.0, nodes=2, network="host"),
+        steady_run(tmp_path, 90.0, nodes=1, network="emulated-1gbe"),
+        steady_run(tmp_path, 117.0, nodes=2, network="emulated-1gbe"),
+        steady_run(tmp_path, 120.0, nodes=2, network="emulated-100mbe"),
+    ]
+    runs, iterations = analysis.load_events(paths)
+    host = one(runs, "torch/lenet/n2x1/b50/r0")
+    assert host["network"] == "host"
+    assert (host["speedup"], host["efficiency"]) == (pytest.approx(1.8), pytest.approx(0.9))
+    assert one(runs, "torch/lenet/n1x1/b50/r0")["network"] == "host"  # no network field: host
+    emulated = one(runs, "torch/lenet/n2x1-1gbe/b50/r0")
+    assert emulated["network"] == "emulated-1gbe"
+    assert emulated["baseline_nodes"] == 1
+    assert emulated["speedup"] == pytest.approx(1.3)  # 117 / 90, not 117 / 100
+    assert emulated["efficiency"] == pytest.approx(0.65)
+    # a network with one node count is its own baseline
+    lone = one(runs, "torch/lenet/n2x1-100mbe/b50/r0")
+    assert (lone["baseline_nodes"], lone["speedup"]) == (2, 1.0)
+    assert set(iterations["network"]) == {"host", "emulated-1gbe", "emulated-100mbe"}
 
 
 def test_failed_smallest_node_count_moves_the_baseline(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ def write_run(
     repeat: int = 0,
     status: str = "ok",
     iterations: int = 5,
+    input_s: float | None = None,
 ) -> Path:
     """A run of ``nodes`` single-rank nodes with steady steps and a falling loss."""
     run_id = f"{framework}/{model}/n{nodes}x1/b32/r{repeat}"
@@ -67,6 +68,7 @@ def write_run(
                     "loss": 2.3 / (1 + index + repeat),
                     "warmup": index == 0,
                     "time": float(index),
+                    **({} if input_s is None else {"input_s": input_s}),
                 }
             )
     reason = None if status == "ok" else "killed by the test"
@@ -155,6 +157,33 @@ def test_breakdown_table_medians_and_unsplit_steps(study: tuple[pd.DataFrame, pd
     assert ("lenet", "caffe", 2, "compute") not in table.index
     assert ("lenet", "caffe", 4, "step (not split)") not in table.index  # failed run left out
     assert table.loc[("alexnet", "torch", 2, "compute"), "runs"] == 2
+
+
+def test_breakdown_shows_input_wait_only_where_recorded(
+    tmp_path: Path, study: tuple[pd.DataFrame, pd.DataFrame]
+) -> None:
+    runs, _ = study  # no run recorded input_s: all NaN, no input part, figure as before
+    assert runs["input_s"].isna().all()
+    assert "input wait" not in set(figures.breakdown_table(runs)["component"])
+    assert "input wait on top" not in figures.breakdown_chart(runs).to_json()  # title as before
+
+    root = tmp_path / "events"
+    paths = [
+        write_run(root, "torch", "lenet", 1, 0.10, compute=0.08, input_s=0.03),
+        write_run(root, "tensorflow", "lenet", 1, 0.12, compute=0.12, input_s=0.005),
+        write_run(root, "caffe", "lenet", 1, 0.08),  # no input_s: no input part
+    ]
+    runs, iterations = analysis.load_events(paths)
+    table = figures.breakdown_table(runs).set_index(["framework", "component"])
+    assert table.loc[("torch", "input wait"), "seconds"] == pytest.approx(0.03)
+    order = table["order"]
+    assert order[("torch", "input wait")] > order[("torch", "exposed communication")]  # on top
+    assert table.loc[("tensorflow", "input wait"), "seconds"] == pytest.approx(0.005)
+    assert ("caffe", "input wait") not in table.index
+    out = outputs(tmp_path / "figures")
+    figures.make_figures(runs, iterations, out)
+    html = check_files(tmp_path / "figures", out)
+    assert "input wait" in html["breakdown"] and "step (not split)" in html["breakdown"]
 
 
 def test_loss_table_is_rank0_median_over_repeats(study: tuple[pd.DataFrame, pd.DataFrame]) -> None:

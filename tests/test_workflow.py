@@ -94,6 +94,29 @@ def test_tables(study_dir):
     assert sorted(findings["model"]) == ["autoencoder", "lenet"]
     assert (findings["fastest_compute"] == "torch").all()
     assert (findings["best_scaling_nodes"] == 2).all()
+    assert (runs["network"] == "host").all()
+
+
+def test_scaling_model(study_dir):
+    """The perfmodel rule calibrates on the 2-node runs and projects to 1024 nodes."""
+    out = study_dir / "results" / "perfmodel"
+    calibration = pd.read_csv(out / "calibration.csv", dtype={"world_sizes": str})
+    assert calibration[["setup", "pattern", "runs"]].values.tolist() == [["torch", "ring", 2]]
+    assert calibration.loc[0, "world_sizes"] == "2"
+    assert (calibration["beta_Bps"] > 0).all() and (calibration["overhead_s"] >= 0).all()
+    projection = pd.read_csv(out / "projection.csv")
+    assert sorted(projection["model"].unique()) == ["autoencoder", "lenet"]
+    assert (projection["network"] == "th-express2").all()
+    assert sorted(projection["nodes"].unique()) == [2**k for k in range(11)]
+    one_node = projection[projection["nodes"] == 1]
+    assert (one_node["efficiency"] == 1.0).all() and (one_node["comm_s"] == 0.0).all()
+    assert projection["efficiency"].between(0, 1).all()
+    validation = pd.read_csv(out / "validation.csv")  # no emulated network in this study
+    assert validation.empty and "predicted_s" in validation.columns
+    figures = study_dir / "results" / "figures"
+    for name in ("projection", "validation"):
+        assert (figures / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "no runs on an emulated network" in (figures / "validation.svg").read_text()
 
 
 def test_lenet_loss_falls(study_dir):
@@ -124,7 +147,7 @@ def test_deleted_run_is_redone_alone(study_dir):
     run.rmdir()
     proc = snakemake(study_dir, "--dry-run")
     jobs = planned_jobs(proc.stdout + proc.stderr)
-    assert jobs == {"train_torch": 1, "aggregate": 1, "figures": 1, "all": 1}, jobs
+    assert jobs == {"train_torch": 1, "aggregate": 1, "figures": 1, "perfmodel": 1, "all": 1}, jobs
     proc = snakemake(study_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (run / "events.jsonl").exists()
@@ -149,7 +172,7 @@ def test_failed_run_is_recorded_and_redone_alone(study_dir):
     assert (runs.drop(index="torch/lenet/n2x1/b64/r0")["status"] == "ok").all()
     assert len(list((run / "attempts").glob("failed-*.jsonl"))) == 1
     jobs = planned_jobs(snakemake(study_dir, "--dry-run").stdout)
-    assert jobs == {"train_torch": 1, "aggregate": 1, "figures": 1, "all": 1}, jobs
+    assert jobs == {"train_torch": 1, "aggregate": 1, "figures": 1, "perfmodel": 1, "all": 1}, jobs
     proc = snakemake(study_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = pd.read_csv(study_dir / "results" / "runs.csv").set_index("run_id")
@@ -162,6 +185,7 @@ def test_report(study_dir):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = (study_dir / "results" / "report.html").read_text()
     assert "findings.csv" in report and "speedup.svg" in report
+    assert "projection.svg" in report and "validation_summary.csv" in report
 
 
 def test_bad_config_fails_before_any_job(tmp_path):
