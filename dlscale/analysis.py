@@ -153,6 +153,7 @@ ITERATION_COLUMNS: tuple[str, ...] = (
 
 FINDINGS_COLUMNS: tuple[str, ...] = (
     "model",
+    "network",
     "frameworks",
     "node_counts",
     "fastest_compute",
@@ -446,7 +447,7 @@ def _pick(table: pd.DataFrame, column: str, better: Callable[[pd.Series], Any]) 
 
 
 def findings(runs: pd.DataFrame) -> pd.DataFrame:
-    """Answer the study's three questions per model, from ok runs only.
+    """Answer the study's three questions per model (and network), from ok runs only.
 
     * ``fastest_compute``: the framework with the highest median throughput at the
       model's smallest node count (computing speed, as the original study measured it on
@@ -466,10 +467,16 @@ def findings(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame({name: pd.Series(dtype=object) for name in FINDINGS_COLUMNS})
     ok = runs[runs["status"].eq("ok")]
-    for model in sorted(runs["model"].dropna().unique()):
-        mine = ok[ok["model"].eq(model)]
+    network_of = runs["network"] if "network" in runs else pd.Series("host", index=runs.index)
+    # One answer per model and network: runs on an emulated interconnect answer the same
+    # questions on that network, never mixed into the host's medians.
+    pairs = sorted({(m, n) for m, n in zip(runs["model"], network_of, strict=True) if isinstance(m, str)})
+    pairs.sort(key=lambda pair: (pair[0], pair[1] != "host", pair[1]))
+    for model, network in pairs:
+        mine = ok[ok["model"].eq(model) & network_of.loc[ok.index].eq(network)]
         row: dict[str, Any] = {name: np.nan for name in FINDINGS_COLUMNS}
         row["model"] = model
+        row["network"] = network
         if mine.empty:
             for question in ("fastest_compute", "best_communication", "best_scaling"):
                 row[question] = "n/a (no ok runs)"

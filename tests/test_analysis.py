@@ -403,13 +403,23 @@ def test_no_events_files_gives_empty_tables() -> None:
 # --- findings ---------------------------------------------------------------------------------
 
 
-def comm_run(root: Path, framework: str, nodes: int, step: float, compute: float, repeat: int = 0) -> Path:
+def comm_run(
+    root: Path,
+    framework: str,
+    nodes: int,
+    step: float,
+    compute: float,
+    repeat: int = 0,
+    network: str | None = None,
+) -> Path:
     events = [
         iteration(rank, i, step, compute, step - compute, samples=100, warmup=i == 0)
         for i in range(4)
         for rank in range(nodes)
     ]
-    return write_run(root, events, framework=framework, nodes=nodes, batch=100, repeat=repeat)
+    return write_run(
+        root, events, framework=framework, nodes=nodes, batch=100, repeat=repeat, network=network
+    )
 
 
 def test_findings_pick_the_right_framework(tmp_path: Path) -> None:
@@ -621,3 +631,26 @@ def test_vectorised_reduction_matches_reference(runs_events: list[list[dict[str,
                 assert math.isnan(row[name]), name
             else:
                 assert row[name] == pytest.approx(want[name], rel=1e-9), name
+
+
+def test_findings_answer_each_network_apart(tmp_path: Path) -> None:
+    # On the host network torch scales best; on a slow emulated link caffe does. Mixed
+    # together, the medians would answer neither question.
+    paths = [
+        comm_run(tmp_path, "torch", 1, 0.2, 0.2),
+        comm_run(tmp_path, "torch", 2, 0.21, 0.2),  # eff 0.95
+        comm_run(tmp_path, "caffe", 1, 0.2, 0.2),
+        comm_run(tmp_path, "caffe", 2, 0.3, 0.2),  # eff 0.67
+        comm_run(tmp_path, "torch", 1, 0.2, 0.2, network="emulated-100mbe"),
+        comm_run(tmp_path, "torch", 2, 0.8, 0.2, network="emulated-100mbe"),  # eff 0.25
+        comm_run(tmp_path, "caffe", 1, 0.2, 0.2, network="emulated-100mbe"),
+        comm_run(tmp_path, "caffe", 2, 0.4, 0.2, network="emulated-100mbe"),  # eff 0.5
+    ]
+    runs, _ = analysis.load_events(paths)
+    table = analysis.findings(runs)
+    assert list(table["network"]) == ["host", "emulated-100mbe"]  # the host first
+    by_network = table.set_index("network")
+    assert by_network.loc["host", "best_scaling"] == "torch"
+    assert by_network.loc["host", "best_scaling_efficiency"] == pytest.approx(0.2 / 0.21)
+    assert by_network.loc["emulated-100mbe", "best_scaling"] == "caffe"
+    assert by_network.loc["emulated-100mbe", "best_scaling_efficiency"] == pytest.approx(0.5)
