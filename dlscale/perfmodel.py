@@ -68,6 +68,7 @@ step, never at DAG time.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -588,6 +589,10 @@ def validate(
             row["note"] = f"unknown network {run.network!r}"
             rows.append(row)
             continue
+        if emulated_preset(run.network) is not None:
+            # The emulation caps bandwidth only (dlscale.netns: no sch_netem here): its links
+            # have the host's own latency, not the preset's.
+            preset = dataclasses.replace(preset, latency_s=loopback.latency_s)
         row["alpha_s"], row["beta_Bps"] = preset.latency_s, preset.bandwidth_Bps
         layout = (run.setup, run.model, run.batch_per_rank, run.nodes, run.ranks_per_node)
         key = (run.setup, run.model, run.batch_per_rank)
