@@ -91,15 +91,17 @@ def main(argv: list[str] | None = None) -> int:
 
         attempt("training", training)
     if "comm" in args.only:
-        sizes = [int(flops.set_index("model").loc[m, "gradient_bytes"]) for m in args.models]
+        sizes = {int(flops.set_index("model").loc[m, "gradient_bytes"]): m for m in args.models}
 
         def comm() -> None:
-            raw = comm_efficiency.measure(entries, sorted(set(sizes)), args.repeats)
+            raw = comm_efficiency.measure(entries, sorted(sizes), args.repeats, models=sizes)
             comm_efficiency.write(raw, flops, [e.name for e in entries if e.allreduce], out)
 
         attempt("comm", comm)
     if "startup" in args.only:
-        attempt("startup", lambda: startup.write(startup.measure(entries, study, data, args.repeats), out))
+        # At most 3 start-ups each: BigDL's (a Spark cluster and two JVMs) take about a minute.
+        repeats = min(3, args.repeats)
+        attempt("startup", lambda: startup.write(startup.measure(entries, study, data, repeats), out))
     if "scale" in args.only:
         repeats = args.scale_repeats or min(3, args.repeats)
         attempt("scale", lambda: workflow_scale.write(*workflow_scale.measure(repeats), out))

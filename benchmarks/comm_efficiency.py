@@ -30,7 +30,12 @@ RAW_COLUMNS = ("repeat", "transport", "nbytes", "seconds", "bytes_per_s")
 
 
 def measure(
-    entries: list[FrameworkBench], sizes: list[int], repeats: int, inner: int = 3, timeout_s: float = 600
+    entries: list[FrameworkBench],
+    sizes: list[int],
+    repeats: int,
+    inner: int = 3,
+    timeout_s: float = 600,
+    models: dict[int, str] | None = None,
 ) -> pd.DataFrame:
     """One row per repeat x transport x size."""
     mpirun, mpi_python = ensure_mpi()
@@ -67,7 +72,7 @@ def measure(
     }
     for entry in entries:
         if entry.allreduce is not None:
-            job = CommJob(entry.python(), sizes, inner, timeout_s)
+            job = CommJob(entry.python(), sizes, inner, timeout_s, dict(models or {}))
             arms[entry.name] = lambda entry=entry, job=job: entry.allreduce(job)
     rows = []
     for repeat in range(repeats):

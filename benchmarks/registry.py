@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import torch_bench
+from benchmarks import framework_benches, torch_bench
 from benchmarks.common import framework_python
 
 
@@ -41,6 +41,7 @@ class CommJob:
     sizes: list[int]
     inner: int
     timeout_s: float
+    models: dict[int, str] = field(default_factory=dict)  # gradient bytes -> model
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,21 @@ FRAMEWORKS: dict[str, FrameworkBench] = {
     "torch": FrameworkBench(
         "torch", training=torch_bench.training, allreduce=torch_bench.allreduce, comm_label="torch gloo"
     ),
-    # "tensorflow", "bigdl", "caffe": added by their runners' owners (see module docstring).
+    "tensorflow": FrameworkBench(
+        "tensorflow",
+        training=framework_benches.tf_training,
+        allreduce=framework_benches.tf_allreduce,
+        comm_label="TF MWMS ring (gRPC)",
+    ),
+    "caffe": FrameworkBench(
+        "caffe",
+        training=framework_benches.caffe_training,
+        allreduce=framework_benches.caffe_allreduce,
+        comm_label="Caffe MPI_Allreduce per blob",
+    ),
+    # BigDL: start-up only so far (through dlscale.launch, like every framework); its
+    # runner cannot be run twice in one process (one SparkContext per Python process).
+    "bigdl": FrameworkBench("bigdl"),
 }
 
 

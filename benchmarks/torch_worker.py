@@ -165,6 +165,9 @@ def training(args: argparse.Namespace) -> None:
         raise SystemExit("training needs warmup >= 1 (the last warm-up stamp starts the clock)")
     threads = int(spec["threads_per_rank"])
     torch.set_num_threads(threads)
+    # The runner tunes glibc's malloc when it starts (runner.tune_allocator); the process
+    # set-up is the same for every arm, so it is done first, not by whichever arm runs first.
+    runner.tune_allocator()
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-") as tmp:
         work = Path(tmp)
         x, y = first_batch(spec, args.data, work)

@@ -206,3 +206,46 @@ def test_flop_count_matches_hand_counts():
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counts["mlp"] == 290
     assert counts["lenet"] == 2 * 4_586_000 + 4_010_000
+
+
+def test_every_framework_has_a_benchmark_entry_and_comm_jobs_know_their_models():
+    from benchmarks.registry import FRAMEWORKS, CommJob, covered
+    from dlscale.study import IMPLEMENTED_FRAMEWORKS
+
+    found, missing = covered(list(IMPLEMENTED_FRAMEWORKS))
+    assert missing == [] and {e.name for e in found} == set(IMPLEMENTED_FRAMEWORKS)
+    assert FRAMEWORKS["tensorflow"].training and FRAMEWORKS["caffe"].allreduce
+    assert CommJob("python", [4], 1, 1.0).models == {}
+
+
+def test_bare_loop_helpers(tmp_path):
+    import numpy as np
+
+    from benchmarks import bare_common
+
+    images = np.arange(2 * 2 * 2 * 1, dtype=np.uint8).reshape(2, 2, 2, 1)
+    ae = bare_common.normalised(images, "autoencoder", 0.5, 0.25, nchw=True)
+    assert ae.shape == (2, 1, 2, 2) and ae.dtype == np.float32 and ae.flags.c_contiguous
+    assert ae[0, 0, 0, 1] == np.float32(1) / np.float32(255)
+    cls = bare_common.normalised(images, "lenet", 0.5, 0.25, nchw=False)
+    assert cls.shape == (2, 2, 2, 1) and cls[0, 0, 0, 0] == np.float32(-2.0)
+    # 64 samples per step, one step per 0.5 s after the warm-up stamp at index 1
+    assert bare_common.intervals_throughput(64, [0.0, 5.0, 5.5, 6.0, 6.5], first=1) == 128.0
+    peak = bare_common.matmul_peak(bare_common.numpy_matmul, sizes=(32,), seconds=0.01)
+    assert peak["peak_flops"] > 0 and peak["peak_flops_cpu"] > 0
+
+
+def test_runner_arm_times_a_runner_from_its_events(tmp_path):
+    """The framework-neutral runner arm, on a stand-in train(ctx) that records iterations."""
+    from benchmarks.runner_arm import runner_arm
+
+    spec = {"model": "lenet", "batch": 8, "warmup": 1, "iterations": 4, "threads_per_rank": 1}
+
+    def train(ctx):
+        for i in range(ctx.total_iterations):
+            ctx.record_iteration(i, samples=8, step_s=0.001, compute_s=0.001, comm_s=0.0, loss=1.0)
+
+    row = runner_arm(train, spec, tmp_path, tmp_path, 0)
+    assert set(row) == {"samples_per_s", "samples_per_cpu_s", "self_timed_samples_per_s"}
+    assert row["self_timed_samples_per_s"] == pytest.approx(8000.0)
+    assert row["samples_per_s"] > 0
