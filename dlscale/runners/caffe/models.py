@@ -24,7 +24,9 @@ pure Python can write them (the ``caffe time`` rule, tests) without importing py
 
 Inputs are ``Input`` layers (``data`` and, for the classifiers, ``label``): the runner
 writes each mini-batch into the input blobs before a step, and ``caffe time`` runs the
-same prototxt on whatever the blobs hold.
+same prototxt on whatever the blobs hold. With ``data_layer="MemoryData"`` the Input layer
+is replaced by Caffe's ``MemoryData`` data layer (same tops; the autoencoder's unused
+label goes to a ``Silence`` layer), which the ``input: pipeline`` feed drives (``data.py``).
 """
 
 from __future__ import annotations
@@ -236,15 +238,48 @@ def resnet50(batch: int, num_classes: int = 1000) -> NetBuilder:
 _BUILDERS = {"lenet": lenet, "autoencoder": autoencoder, "alexnet": alexnet, "resnet50": resnet50}
 
 
-def net_prototxt(model: str, batch: int) -> str:
-    """The training net of ``model`` for a per-rank mini-batch of ``batch``, as prototxt."""
+DATA_LAYERS = ("Input", "MemoryData")
+
+
+def net_prototxt(model: str, batch: int, data_layer: str = "Input") -> str:
+    """The training net of ``model`` for a per-rank mini-batch of ``batch``, as prototxt.
+
+    ``data_layer``: ``Input`` (blobs the runner writes) or ``MemoryData`` (Caffe's data
+    layer over arrays the runner hands it, see ``memory_data``).
+    """
     try:
         builder = _BUILDERS[model]
     except KeyError:
         raise KeyError(f"unknown model {model!r}; known: {', '.join(MODELS)}") from None
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    return builder(batch).text()
+    if data_layer not in DATA_LAYERS:
+        raise ValueError(f"data_layer must be one of {', '.join(DATA_LAYERS)}, got {data_layer!r}")
+    net = builder(batch)
+    if data_layer == "MemoryData":
+        memory_data(net)
+    return net.text()
+
+
+def memory_data(net: NetBuilder) -> None:
+    """Replace the net's ``Input`` layer by a ``MemoryData`` layer with the same tops.
+
+    MemoryData always has a ``label`` top; a net without labels (the autoencoder) gets a
+    ``Silence`` layer for it, so the net's outputs stay the loss alone.
+    """
+    first = net.layers[0]
+    if first["type"] != "Input" or first["top"][0] != "data":
+        raise ValueError(f"{net.name}: first layer is not the data Input layer")
+    batch, *chw = first["input_param"]["shape"][0]["dim"]
+    if len(chw) != 3:
+        raise ValueError(f"{net.name}: MemoryData needs N x C x H x W data, got {first['input_param']}")
+    channels, height, width = chw
+    param = {"batch_size": batch, "channels": channels, "height": height, "width": width}
+    net.layers[0] = {
+        "name": "data", "type": "MemoryData", "top": ["data", "label"], "memory_data_param": param,
+    }  # fmt: skip
+    if "label" not in first["top"]:
+        net.layers.insert(1, {"name": "label_silence", "type": "Silence", "bottom": ["label"]})
 
 
 def layer_types(model: str) -> dict[str, str]:

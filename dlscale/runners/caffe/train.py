@@ -8,6 +8,9 @@ study compares frameworks:
   comm_s    = the all-reduce of every learnable gradient, after a barrier (skew-free)
   compute_s = the rest of the step: forward + backward + update
   step_s    = the whole step, barrier included
+  input_s   = getting the step's batch into the net before the step: converting and copying
+              it into the input blobs (``input: memory``), or waiting for the prefetch
+              thread's next slot of the MemoryData layer (``input: pipeline``, ``data.py``)
 The solver's update is Caffe's SGD (v = m v + lr g; w -= v), which equals torch's
 (v = m v + g; w -= lr v) at a fixed learning rate; weight decay is 0 in both.
 """
@@ -22,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import ShardSet
+from dlscale.runners.caffe.data import Batches, PrefetchFeed
+from dlscale.runners.caffe.data import preprocess as preprocess  # re-exported: tests and captures use it
 from dlscale.runners.caffe.models import net_prototxt
 from dlscale.runners.common import RunContext
 
@@ -44,45 +48,6 @@ def versions() -> dict[str, str]:
         "protobuf": google.protobuf.__version__,
         "backend": "mpi",
     }
-
-
-def preprocess(images: np.ndarray, model: str, mean: float, std: float) -> np.ndarray:
-    """uint8 NHWC -> float32 NCHW in [0, 1], normalised except for the autoencoder.
-
-    The same transform as the torch runner, so both train on identical numbers.
-    """
-    x = images.transpose(0, 3, 1, 2).astype(np.float32) / np.float32(255.0)
-    if model != "autoencoder":
-        x = (x - np.float32(mean)) / np.float32(std)
-    return np.ascontiguousarray(x, dtype=np.float32)
-
-
-class Batches:
-    """Endless mini-batches from this rank's own part of the shards, reshuffled per epoch."""
-
-    def __init__(self, ctx: RunContext):
-        shards = ShardSet(ctx.data_dir, verify=True)  # a corrupted shard fails the run, loudly
-        self.images, self.labels = shards.load_part(ctx.rank, ctx.world_size)
-        self.mean, self.std = float(shards.mean), float(shards.std)
-        self.batch = int(ctx.spec["batch"])
-        self.model = ctx.spec["model"]
-        self.rng = np.random.default_rng(int(ctx.spec["seed"]) + ctx.rank)
-        self.order = self.rng.permutation(len(self.labels))
-        self.position = 0
-        if len(self.labels) < self.batch:
-            raise ValueError(
-                f"rank {ctx.rank} holds {len(self.labels)} samples, fewer than its batch of {self.batch}:"
-                " make the dataset larger or the batch smaller"
-            )
-
-    def next(self) -> tuple[np.ndarray, np.ndarray]:
-        if self.position + self.batch > len(self.order):
-            self.order = self.rng.permutation(len(self.labels))
-            self.position = 0
-        index = np.sort(self.order[self.position : self.position + self.batch])
-        self.position += self.batch
-        x = preprocess(self.images[index], self.model, self.mean, self.std)
-        return x, self.labels[index].astype(np.float32)
 
 
 def solver_prototxt(net_path: Path, spec: dict[str, Any]) -> str:
@@ -107,13 +72,16 @@ def solver_prototxt(net_path: Path, spec: dict[str, Any]) -> str:
     )
 
 
-def make_solver(spec: dict[str, Any], batch: int, directory: Path) -> Any:
-    """A pycaffe SGDSolver for ``spec['model']`` at a per-rank ``batch``; files go in ``directory``."""
+def make_solver(spec: dict[str, Any], batch: int, directory: Path, data_layer: str = "Input") -> Any:
+    """A pycaffe SGDSolver for ``spec['model']`` at a per-rank ``batch``; files go in ``directory``.
+
+    ``data_layer``: the net's first layer, ``Input`` or ``MemoryData`` (``models.net_prototxt``).
+    """
     import caffe
 
     caffe.set_mode_cpu()
     net_path = directory / f"{spec['model']}.prototxt"
-    net_path.write_text(net_prototxt(spec["model"], batch))
+    net_path.write_text(net_prototxt(spec["model"], batch, data_layer))
     solver_path = directory / "solver.prototxt"
     solver_path.write_text(solver_prototxt(net_path, spec))
     return caffe.SGDSolver(str(solver_path))
@@ -138,27 +106,47 @@ def train(ctx: RunContext) -> None:
             f"MPI says rank {comm.Get_rank()} of {comm.Get_size()}, placement says"
             f" {ctx.rank} of {ctx.world_size}: started without mpirun/srun --mpi?"
         )
-    batches = Batches(ctx)
+    batch, seed, model = int(spec["batch"]), int(spec["seed"]), spec["model"]
+    mode = spec.get("input", "memory")
+    if mode not in ("memory", "pipeline"):
+        raise ValueError(f"unknown input {mode!r} (expected memory or pipeline)")
+    pipeline = mode == "pipeline"
+    batches = None if pipeline else Batches(ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model)
     with tempfile.TemporaryDirectory(prefix="caffe-") as tmp:
-        solver = make_solver(spec, int(spec["batch"]), Path(tmp))
+        solver = make_solver(spec, batch, Path(tmp), "MemoryData" if pipeline else "Input")
     net = solver.net
     sync = GradientAllreduce(solver, comm, MPI)
     sync.broadcast_weights()
+    prefetch = (
+        PrefetchFeed(net, ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model) if pipeline else None
+    )
 
-    for iteration in range(ctx.total_iterations):
-        feed(net, *batches.next())
-        t0 = time.perf_counter()
-        solver.step(1)
-        t4 = time.perf_counter()
-        barrier_s, comm_s = sync.sync_time()
-        ctx.record_iteration(
-            iteration,
-            samples=int(spec["batch"]),
-            step_s=t4 - t0,
-            compute_s=max(0.0, (t4 - t0) - barrier_s - comm_s),
-            comm_s=comm_s,
-            loss=float(net.blobs["loss"].data),
-            barrier_s=barrier_s,
-            comm_bytes=sync.comm_bytes,
-        )
+    try:
+        for iteration in range(ctx.total_iterations):
+            waited = time.perf_counter()
+            if prefetch is not None:
+                slot = prefetch.wait()
+            else:
+                feed(net, *batches.next())
+            input_s = time.perf_counter() - waited  # outside step_s: the step starts with its batch
+            t0 = time.perf_counter()
+            solver.step(1)
+            t4 = time.perf_counter()
+            if prefetch is not None:
+                prefetch.done(slot)
+            barrier_s, comm_s = sync.sync_time()
+            ctx.record_iteration(
+                iteration,
+                samples=batch,
+                step_s=t4 - t0,
+                compute_s=max(0.0, (t4 - t0) - barrier_s - comm_s),
+                comm_s=comm_s,
+                loss=float(net.blobs["loss"].data),
+                barrier_s=barrier_s,
+                comm_bytes=sync.comm_bytes,
+                input_s=input_s,
+            )
+    finally:
+        if prefetch is not None:
+            prefetch.close()
     finish(comm, MPI)  # only after success: see parallel.import_mpi

@@ -1,12 +1,29 @@
-"""Mini-batches for the TensorFlow runner, in numpy (no TF import).
+"""Mini-batches for the TensorFlow runner: from memory, or through a tf.data pipeline.
 
 The same sampling as the torch runner: one part of the shard set per worker (its own
 contiguous block), reshuffled every epoch with ``seed + part``, sorted indices for memory-map
-friendly reads. Batches stay uint8 until ``normalise``: in ps mode they travel to the
-workers as uint8 (4x less traffic) and are normalised there.
+friendly reads (``IndexBatches``). Batches stay uint8 until ``normalise``: in ps mode they
+travel to the workers as uint8 (4x less traffic) and are normalised there.
+
+Two feeds, chosen by the run spec's ``input`` (``feed``):
+- ``memory`` (default, ``MemoryFeed``): the part is loaded before training
+  (``ShardSet.load_part``); each batch is indexed, normalised in numpy and made a tensor.
+- ``pipeline`` (``PipelineFeed``): nothing is loaded up front. A ``tf.data`` pipeline
+  draws the same index batches from a generator, reads each one from the shards through
+  memory maps (``ShardSet.take`` in a ``tf.numpy_function``) and normalises it, in
+  ``input_workers`` parallel map calls on a private thread pool of that size, and keeps
+  two batches prefetched while the step runs; this is how a TensorFlow job streams a set
+  too large for memory. The normalisation is the very numpy code of the memory feed, so
+  both feeds give bit-identical batches in the same order (the same losses), and only
+  the time the step waits for its batch differs.
+Either way ``next()`` returns tensors, and the caller times it as ``input_s``.
+
+Nothing here imports TensorFlow: the caller passes its module in.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -15,22 +32,45 @@ from dlscale.data.shards import ShardSet
 MNIST_MODELS = ("lenet", "autoencoder")
 
 
+class IndexBatches:
+    """Endless sorted index batches over ``n`` samples, one fresh permutation per epoch."""
+
+    def __init__(self, n: int, batch: int, seed: int):
+        self.n, self.batch = n, batch
+        self.rng = np.random.default_rng(seed)
+        self.order = self.rng.permutation(n)
+        self.position = 0
+
+    def __iter__(self) -> IndexBatches:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        if self.position + self.batch > len(self.order):
+            self.order = self.rng.permutation(self.n)
+            self.position = 0
+        index = np.sort(self.order[self.position : self.position + self.batch])
+        self.position += self.batch
+        return index
+
+
+def _check_part(size: int, part: int, parts: int, batch: int) -> None:
+    if size < batch:
+        raise ValueError(
+            f"part {part} of {parts} holds {size} samples, fewer than its batch of {batch}:"
+            " make the dataset larger or the batch smaller"
+        )
+
+
 class Batches:
-    """Endless mini-batches of one part (``part`` of ``parts``) of a shard set."""
+    """Endless mini-batches of one part (``part`` of ``parts``) of a shard set, in memory."""
 
     def __init__(self, data_dir: str, part: int, parts: int, batch: int, seed: int):
         shards = ShardSet(data_dir, verify=True)  # a corrupted shard fails the run, loudly
         self.images, self.labels = shards.load_part(part, parts)
         self.mean, self.std = float(shards.mean), float(shards.std)
         self.batch = batch
-        if len(self.labels) < batch:
-            raise ValueError(
-                f"part {part} of {parts} holds {len(self.labels)} samples, fewer than its batch of {batch}:"
-                " make the dataset larger or the batch smaller"
-            )
-        self.rng = np.random.default_rng(seed + part)
-        self.order = self.rng.permutation(len(self.labels))
-        self.position = 0
+        _check_part(len(self.labels), part, parts, batch)
+        self.indices = IndexBatches(len(self.labels), batch, seed + part)
 
     @property
     def image_shape(self) -> tuple[int, ...]:
@@ -38,11 +78,7 @@ class Batches:
 
     def next(self) -> tuple[np.ndarray, np.ndarray]:
         """The next (uint8 NHWC images, int64 labels)."""
-        if self.position + self.batch > len(self.order):
-            self.order = self.rng.permutation(len(self.labels))
-            self.position = 0
-        index = np.sort(self.order[self.position : self.position + self.batch])
-        self.position += self.batch
+        index = next(self.indices)
         return np.ascontiguousarray(self.images[index]), self.labels[index].astype(np.int64)
 
 
@@ -52,3 +88,106 @@ def normalise(images: np.ndarray, model: str, mean: float, std: float) -> np.nda
     if model == "autoencoder":
         return x  # the autoencoder reconstructs raw [0, 1] pixels
     return (x - np.float32(mean)) / np.float32(std)
+
+
+class MemoryFeed:
+    """``input: memory``: batches indexed from the part loaded in memory, made tensors.
+
+    ``normalised=False`` keeps them uint8 (ps mode: the worker normalises).
+    """
+
+    def __init__(self, tf: Any, batches: Batches, model: str, normalised: bool = True):
+        self.tf, self.batches, self.model, self.normalised = tf, batches, model, normalised
+        self.image_shape = batches.image_shape
+        self.mean, self.std = batches.mean, batches.std
+
+    def next(self) -> tuple[Any, Any]:
+        images, labels = self.batches.next()
+        if self.normalised:
+            images = normalise(images, self.model, self.mean, self.std)
+        return self.tf.constant(images), self.tf.constant(labels)
+
+    def close(self) -> None:
+        """Nothing runs in the background of a memory feed."""
+
+
+class PipelineFeed:
+    """``input: pipeline``: a tf.data pipeline over part ``part`` of ``parts`` of the shards.
+
+    generator of index batches (``IndexBatches``, same seed as memory mode)
+      -> ``map(take [+ normalise])`` in ``workers`` parallel, order-preserving calls
+      -> ``prefetch(2)``; on a private thread pool of ``workers`` threads, so the pipeline
+    uses the threads the study gave it, beside the rank's intra/inter-op pools.
+    """
+
+    PREFETCH = 2
+
+    def __init__(
+        self,
+        tf: Any,
+        data_dir: str,
+        part: int,
+        parts: int,
+        batch: int,
+        seed: int,
+        model: str,
+        workers: int,
+        normalised: bool = True,
+    ):
+        shards = ShardSet(data_dir, verify=True)  # a corrupted shard fails the run, loudly
+        start, stop = shards.rank_range(part, parts)
+        _check_part(stop - start, part, parts, batch)
+        self.tf, self.model, self.normalised = tf, model, normalised
+        self.image_shape: tuple[int, ...] = tuple(shards.image_shape)
+        self.mean, self.std = float(shards.mean), float(shards.std)
+        indices = IndexBatches(stop - start, batch, seed + part)
+
+        def index_batches() -> Any:
+            for index in indices:
+                yield start + index  # global positions of this part's samples
+
+        def read(index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            images, labels = shards.take(index)  # memory maps: only these rows are read
+            if normalised:
+                return normalise(images, model, self.mean, self.std), labels
+            return images, labels
+
+        x_type = tf.float32 if normalised else tf.uint8
+        x_shape = [batch, *self.image_shape]
+
+        def read_graph(index: Any) -> tuple[Any, Any]:
+            images, labels = tf.numpy_function(read, [index], [x_type, tf.int64], stateful=False)
+            return tf.ensure_shape(images, x_shape), tf.ensure_shape(labels, [batch])
+
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = max(1, workers)
+        options.threading.max_intra_op_parallelism = 1
+        options.autotune.enabled = False  # the pipeline's shape is the study's, not tuned away
+        dataset = (
+            tf.data.Dataset.from_generator(index_batches, output_signature=tf.TensorSpec([batch], tf.int64))
+            .map(read_graph, num_parallel_calls=max(1, workers), deterministic=True)
+            .prefetch(self.PREFETCH)
+            .with_options(options)
+        )
+        self.iterator: Any = iter(dataset)  # starts filling the prefetch buffer now
+
+    def next(self) -> tuple[Any, Any]:
+        return next(self.iterator)
+
+    def close(self) -> None:
+        """Stop the pipeline's threads (the iterator owns them)."""
+        self.iterator = None
+
+
+def feed(
+    tf: Any, spec: dict[str, Any], data_dir: str, part: int, parts: int, normalised: bool = True
+) -> MemoryFeed | PipelineFeed:
+    """The feed the run spec asks for (``input``: memory, the default, or pipeline)."""
+    batch, seed, model = int(spec["batch"]), int(spec["seed"]), spec["model"]
+    mode = spec.get("input", "memory")
+    if mode == "pipeline":
+        workers = int(spec.get("input_workers", 1))
+        return PipelineFeed(tf, data_dir, part, parts, batch, seed, model, workers, normalised)
+    if mode != "memory":
+        raise ValueError(f"unknown input {mode!r} (expected memory or pipeline)")
+    return MemoryFeed(tf, Batches(data_dir, part, parts, batch, seed), model, normalised)

@@ -8,6 +8,8 @@ its own iterations (per-rank samples), the way the torch runner does:
               of the whole flat gradient, started after a barrier (a one-float
               all-reduce), so it is the transfer itself, not waiting for a slower peer
   step_s    = the whole step, barrier included
+  input_s   = waiting for the step's batch from the feed (``batches.py``: memory, or a
+              tf.data pipeline under ``input: pipeline``), before the step starts
 The variables are the worker's own (not MirroredVariables): keeping them out of the
 strategy's scope is what lets the local step run with no collective in it, so compute and
 communication are measured apart. Replicas stay identical because the initial weights are
@@ -31,9 +33,9 @@ import time
 from typing import Any
 
 from dlscale.runners.common import RunContext
+from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import steps
-from dlscale.runners.tensorflow.batches import Batches, normalise
 
 
 class CollectiveFailed(RuntimeError):
@@ -70,7 +72,7 @@ def train(ctx: RunContext, tf: Any) -> None:
     strategy = make_strategy(tf, ctx) if distributed else None
     tf.keras.utils.set_random_seed(int(spec["seed"]))
     batch = int(spec["batch"])
-    batches = Batches(str(ctx.data_dir), ctx.rank, world, batch, int(spec["seed"]))
+    batches = batches_mod.feed(tf, spec, str(ctx.data_dir), ctx.rank, world)
 
     model = build_model(spec["model"], batches.image_shape)
     variables = list(model.trainable_variables)
@@ -118,40 +120,46 @@ def train(ctx: RunContext, tf: Any) -> None:
     setup_s = time.time() - ctx.started  # process start to first step: import, connect, trace
 
     comm_bytes = size * 4 if distributed else 0
-    for iteration in range(ctx.total_iterations):
-        images, labels = batches.next()
-        x = tf.constant(normalise(images, spec["model"], batches.mean, batches.std))
-        y = tf.constant(labels)
-        t0 = time.perf_counter()
-        loss, flat = compute(x, y)
-        loss_value = float(loss)
-        t1 = time.perf_counter()
+    try:
+        for iteration in range(ctx.total_iterations):
+            waited = time.perf_counter()
+            x, y = batches.next()
+            input_s = time.perf_counter() - waited  # outside step_s: the step starts with its batch
+            t0 = time.perf_counter()
+            loss, flat = compute(x, y)
+            loss_value = float(loss)
+            t1 = time.perf_counter()
+            if distributed:
+                try:
+                    barrier_fn(tf.constant(0.0))
+                    t2 = time.perf_counter()
+                    flat = allreduce(flat)
+                except tf.errors.OpError as err:
+                    raise CollectiveFailed(iteration, err) from None
+                t3 = time.perf_counter()
+            else:
+                t2 = t3 = t1
+            apply(flat)
+            t4 = time.perf_counter()
+            extra: dict[str, Any] = {"setup_s": setup_s} if iteration == 0 else {}
+            if iteration == ctx.total_iterations - 1:
+                # Evidence that the replicas stayed identical: equal on every worker.
+                extra["weights_sum"] = float(
+                    sum(tf.reduce_sum(tf.cast(v.value, tf.float64)) for v in variables)
+                )
+            ctx.record_iteration(
+                iteration,
+                samples=batch,
+                step_s=t4 - t0,
+                compute_s=(t1 - t0) + (t4 - t3),
+                comm_s=(t3 - t2) if distributed else 0.0,
+                loss=loss_value,
+                barrier_s=t2 - t1,
+                comm_bytes=comm_bytes,
+                input_s=input_s,
+                **extra,
+            )
         if distributed:
-            try:
-                barrier_fn(tf.constant(0.0))
-                t2 = time.perf_counter()
-                flat = allreduce(flat)
-            except tf.errors.OpError as err:
-                raise CollectiveFailed(iteration, err) from None
-            t3 = time.perf_counter()
-        else:
-            t2 = t3 = t1
-        apply(flat)
-        t4 = time.perf_counter()
-        extra: dict[str, Any] = {"setup_s": setup_s} if iteration == 0 else {}
-        if iteration == ctx.total_iterations - 1:
-            # Evidence that the replicas stayed identical: equal on every worker.
-            extra["weights_sum"] = float(sum(tf.reduce_sum(tf.cast(v.value, tf.float64)) for v in variables))
-        ctx.record_iteration(
-            iteration,
-            samples=batch,
-            step_s=t4 - t0,
-            compute_s=(t1 - t0) + (t4 - t3),
-            comm_s=(t3 - t2) if distributed else 0.0,
-            loss=loss_value,
-            barrier_s=t2 - t1,
-            comm_bytes=comm_bytes,
-            **extra,
-        )
-    if distributed:
-        barrier_fn(tf.constant(0.0))  # nobody leaves while a peer still talks to it
+            barrier_fn(tf.constant(0.0))  # nobody leaves while a peer still talks to it
+    finally:
+        batches.close()

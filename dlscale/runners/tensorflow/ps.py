@@ -11,7 +11,10 @@ samples (the chief reports the GLOBAL samples; the plan says 1 reporting rank).
 
 The chief feeds the data: each closure carries its uint8 batch (part ``i`` of the shard
 set for the ``i``-th closure), the way ``feed_dict`` fed workers in 2018; it travels
-within the step, so it is part of the exposed communication, not of ``comm_s``.
+within the step, so it is part of the exposed communication, not of ``comm_s``. The
+batches come from memory or, under ``input: pipeline``, from one tf.data pipeline per part
+on the chief (``batches.py``); ``input_s`` is the chief's wait for every worker's batch,
+before the step.
 
 Per iteration, measured apart with every worker idle at the start of each (skew-free):
   step_s    = schedule + join of the ``workers`` step closures
@@ -35,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.runners.common import RunContext
+from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import steps
-from dlscale.runners.tensorflow.batches import Batches
 
 
 def make_coordinator(tf: Any) -> tuple[Any, Any, dict[str, list[str]]]:
@@ -82,7 +85,11 @@ def _train(ctx: RunContext, tf: Any, spec: dict[str, Any]) -> None:
     strategy, coordinator, cluster = make_coordinator(tf)
     workers = len(cluster["worker"])
     batch = int(spec["batch"])
-    parts = [Batches(str(ctx.data_dir), i, workers, batch, int(spec["seed"])) for i in range(workers)]
+    # One feed per worker, uint8 (the worker normalises): from memory, or one tf.data
+    # pipeline per part under input: pipeline, all on the chief, which feeds the workers.
+    parts = [
+        batches_mod.feed(tf, spec, str(ctx.data_dir), i, workers, normalised=False) for i in range(workers)
+    ]
     mean, std, model_name = parts[0].mean, parts[0].std, spec["model"]
     tf.keras.utils.set_random_seed(int(spec["seed"]))
     with strategy.scope():
@@ -126,7 +133,9 @@ def _train(ctx: RunContext, tf: Any, spec: dict[str, Any]) -> None:
     setup_s = time.time() - ctx.started  # process start to first step: import, connect, trace
 
     for iteration in range(ctx.total_iterations):
-        feeds = [(tf.constant(x), tf.constant(y)) for x, y in (part.next() for part in parts)]
+        waited = time.perf_counter()
+        feeds = [part.next() for part in parts]
+        input_s = time.perf_counter() - waited  # the chief gathers every worker's batch
         t0 = time.perf_counter()
         results = [coordinator.schedule(worker_step, args=feed) for feed in feeds]
         coordinator.join()
@@ -151,5 +160,8 @@ def _train(ctx: RunContext, tf: Any, spec: dict[str, Any]) -> None:
             comm_bytes=shared.size * 4,
             workers=workers,
             parameter_servers=len(cluster["ps"]),
+            input_s=input_s,
             **extra,
         )
+    for part in parts:
+        part.close()  # stop the pipelines' threads before the servers are told to leave
