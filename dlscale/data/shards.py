@@ -23,11 +23,12 @@ its framework's own pipeline instead of ``load_part``, fetching shuffled batches
 and passes the time the step waited for its batch as ``input_s`` to
 ``ctx.record_iteration`` (in both modes, so the two can be compared). The torch runner
 does it with a DataLoader of ``input_workers`` processes over batches of indices
-(dlscale/runners/torch/train.py, ``Batches``). The same shape elsewhere: tf.data,
-``Dataset.from_generator`` of index batches ``.map(tf.numpy_function(take), num_parallel_calls=
-input_workers).prefetch(2)``; BigDL, an RDD of the rank block's shard ranges with
-``input_workers`` partitions per executor, each partition calling ``take``; Caffe, a
-Python data layer whose ``forward`` calls ``take`` on a prefetching thread.
+(dlscale/runners/torch/train.py, ``Batches``). The same shape elsewhere: TensorFlow,
+tf.data over index batches, ``take`` in ``input_workers`` parallel map calls, 2 batches
+prefetched (dlscale/runners/tensorflow/batches.py); Caffe, its MemoryData layer fed by a
+prefetch thread filling a ring of 4 batches (this Caffe build has no Python layer;
+dlscale/runners/caffe/data.py); BigDL, the shards read on the executors through a Spark
+RDD (dlscale/runners/bigdl/data.py).
 """
 
 from __future__ import annotations
