@@ -202,6 +202,23 @@ def test_two_rank_lenet_learns_on_real_mnist(caffe_py, mnist_shards, tmp_path):
     assert not (tmp_path / ".work").exists()
 
 
+def test_autoencoder_loss_is_the_per_pixel_mean_as_in_torch(caffe_py, mnist_shards, tmp_path):
+    """Same work in every framework: the reconstruction loss is binary cross-entropy
+    averaged over every pixel (torch's BCEWithLogitsLoss), ~ln 2 for an untrained net.
+    This Caffe's SigmoidCrossEntropyLoss ignores FULL normalisation; summed over the 784
+    pixels the loss would start near 545 and the gradients be 784 times too large."""
+    events_path = tmp_path / "events.jsonl"
+    proc = launch(
+        caffe_py, spec(model="autoencoder", iterations=40, batch=64, lr=0.01), mnist_shards, events_path
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    events = read_events(events_path)
+    assert events[-1]["status"] == "ok", events[-1]
+    losses = [e["loss"] for e in events if e["event"] == "iteration"]
+    assert 0.5 < losses[0] < 1.0, losses[:3]
+    assert sum(losses[-5:]) / 5 < 0.9 * losses[0], (losses[0], losses[-5:])
+
+
 def test_nan_loss_fails_the_run_with_reason(caffe_py, mnist_shards, tmp_path):
     events_path = tmp_path / "events.jsonl"
     proc = launch(caffe_py, spec(nodes=2, lr=1e9, iterations=30), mnist_shards, events_path)

@@ -7,9 +7,13 @@ pure Python can write them (the ``caffe time`` rule, tests) without importing py
 
 - LeNet: Caffe's ``examples/mnist/lenet_train_test.prototxt`` (431,080 parameters).
 - AutoEncoder: Caffe's ``examples/mnist/mnist_autoencoder.prototxt`` (2,837,314); the loss
-  is normalised over every pixel (``normalization: FULL``) as torch's BCEWithLogitsLoss
-  mean is, where Caffe's example divides by the batch only; its extra 0-weight Euclidean
-  "l2_error" output has no parameters and is left out.
+  is the mean over every pixel, as torch's BCEWithLogitsLoss mean is: this build's
+  SigmoidCrossEntropyLoss ignores ``normalization: FULL`` and divides by the batch only
+  (its first loss is ~545 where torch's is ~0.69, and its gradients 784x torch's), so the
+  loss divides by the batch (``BATCH_SIZE``, the same in every build) and carries a
+  ``loss_weight`` of 1/784, which scales the gradients; the runner reports the raw
+  per-batch loss times ``LOSS_SCALE`` (a blob holds the unweighted value). Its extra
+  0-weight Euclidean "l2_error" output has no parameters and is left out.
 - AlexNet: torchvision's single-tower AlexNet (61,100,840), *not* ``bvlc_alexnet``, which
   is the 2-group original with LRN (60,965,224 parameters). On 224x224 input the last
   pooling already yields 6x6, so torchvision's adaptive 6x6 average pool is the identity
@@ -48,6 +52,10 @@ EXPECTED_PARAMETERS = {
 
 #: Layer types whose blobs are statistics, not weights: never updated by the solver.
 STATISTICS_LAYERS = ("BatchNorm",)
+
+#: What the loss blob is multiplied by to give the loss every framework reports (the
+#: autoencoder's per-pixel mean; see the module docstring).
+LOSS_SCALE: dict[str, float] = {"autoencoder": 1.0 / 784}
 
 
 class Enum(str):
@@ -174,7 +182,7 @@ def autoencoder(batch: int) -> NetBuilder:
             x = net.inplace(f"decode{i}neuron", "Sigmoid", x)
     net.add(
         "loss", "SigmoidCrossEntropyLoss", [x, flat], ["loss"],
-        loss_param={"normalization": Enum("FULL")},
+        loss_param={"normalization": Enum("BATCH_SIZE")}, loss_weight=LOSS_SCALE["autoencoder"],
     )  # fmt: skip
     return net
 

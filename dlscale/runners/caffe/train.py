@@ -27,7 +27,7 @@ import numpy as np
 
 from dlscale.runners.caffe.data import Batches, PrefetchFeed
 from dlscale.runners.caffe.data import preprocess as preprocess  # re-exported: tests and captures use it
-from dlscale.runners.caffe.models import net_prototxt
+from dlscale.runners.caffe.models import LOSS_SCALE, net_prototxt
 from dlscale.runners.common import RunContext
 
 
@@ -107,6 +107,7 @@ def train(ctx: RunContext) -> None:
             f" {ctx.rank} of {ctx.world_size}: started without mpirun/srun --mpi?"
         )
     batch, seed, model = int(spec["batch"]), int(spec["seed"]), spec["model"]
+    loss_scale = LOSS_SCALE.get(model, 1.0)
     mode = spec.get("input", "memory")
     if mode not in ("memory", "pipeline"):
         raise ValueError(f"unknown input {mode!r} (expected memory or pipeline)")
@@ -141,7 +142,7 @@ def train(ctx: RunContext) -> None:
                 step_s=t4 - t0,
                 compute_s=max(0.0, (t4 - t0) - barrier_s - comm_s),
                 comm_s=comm_s,
-                loss=float(net.blobs["loss"].data),
+                loss=float(net.blobs["loss"].data) * loss_scale,
                 barrier_s=barrier_s,
                 comm_bytes=sync.comm_bytes,
                 input_s=input_s,
