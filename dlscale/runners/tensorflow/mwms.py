@@ -1,7 +1,8 @@
 """MultiWorkerMirroredStrategy mode: ring all-reduce between n x p worker processes.
 
 Every worker trains its own replica in a custom loop of three tf.functions and reports
-its own iterations (per-rank samples), the way the torch runner does:
+its own iterations (per-rank samples), the way the torch runner does (a single rank runs
+one fused tf.function: forward, backward and update, all of it compute_s):
   compute_s = ``compute`` (forward + backward on the local replica, gradient flattened)
               + ``apply`` (torch's SGD-momentum update of the local variables)
   comm_s    = ``allreduce``: MWMS's ring all-reduce (``CommunicationImplementation.RING``)
@@ -106,8 +107,21 @@ def train(ctx: RunContext, tf: Any) -> None:
 
         return all_reduce
 
-    compute.get_concrete_function()
-    apply.get_concrete_function()
+    @tf.function(input_signature=[x_spec, y_spec])
+    def fused(x: Any, y: Any) -> Any:
+        # One rank has nothing to synchronise: forward, backward and update in one graph,
+        # with no flat gradient and no return to Python between them, as a plain training
+        # loop would run (the split step cost 5-15% of a LeNet step: benchmarks/).
+        with tf.GradientTape() as tape:
+            loss = loss_of(model(x, training=True), x, y)
+        sgd.apply(tape.gradient(loss, variables))
+        return loss
+
+    if distributed:
+        compute.get_concrete_function()
+        apply.get_concrete_function()
+    else:
+        fused.get_concrete_function()
     if distributed:
         allreduce = all_reduce_fn(flat_spec)
         barrier_fn = all_reduce_fn(tf.TensorSpec([], tf.float32))
@@ -126,10 +140,13 @@ def train(ctx: RunContext, tf: Any) -> None:
             x, y = batches.next()
             input_s = time.perf_counter() - waited  # outside step_s: the step starts with its batch
             t0 = time.perf_counter()
-            loss, flat = compute(x, y)
-            loss_value = float(loss)
-            t1 = time.perf_counter()
-            if distributed:
+            if not distributed:
+                loss_value = float(fused(x, y))
+                t1 = t2 = t3 = t4 = time.perf_counter()
+            else:
+                loss, flat = compute(x, y)
+                loss_value = float(loss)
+                t1 = time.perf_counter()
                 try:
                     barrier_fn(tf.constant(0.0))
                     t2 = time.perf_counter()
@@ -137,10 +154,8 @@ def train(ctx: RunContext, tf: Any) -> None:
                 except tf.errors.OpError as err:
                     raise CollectiveFailed(iteration, err) from None
                 t3 = time.perf_counter()
-            else:
-                t2 = t3 = t1
-            apply(flat)
-            t4 = time.perf_counter()
+                apply(flat)
+                t4 = time.perf_counter()
             extra: dict[str, Any] = {"setup_s": setup_s} if iteration == 0 else {}
             if iteration == ctx.total_iterations - 1:
                 # Evidence that the replicas stayed identical: equal on every worker.
