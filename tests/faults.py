@@ -80,10 +80,15 @@ class LaunchedRun:
         return found
 
     def rank_pids(self) -> dict[int, int]:
+        """Rank -> the PID of the process that is that rank, for ranks that said it.
+
+        A rank_start without a PID (a BigDL executor under SLURM, out of the driver's
+        sight) has none to give, and is left out.
+        """
         return {
             rank: events[0]["pid"]
             for rank, events in self.parts().items()
-            if events and events[0].get("event") == "rank_start"
+            if events and events[0].get("event") == "rank_start" and "pid" in events[0]
         }
 
     def wait_for_iterations(self, rank: int, count: int, timeout: float = 300) -> None:
@@ -140,3 +145,68 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def processes_mentioning(text: str, wait_s: float = 5.0) -> list[int]:
+    """PIDs of live processes whose command line contains ``text`` (a run's own paths),
+    after giving processes that are being killed ``wait_s`` to go."""
+    deadline = time.time() + wait_s
+    while True:
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            pid = int(cmdline.parent.name)
+            try:
+                if pid != os.getpid() and text in cmdline.read_bytes().replace(b"\0", b" ").decode(
+                    errors="replace"
+                ):
+                    found.append(pid)
+            except OSError:
+                continue
+        found = [pid for pid in found if alive(pid)]
+        if not found or time.time() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process under ``root`` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def assert_loopback_only(launcher_pid: int) -> int:
+    """Every process a run started (ranks, servers, Spark daemons, mpirun's ranks) lives in a
+    network namespace whose only interface is ``lo``: whatever they bind (TF's gRPC servers,
+    Open MPI and Spark bind every interface), nothing outside the run can reach it.
+    Returns how many processes were checked."""
+    own = os.readlink("/proc/self/ns/net")
+    seen: dict[str, set[str]] = {}
+    checked = 0
+    for pid in descendants(launcher_pid):
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/net")
+        except OSError:
+            continue  # ended meanwhile
+        assert ns != own, f"process {pid} of the run shares this host's network namespace"
+        if ns not in seen:
+            out = subprocess.run(
+                ["nsenter", "-t", str(pid), "-n", "ip", "-o", "link", "show"],
+                capture_output=True, text=True, timeout=10,
+            )  # fmt: skip
+            if out.returncode != 0:
+                continue  # ended meanwhile
+            seen[ns] = {line.split(":")[1].strip() for line in out.stdout.splitlines()}
+        assert seen[ns] == {"lo"}, f"process {pid}'s namespace has interfaces {seen[ns]}"
+        checked += 1
+    return checked

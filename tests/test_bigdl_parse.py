@@ -242,3 +242,28 @@ def test_failure_reason_of_an_executor_python_error_is_its_last_traceback_line()
     text = (DATA / "failed-executor-python.log").read_text()
     reason = failure_reason(text)
     assert reason.startswith("dlscale.data.shards.DatasetError: ") and "index.json: missing" in reason
+
+
+def test_live_parser_completes_each_iteration_when_its_metrics_block_closes():
+    """The runner follows the log as BigDL writes it: an iteration is recorded as soon as
+    its Metrics Summary closes, a NaN loss at once, and the result equals parsing after."""
+    from dlscale.parse.bigdl import LogParser
+
+    lines = (DATA / "full-pattern.log").read_text().splitlines()
+    parser = LogParser("full-pattern.log")
+    live = []
+    for number, line in enumerate(lines, start=1):
+        for event in parser.feed(line + "\n"):
+            live.append(event)
+            assert lines[number - 1].startswith("====="), "completed by the end of its metrics block"
+    live += parser.close()
+    assert live == parse(DATA / "full-pattern.log")
+    assert live[0]["input_load_s"] == pytest.approx(12.643, abs=1e-3)  # caching training rdd
+
+    nan = LogParser()
+    line = (
+        "2026-11-29 19:39:04.722 INFO DistriOptimizer$: [Epoch 1 64/512][Iteration 3][Wall Clock 1.0s]"
+        " Trained 64.0 records in 1.0 seconds. Throughput is 64.0 records/second. Loss is NaN."
+    )
+    (event,) = nan.feed(line)
+    assert event["iteration"] == 2 and math.isnan(event["loss"]) and event["compute_s"] is None

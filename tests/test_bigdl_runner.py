@@ -16,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REPO, framework_python
 
@@ -249,3 +250,75 @@ def test_sigterm_mid_training_fails_the_run_and_stops_the_daemons(bigdl_py, mnis
     end = read_events(events_path)[-1]
     assert end["status"] == "failed" and "SIGTERM" in end["reason"], end
     assert_gone(daemon_pids(output))
+
+
+def test_pipeline_workers_read_disjoint_slices_that_make_up_the_memory_picks():
+    """``input: pipeline`` splits an executor's block over its input workers: disjoint,
+    within the block, and together exactly the samples ``memory`` mode takes."""
+    from dlscale.runners.bigdl.data import picks, pipeline_indices
+
+    for start, stop, limit, workers in ((0, 30000, 384, 2), (30000, 60000, 100000, 3), (5, 17, 4, 4)):
+        slices = [pipeline_indices(start, stop, limit, 7, w, workers) for w in range(workers)]
+        joined = np.concatenate(slices)
+        assert len(set(joined.tolist())) == len(joined)
+        assert joined.min() >= start and joined.max() < stop
+        np.testing.assert_array_equal(joined, picks(stop - start, limit, 7) + start)
+
+
+def test_executor_checks_the_checksums_of_the_shards_it_reads(mnist_shards, tmp_path):
+    """Each executor hashes only the shard files its part overlaps, against the index."""
+    import shutil
+
+    from dlscale.data.shards import DatasetError, ShardSet
+    from dlscale.runners.bigdl.data import verify_range
+
+    data = tmp_path / "shards"
+    shutil.copytree(mnist_shards, data)
+    shards = ShardSet(data)
+    first = shards.index["shards"][0]["num_samples"]
+    victim = data / shards.index["shards"][1]["images"]
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    victim.write_bytes(bytes(raw))
+    verify_range(shards, 0, first)  # shard 0 only: intact
+    with pytest.raises(DatasetError, match=r"shard-00001-images\.npy: sha256 mismatch"):
+        verify_range(shards, first - 1, first + 1)
+
+
+def test_a_failed_gather_after_every_iteration_is_a_warning_of_the_run(tmp_path):
+    """DistriOptimizer's gather of the trained model after the last step can run out of
+    memory: the run stands (every step was measured) and run_end's warnings say why."""
+    import argparse
+
+    from dlscale.events import PartWriter
+    from dlscale.launch import Launch
+    from dlscale.placement import Placement
+    from dlscale.runners.bigdl.train import report
+    from dlscale.runners.common import RunContext
+
+    run_spec = spec(nodes=1, iterations=3, warmup=1)
+    work = tmp_path / ".work"
+    writer = PartWriter(work / "rank0.jsonl")
+    where = Placement(0, 1, 0, 0, 1, "host", "127.0.0.1", 1, "local")
+    ctx = RunContext(spec=run_spec, placement=where, data_dir=tmp_path, writer=writer)
+    log = tmp_path / "driver.log"
+    log.write_text(
+        "2026-11-29 19:55:14.278 ERROR TaskSetManager: java.lang.OutOfMemoryError: Java heap space\n"
+    )
+
+    class Done:  # what LiveLog holds after recording every iteration
+        recorded, failure = 4, None
+
+    report(ctx, log, Done(), RuntimeError("Py4JJavaError"))  # no exception: the run is ok
+    assert ctx.warnings and "OutOfMemoryError" in ctx.warnings[0] and "all 4 iterations" in ctx.warnings[0]
+    writer.emit("rank_start", rank=0)
+    writer.emit("rank_end", rank=0, status="ok", reason=None, warnings=ctx.warnings)
+    writer.close()
+    args = argparse.Namespace(
+        spec_json=json.dumps({**run_spec, "iterations": 0, "warmup": 0}),
+        events=str(tmp_path / "events.jsonl"),
+        config_sha256="x",
+        repo=str(REPO),
+    )
+    run_end = Launch(args).merge()[-1]
+    assert run_end["status"] == "ok" and run_end["warnings"] == ctx.warnings

@@ -1,6 +1,8 @@
-"""`input: pipeline` for real: the torch runner fed by a DataLoader with workers.
+"""`input: pipeline` for real: each runner fed through its framework's own input pipeline.
 
-The runner runs through the launcher in the torch venv, as the training rule runs it.
+torch: a DataLoader with workers; TensorFlow: tf.data (mwms and ps); Caffe: the MemoryData
+data layer fed by a prefetch thread. Each runner runs through the launcher in its venv,
+as the training rule runs it.
 Checked: pipeline and memory modes train on the same batches (same losses), every
 iteration records the time it waited for input (`input_s`), the workers do not outlive
 the run, and the analysis reports `input_s` per run.
@@ -16,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import REPO, caffe_python, framework_python
 
 from dlscale import analysis
 from dlscale.events import read_events
@@ -133,3 +135,150 @@ def test_input_option_reaches_the_run_spec_only_when_set(schema):
     assert "input" not in run_spec(memory, run)  # the default leaves every run's hash as it was
     pipeline = validate_config({"models": ["lenet"], "input": "pipeline", "input_workers": 3}, schema)
     assert run_spec(pipeline, run)["input"] == "pipeline" and run_spec(pipeline, run)["input_workers"] == 3
+
+
+# --- TensorFlow (tf.data) and Caffe (MemoryData layer + prefetch thread) -----------------
+
+
+@pytest.fixture(scope="session")
+def tf_py() -> Path:
+    return framework_python("tensorflow")
+
+
+@pytest.fixture(scope="session")
+def caffe_py_fixture() -> Path:
+    return caffe_python()
+
+
+def framework_spec(framework: str, nodes: int = 2, iterations: int = 3, warmup: int = 1, **extra) -> dict:
+    """A short run of ``framework`` (LeNet, batch 32 per rank) in the torch spec's shape."""
+    model = extra.pop("model", "lenet")
+    options = extra.pop("options", {})
+    run_spec = spec(model=model, nodes=nodes, iterations=iterations, warmup=warmup, **extra)
+    run_spec["framework"] = framework
+    run_spec["run_id"] = f"{framework}/{model}/n{nodes}x1/b32/r0"
+    run_spec["options"] = options
+    return run_spec
+
+
+def memory_and_pipeline(python: Path, run_spec: dict, data: Path, root: Path) -> dict[str, list[dict]]:
+    """The same run twice, ``input: memory`` then ``input: pipeline``: iteration events of each."""
+    runs = {}
+    for mode, extra in (("memory", {}), ("pipeline", {"input": "pipeline", "input_workers": 2})):
+        events = root / mode / "events.jsonl"
+        runs[mode] = iterations(events, launch(python, {**run_spec, **extra}, data, events))
+    return runs
+
+
+def losses_by_rank(iters: list[dict]) -> dict[int, list[float]]:
+    ranks = sorted({e["rank"] for e in iters})
+    return {
+        r: [e["loss"] for e in sorted(iters, key=lambda e: e["iteration"]) if e["rank"] == r] for r in ranks
+    }
+
+
+def test_every_runner_draws_the_same_index_batches():
+    """Same seed, same part size: torch, TensorFlow and Caffe train on the same batches."""
+    from dlscale.runners.caffe.data import IndexBatches as CaffeIndex
+    from dlscale.runners.tensorflow.batches import IndexBatches as TfIndex
+    from dlscale.runners.torch.train import _IndexBatches as TorchIndex
+
+    draws = [[next(cls(100, 32, 7)) for _ in range(9)] for cls in (TorchIndex, TfIndex, CaffeIndex)]
+    for batches in draws[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(draws[0], batches, strict=True))
+    assert all(len(b) == 32 and np.all(np.diff(b) > 0) for b in draws[0])  # sorted, no repeats
+
+
+def test_caffe_memory_data_net_has_the_input_layers_tops():
+    from dlscale.runners.caffe.models import net_prototxt
+
+    lenet = net_prototxt("lenet", 16, "MemoryData")
+    head = lenet.split("layer {")[1]
+    assert 'type: "MemoryData"' in head and 'top: "label"' in head
+    assert all(
+        f"{key}: {value}" in head for key, value in (("batch_size", 16), ("channels", 1), ("height", 28))
+    )
+    assert 'type: "Input"' not in lenet
+    # The autoencoder has no labels: MemoryData's label top is silenced, not left as an output.
+    autoencoder = net_prototxt("autoencoder", 16, "MemoryData")
+    assert 'type: "Silence"' in autoencoder and 'bottom: "label"' in autoencoder
+    # Everything after the data layer is the same net.
+    assert lenet.split("layer {", 2)[2] == net_prototxt("lenet", 16).split("layer {", 2)[2]
+    with pytest.raises(ValueError, match="data_layer"):
+        net_prototxt("lenet", 16, "Python")
+
+
+def test_tensorflow_mwms_pipeline_trains_on_the_same_batches_as_memory(tf_py, mnist_shards, tmp_path):
+    run_spec = framework_spec("tensorflow", options={"strategy": "mwms", "collective_timeout_s": 60})
+    runs = memory_and_pipeline(tf_py, run_spec, mnist_shards, tmp_path)
+    for mode, iters in runs.items():
+        assert len(iters) == 2 * 4, mode
+        assert all(np.isfinite(e["input_s"]) and e["input_s"] >= 0 for e in iters), mode
+    memory, pipeline = losses_by_rank(runs["memory"]), losses_by_rank(runs["pipeline"])
+    assert sorted(pipeline) == [0, 1] and memory[0] != memory[1]  # each rank its own part
+    for rank in (0, 1):
+        # Same initial weights, bit-identical batches in the same order: the same losses.
+        assert pipeline[rank][0] == memory[rank][0]
+        np.testing.assert_allclose(pipeline[rank], memory[rank], rtol=1e-6)
+    sums = {e["rank"]: e["weights_sum"] for e in runs["pipeline"] if "weights_sum" in e}
+    assert sums[0] == sums[1]  # the replicas stayed identical
+
+
+def test_tensorflow_ps_pipeline_feeds_every_worker(tf_py, mnist_shards, tmp_path):
+    run_spec = framework_spec("tensorflow", options={"strategy": "ps", "num_ps": 1})
+    runs = memory_and_pipeline(tf_py, run_spec, mnist_shards, tmp_path)
+    for mode, iters in runs.items():
+        assert len(iters) == 4 and {e["rank"] for e in iters} == {0}, mode  # the chief reports
+        assert all(np.isfinite(e["input_s"]) and e["input_s"] >= 0 for e in iters), mode
+    # The same batches in both modes. Parameter-server updates are asynchronous: even in
+    # the first step a worker may read weights another worker has already updated (one
+    # small SGD step), so the losses agree closely, not bit for bit.
+    first = {mode: iters[0]["worker_losses"] for mode, iters in runs.items()}
+    assert len(first["pipeline"]) == len(first["memory"]) == 2
+    np.testing.assert_allclose(first["pipeline"], first["memory"], rtol=0.05)
+
+
+def test_caffe_pipeline_trains_on_the_same_batches_as_memory(caffe_py_fixture, mnist_shards, tmp_path):
+    run_spec = framework_spec("caffe", options={"log_every": 0})
+    runs = memory_and_pipeline(caffe_py_fixture, run_spec, mnist_shards, tmp_path)
+    for mode, iters in runs.items():
+        assert len(iters) == 2 * 4, mode
+        assert all(np.isfinite(e["input_s"]) and e["input_s"] >= 0 for e in iters), mode
+        assert all(e["comm_s"] > 0 for e in iters), mode
+    memory, pipeline = losses_by_rank(runs["memory"]), losses_by_rank(runs["pipeline"])
+    assert sorted(pipeline) == [0, 1] and memory[0] != memory[1]
+    assert pipeline == memory  # exactly: the MemoryData layer reads the very same floats
+
+    runs_table, _ = analysis.load_events([tmp_path / "pipeline" / "events.jsonl"])
+    assert runs_table.loc[0, "status"] == "ok" and runs_table.loc[0, "input_s"] >= 0
+
+
+def test_caffe_pipeline_feeds_the_label_free_autoencoder(caffe_py_fixture, mnist_shards, tmp_path):
+    run_spec = framework_spec("caffe", model="autoencoder", nodes=1, options={"log_every": 0})
+    runs = memory_and_pipeline(caffe_py_fixture, run_spec, mnist_shards, tmp_path)
+    assert losses_by_rank(runs["pipeline"]) == losses_by_rank(runs["memory"])
+    assert all(e["input_s"] >= 0 for e in runs["pipeline"])
+
+
+def test_bigdl_pipeline_reads_the_shards_on_the_executors(mnist_shards, tmp_path):
+    """BigDL's pipeline: an RDD of index slices, 2 input partitions per executor, read and
+    checksummed on the executors. DistriOptimizer caches its training RDD before the first
+    step, so its steps never wait for input: ``input_s`` is null (not measured apart) and
+    the one-off caching is ``input_load_s`` (dlscale.runners.bigdl.train)."""
+    from conftest import framework_python
+
+    subprocess.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
+    bigdl_py = framework_python("bigdl")
+    run_spec = {
+        **spec(nodes=2, batch=32, iterations=4, warmup=1, input="pipeline", input_workers=2),
+        "framework": "bigdl",
+        "run_id": "bigdl/lenet/n2x1/b32/r0",
+        "options": {"driver_memory": "1g", "executor_memory": "1g", "startup_timeout_s": 240},
+    }
+    events = tmp_path / "events.jsonl"
+    iters = iterations(events, launch(bigdl_py, run_spec, mnist_shards, events))
+    assert [e["iteration"] for e in iters] == list(range(5)) and all(e["samples"] == 64 for e in iters)
+    assert all(e["input_s"] is None and e["input_load_s"] > 0 for e in iters)
+    assert not processes_mentioning(str(tmp_path)), "a Spark daemon or executor outlived the run"
+    runs, _ = analysis.load_events([events])
+    assert runs.loc[0, "status"] == "ok" and pd.isna(runs.loc[0, "input_s"])

@@ -28,6 +28,14 @@ What becomes of each iteration (BigDL's ``[Iteration N]`` is 1-based; events are
   ``aggregrateGradientParition average executor``, kept as extra fields) plus the Spark
   task round trip that carries it, which no metric isolates; the step minus its computing
   is the only honest, complete measure of it. Without a block, both are null.
+- ``input_load_s`` (once known, on every event): the seconds from "caching training rdd
+  ..." to "Cache thread models...", DistriOptimizer materialising its training RDD (the
+  executors reading and converting their data) before the first step. BigDL then takes
+  every mini-batch from that cache, inside what it times as ``get weights average``; no
+  per-step input wait exists to report.
+
+``LogParser`` reads line by line, so the same code parses a finished log and follows a
+live one (the BigDL runner records each iteration while BigDL trains).
 
 Malformed input (an iteration or metrics line that does not read as BigDL writes it,
 iterations going backwards, a metrics block cut off) raises ParseError naming FILE:LINE;
@@ -135,62 +143,122 @@ def _iteration(path: str, number: int, prefix: str, message: str) -> _Iteration:
     )
 
 
-def parse_text(text: str, path: str = "<log>", *, strict: bool = True) -> list[dict[str, Any]]:
-    """Iteration events from the text of a BigDL driver log.
+class LogParser:
+    """BigDL's driver log read line by line: ``feed`` returns the iterations each line completes.
+
+    The same parser reads a whole log after the fact (``parse_text``) and follows a log
+    while BigDL writes it (the BigDL runner's driver records each iteration as it happens,
+    so that a NaN loss or a dead executor stops training at once). An iteration is complete
+    when its ``Metrics Summary`` block closes, when the next iteration line comes, or at
+    ``close()``; one whose loss is not finite is complete at once (its timing does not
+    matter: the run is failing).
 
     ``strict=False`` is for the log of a run that was killed: a last iteration line or
     metrics block cut off by the kill is dropped instead of failing the whole parse.
     """
-    iterations: list[_Iteration] = []
-    block: dict[str, float] | None = None
-    block_line = 0
-    lines = text.splitlines()
-    for number, raw in enumerate(lines, start=1):
-        line = raw.rstrip("\r")
+
+    def __init__(self, path: str = "<log>", *, strict: bool = True) -> None:
+        self.path, self.strict = path, strict
+        self.number = 0  # lines read so far
+        self._block: dict[str, float] | None = None
+        self._block_line = 0
+        self._pending: _Iteration | None = None
+        self._last: int | None = None  # 0-based number of the last iteration line read
+        self._caching_since: float | None = None
+        # Seconds DistriOptimizer took to cache the training RDD before its first step (the
+        # executors reading and converting their data): "caching training rdd ..." until
+        # "Cache thread models...". Added to every iteration event once known.
+        self.input_load_s: float | None = None
+
+    def feed(self, raw: str) -> list[dict[str, Any]]:
+        """Read the next line (without or with its newline); the iteration events it completes."""
+        self.number += 1
+        line = raw.rstrip("\r\n")
         try:
-            if block is not None:
-                if METRICS_END.match(line):
-                    if iterations and not iterations[-1].metrics:
-                        iterations[-1].metrics = block
-                    block = None
-                    continue
-                metric = METRIC.match(line)
-                if metric:
-                    value = float(metric["value"])
-                    if not math.isfinite(value) or value < 0:
-                        raise ParseError(path, number, f"metric {metric['name']!r} is {value}")
-                    block[metric["name"]] = value
-                    continue
-                if METRIC_EMPTY.match(line):
-                    continue
-                raise ParseError(path, number, f"unreadable line in a Metrics Summary block: {line[:200]!r}")
-            if METRICS_START.match(line):
-                block, block_line = {}, number
-                continue
-            if ANCHOR not in line:
-                continue
-            anchor = line.index(ANCHOR)
-            found = MESSAGE.search(line, anchor)
-            message = found["message"] if found else ""
-            if "Trained" not in message or "[Iteration" not in message:
-                continue
-            current = _iteration(path, number, line[:anchor], message)
-            if iterations and current.fields["iteration"] <= iterations[-1].fields["iteration"]:
-                raise ParseError(
-                    path,
-                    number,
-                    f"iteration {current.fields['iteration'] + 1} follows iteration"
-                    f" {iterations[-1].fields['iteration'] + 1}: two runs in one log?",
-                )
-            iterations.append(current)
+            return self._line(line)
         except ParseError:
-            if strict:
+            if self.strict:
                 raise
-            if block is not None and not METRICS_START.match(line):
-                block = None
-    if block is not None and strict:
-        raise ParseError(path, block_line, "Metrics Summary block is never closed: the log is cut off")
-    return [it.event() for it in iterations]
+            if self._block is not None and not METRICS_START.match(line):
+                self._block = None
+            return []
+
+    def _complete(self) -> list[dict[str, Any]]:
+        done, self._pending = self._pending, None
+        if done is None:
+            return []
+        event = done.event()
+        if self.input_load_s is not None:
+            event["input_load_s"] = self.input_load_s
+        return [event]
+
+    def _caching(self, prefix: str, message: str) -> None:
+        if message.startswith("caching training rdd"):
+            self._caching_since = parse_timestamp(prefix)
+        elif message.startswith("Cache thread models") and "done" not in message:
+            stamp = parse_timestamp(prefix)
+            if self._caching_since is not None and stamp is not None and self.input_load_s is None:
+                self.input_load_s = max(0.0, stamp - self._caching_since)
+
+    def _line(self, line: str) -> list[dict[str, Any]]:
+        number = self.number
+        if self._block is not None:
+            if METRICS_END.match(line):
+                block, self._block = self._block, None
+                if self._pending is not None and not self._pending.metrics:
+                    self._pending.metrics = block
+                    return self._complete()
+                return []
+            metric = METRIC.match(line)
+            if metric:
+                value = float(metric["value"])
+                if not math.isfinite(value) or value < 0:
+                    raise ParseError(self.path, number, f"metric {metric['name']!r} is {value}")
+                self._block[metric["name"]] = value
+                return []
+            if METRIC_EMPTY.match(line):
+                return []
+            raise ParseError(self.path, number, f"unreadable line in a Metrics Summary block: {line[:200]!r}")
+        if METRICS_START.match(line):
+            self._block, self._block_line = {}, number
+            return []
+        if ANCHOR not in line:
+            return []
+        anchor = line.index(ANCHOR)
+        found = MESSAGE.search(line, anchor)
+        message = found["message"] if found else ""
+        if "Trained" not in message or "[Iteration" not in message:
+            self._caching(line[:anchor], message)
+            return []
+        current = _iteration(self.path, number, line[:anchor], message)
+        iteration = current.fields["iteration"]
+        if self._last is not None and iteration <= self._last:
+            raise ParseError(
+                self.path,
+                number,
+                f"iteration {iteration + 1} follows iteration {self._last + 1}: two runs in one log?",
+            )
+        self._last = iteration
+        done = self._complete()
+        self._pending = current
+        if not math.isfinite(current.fields["loss"]):
+            done += self._complete()
+        return done
+
+    def close(self) -> list[dict[str, Any]]:
+        """The end of the log: the last iteration, if it is still open."""
+        if self._block is not None and self.strict:
+            raise ParseError(
+                self.path, self._block_line, "Metrics Summary block is never closed: the log is cut off"
+            )
+        return self._complete()
+
+
+def parse_text(text: str, path: str = "<log>", *, strict: bool = True) -> list[dict[str, Any]]:
+    """Iteration events from the whole text of a BigDL driver log (see ``LogParser``)."""
+    parser = LogParser(path, strict=strict)
+    events = [event for line in text.splitlines() for event in parser.feed(line)]
+    return events + parser.close()
 
 
 def parse(path: str | Path, *, strict: bool = True) -> list[dict[str, Any]]:

@@ -31,6 +31,11 @@ class NonFiniteLoss(RuntimeError):
     """The loss became NaN or infinite: the run is numerically broken and must fail."""
 
 
+class RunFailure(RuntimeError):
+    """A failure whose message is already the run's reason, in words a person understands
+    ("rank 1 died (...) at iteration 37"): recorded as is, without the rank/type prefix."""
+
+
 class Terminated(BaseException):
     """SIGTERM arrived (SLURM's time limit, a cancelled job, the launcher giving up)."""
 
@@ -45,6 +50,9 @@ class RunContext:
     writer: PartWriter
     started: float = field(default_factory=time.time)
     last_iteration: int = -1
+    # Things a person must see although the run succeeded (e.g. BigDL failing to gather the
+    # trained model after every step was measured): they go into rank_end and run_end.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def rank(self) -> int:
@@ -153,14 +161,20 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
         runner.train(ctx)
     except Terminated as err:
         status, reason = "failed", f"{err} at iteration {ctx.last_iteration + 1}"
-    except NonFiniteLoss as err:
+    except (NonFiniteLoss, RunFailure) as err:
         status, reason = "failed", str(err)
     except Exception as err:  # noqa: BLE001 - any failure of the framework is the run's failure
         status, reason = "failed", f"rank {where.rank}: {type(err).__name__}: {err}"
         import traceback
 
         traceback.print_exc()
-    writer.emit("rank_end", rank=where.rank, status=status, reason=reason)
+    writer.emit(
+        "rank_end",
+        rank=where.rank,
+        status=status,
+        reason=reason,
+        **({"warnings": ctx.warnings} if ctx.warnings else {}),
+    )
     writer.close()
     if status != "ok":
         print(f"[rank {where.rank}] FAILED: {reason}", file=sys.stderr, flush=True)

@@ -168,10 +168,18 @@ class SparkCluster:
             # Master and workers only pass messages: the client compiler and a serial GC
             # start them sooner and keep them off the cores the training needs. No
             # /tmp/hsperfdata_* file, which a SIGKILLed JVM would leave behind.
-            "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData",
+            "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
+            + self._marker(),
             "SPARK_LOG_DIR": str(self.logs_dir),
             "SPARK_PID_DIR": str(self.root),
         }
+
+    def _marker(self) -> str:
+        """A JVM property naming the run's directory on every daemon's command line (the
+        master has no path of its own there): a leftover daemon can be found by the run's
+        path, as tests do. Left out for a path that option parsing would split."""
+        root = str(self.root.resolve())
+        return "" if any(c.isspace() or c in "\"'\\" for c in root) else f" -Ddlscale.spark.root={root}"
 
     def _wait_for(self, pattern: str, logs: list[Path], count: int = 1) -> str:
         """Wait until ``pattern`` appears ``count`` times in ``logs``; the last match.
@@ -207,7 +215,9 @@ class SparkCluster:
         """Start the master and the workers; return the master URL once every worker registered."""
         started = time.time()
         spark_class = str(self.spark_home / "bin" / "spark-class")
-        host = HOST if self.mode == "local" else socket.gethostname()
+        # Under SLURM the master runs where the driver does (the first node); the launcher's
+        # DLSCALE_MASTER_ADDR names that node's address where its hostname does not do.
+        host = HOST if self.mode == "local" else os.environ.get("DLSCALE_MASTER_ADDR") or socket.gethostname()
         master = self._spawn(
             "master",
             [
@@ -285,6 +295,36 @@ class SparkCluster:
             self._daemon_env(self.root / "scratch" / "workers"),
         )
 
+    def executor_pids(self) -> dict[int, int]:
+        """Worker index -> PID of the executor JVM that worker runs for us (local mode only).
+
+        A standalone worker forks its executors; they are found among its descendants by
+        their main class. Under SLURM the workers run on other nodes, out of sight: ``{}``.
+        """
+        if self.mode != "local":
+            return {}
+        parents: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                    parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+        found = {}
+        for daemon in self.daemons:
+            if not daemon.label.startswith("worker"):
+                continue
+            index = int(daemon.label.removeprefix("worker"))
+            for pid in sorted(parents):
+                ancestor, hops = parents.get(pid), 0
+                while ancestor not in (None, 0, 1, daemon.pid) and hops < 8:
+                    ancestor, hops = parents.get(ancestor), hops + 1
+                if ancestor == daemon.pid and _is_executor(pid):
+                    found[index] = pid
+                    break
+        return found
+
     def stop(self) -> None:
         """Stop every daemon by PID (its process group): SIGTERM, a short grace, SIGKILL.
 
@@ -325,6 +365,22 @@ class SparkCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _is_executor(pid: int) -> bool:
+    try:
+        return b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def _killpg(pid: int, sig: int) -> None:

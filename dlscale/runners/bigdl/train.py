@@ -3,16 +3,33 @@
 The driver (this process, rank 0) starts a master and one worker per node
 (``spark.SparkCluster``), connects a SparkContext with BigDL's engine, trains the study's
 model for exactly warm-up + timed iterations, and stops everything by PID, whatever
-happens. Iteration events come from BigDL's own driver log (``dlscale.parse.bigdl``),
-parsed after training: the log's millisecond timestamps give each event its real time, and
-a run that fails still reports the iterations it did, then fails with the reason found in
-the log (e.g. ``java.lang.OutOfMemoryError: Java heap space``).
+happens.
 
-Mapping of the study onto Spark (``spark.ClusterShape``): node -> worker with one executor
-of ``ranks_per_node x threads_per_rank`` cores; a rank -> an executor core (BigDL trains one
-model replica per core); DistriOptimizer's batch = the study's global batch (batch per rank
-x ranks), split evenly over executors x cores, so each replica trains on the study's batch
-per rank when threads_per_rank is 1.
+Iteration events are live: a thread (``LiveLog``) follows BigDL's own driver log as log4j
+writes it and records each iteration as soon as BigDL has logged it (the log's millisecond
+timestamps give each event its real time). It also watches the executors. Two faults stop
+training at once, instead of at its end: a loss that is NaN or infinite, and an executor
+that died. The thread then cancels Spark's jobs (and, if BigDL does not give up within
+``STOP_GRACE_S``, kills the driver JVM), and the run fails with "loss became nan at
+iteration N" or "rank K died (the Spark executor of node K, ...) at iteration N". Any other
+failure is reported with the reason found in the logs (e.g. ``java.lang.OutOfMemoryError:
+Java heap space``), after the iterations that were done.
+
+Ranks (``spark.ClusterShape``): node -> worker with one executor of ``ranks_per_node x
+threads_per_rank`` cores; a rank -> an executor core (BigDL trains one model replica per
+core). Rank 0 is the driver plus the executor of node 0; the executor of node k is ranks
+``k x ranks_per_node ..``, and its PID is in their ``rank_start`` (local mode), so that
+killing it is "killing a rank". DistriOptimizer's batch = the study's global batch (batch
+per rank x ranks), split evenly over executors x cores, so each replica trains on the
+study's batch per rank when threads_per_rank is 1.
+
+Input (``input: memory | pipeline``, dlscale.runners.bigdl.data): each executor reads
+and checksums its own part of the shards. ``input_s`` is null for BigDL: DistriOptimizer
+caches the whole training RDD before its first step and takes each mini-batch from that
+cache inside the interval it reports as ``get weights average``, so no step waits for
+input and no time is measured apart for it. What it does give is recorded instead:
+``input_load_s``, the one-off caching of the training RDD (reading, verifying, converting
+on the executors), from the driver log.
 """
 
 from __future__ import annotations
@@ -34,10 +51,12 @@ import numpy as np
 import dlscale
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
-from dlscale.runners.bigdl.spark import ClusterShape, SparkCluster, bigdl_batch, cluster_shape
-from dlscale.runners.common import RunContext
+from dlscale.runners.bigdl.spark import ClusterShape, SparkCluster, alive, bigdl_batch, cluster_shape
+from dlscale.runners.common import NonFiniteLoss, RunContext, RunFailure
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
+POLL_S = 0.2  # how often the driver log and the executors are looked at
+STOP_GRACE_S = 15.0  # after a fault: time BigDL gets to give up before its JVM is killed
 REPO = Path(dlscale.__file__).resolve().parent.parent
 DEFAULTS: dict[str, Any] = {
     "driver_memory": "3g",
@@ -133,16 +152,30 @@ def spark_conf(cluster: SparkCluster, spec: dict[str, Any], log_path: Path) -> A
     return conf
 
 
-def write_executor_ranks(ctx: RunContext, shape: ClusterShape) -> None:
+def executor_pids(ctx: RunContext, cluster: SparkCluster, timeout_s: float) -> dict[int, int]:
+    """Node -> PID of its executor, once every worker has started ours (local mode; else {})."""
+    if cluster.mode != "local":
+        return {}
+    deadline = time.time() + timeout_s
+    while True:
+        found = cluster.executor_pids()
+        if len(found) == cluster.shape.workers or time.time() > deadline:
+            return found
+        time.sleep(POLL_S)
+
+
+def write_executor_ranks(ctx: RunContext, shape: ClusterShape, executors: dict[int, int]) -> None:
     """Say where every rank ran: rank r is a core of the executor on node r // ranks_per_node.
 
     The executors are Spark's processes, not the launcher's, so the driver writes their
-    ``rank_start`` (only that: the driver reports every iteration) into their part files.
+    ``rank_start`` (only that: the driver reports every iteration) into their part files,
+    with the executor's PID where it is known (local mode): the process that is that rank.
     """
     per_node = int(ctx.spec["ranks_per_node"])
     base = socket.gethostname()
     for rank in range(1, ctx.world_size):
         node = rank // per_node
+        pid = {"pid": executors[node]} if node in executors else {}
         with PartWriter(ctx.writer.path.with_name(f"rank{rank}.jsonl")) as part:
             part.emit(
                 "rank_start",
@@ -150,7 +183,116 @@ def write_executor_ranks(ctx: RunContext, shape: ClusterShape) -> None:
                 host=f"{base}/node{node}" if ctx.placement.launcher != "slurm" else f"node{node}",
                 role=f"core of the Spark executor on worker {node}",
                 threads=int(ctx.spec["threads_per_rank"]),
+                **pid,
             )
+
+
+class LiveLog:
+    """Follows BigDL's driver log while BigDL writes it, and watches the executors.
+
+    A daemon thread reads the lines log4j has written (``dlscale.parse.bigdl.LogParser``)
+    every ``POLL_S`` and records each completed iteration at once
+    (``RunContext.record_iteration``, which raises ``NonFiniteLoss`` on a NaN/inf loss).
+    On a non-finite loss, a dead executor or a malformed log it keeps the failure in
+    ``failure`` and calls ``on_fault`` once (which stops training). ``finish()`` stops the
+    thread and records what the log still holds.
+    """
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        path: Path,
+        fields: dict[str, Any],
+        executors: dict[int, int],
+        on_fault: Any,
+    ) -> None:
+        self.ctx, self.path, self.fields = ctx, path, fields
+        self.executors = dict(executors)
+        self.on_fault = on_fault
+        self.parser = bigdl_log.LogParser(str(path), strict=True)
+        self.recorded = 0
+        self.failure: BaseException | None = None
+        self._offset = 0
+        self._rest = b""
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bigdl-live-log", daemon=True)
+
+    def start(self) -> LiveLog:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._done.wait(POLL_S):
+            if not self._step(check_executors=True):
+                return
+
+    def _step(self, check_executors: bool) -> bool:
+        """One look at the log (and the executors); False once a fault was found."""
+        try:
+            self.poll()
+            if check_executors:
+                self.check_executors()
+        except (NonFiniteLoss, RunFailure, bigdl_log.ParseError) as err:
+            self.failure = err
+            print(f"[bigdl] stopping training: {err}", file=sys.stderr, flush=True)
+            self.on_fault()
+            return False
+        return True
+
+    def poll(self) -> None:
+        """Record the iterations completed by the lines written since the last look."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return
+        self._offset += len(chunk)
+        *lines, self._rest = (self._rest + chunk).split(b"\n")
+        for line in lines:
+            for event in self.parser.feed(line.decode("utf-8", errors="replace")):
+                self.record(event)
+
+    def record(self, event: dict[str, Any]) -> None:
+        fields = {k: v for k, v in event.items() if k not in ("event", "rank", "iteration", "time")}
+        if event["time"] is not None:
+            fields["time"] = event["time"]
+        self.recorded += 1
+        self.ctx.record_iteration(event["iteration"], input_s=None, **fields, **self.fields)
+
+    def check_executors(self) -> None:
+        per_node = int(self.ctx.spec["ranks_per_node"])
+        for node, pid in sorted(self.executors.items()):
+            if not alive(pid):
+                raise RunFailure(
+                    f"rank {node * per_node} died (the Spark executor of node {node}, pid {pid},"
+                    f" is gone) at iteration {self.ctx.last_iteration + 1}"
+                )
+
+    def finish(self, failure: BaseException | None) -> None:
+        """Stop following; record what the log still holds (leniently after a failure).
+
+        After training failed with an error, the executors are looked at once more: Spark
+        may have noticed a dead executor (and failed the job) before the thread did. Not
+        after SIGTERM, which takes the driver JVM down and the executors with it.
+        """
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.failure is not None:
+            return
+        self._step(check_executors=isinstance(failure, Exception))
+        if self.failure is not None:
+            return
+        self.parser.strict = failure is None
+        try:
+            if self._rest:
+                for event in self.parser.feed(self._rest.decode("utf-8", errors="replace")):
+                    self.record(event)
+            for event in self.parser.close():
+                self.record(event)
+        except (NonFiniteLoss, bigdl_log.ParseError) as err:
+            self.failure = err
 
 
 def start_driver_jvm(conf: Any, console_log: Path) -> Any:
@@ -193,11 +335,37 @@ def _stop_driver(held: dict[str, Any], graceful: bool) -> None:
             proc.wait()
 
 
+def _stopper(held: dict[str, Any]) -> Any:
+    """What ``LiveLog`` calls on a fault: cancel Spark's jobs so that BigDL's ``optimize``
+    fails now; if it has not returned ``STOP_GRACE_S`` later, kill the driver JVM."""
+
+    def cancel() -> None:
+        try:
+            held["sc"].cancelAllJobs()
+        except Exception as err:  # noqa: BLE001 - the JVM may be going already
+            print(f"[bigdl] cancelling Spark's jobs failed: {err}", file=sys.stderr, flush=True)
+        if held["optimizing"].wait(STOP_GRACE_S):
+            return
+        proc = getattr(held.get("gateway"), "proc", None)
+        if proc is not None and proc.poll() is None:
+            print(f"[bigdl] BigDL did not stop in {STOP_GRACE_S:.0f} s: killing the driver JVM", flush=True)
+            proc.kill()
+
+    def on_fault() -> None:
+        if "sc" in held:
+            threading.Thread(target=cancel, name="bigdl-stop", daemon=True).start()
+
+    return on_fault
+
+
 def _optimize(
     ctx: RunContext, cluster: SparkCluster, log_path: Path, global_batch: int, held: dict[str, Any]
-) -> dict[str, float]:
-    """Connect, build, train; returns the start-up times it measured. The SparkContext is
-    put in ``held`` as soon as it exists, so that the caller can stop it whatever happens."""
+) -> None:
+    """Connect, build, train, with a ``LiveLog`` recording every iteration meanwhile.
+
+    The SparkContext, the start-up times and the ``LiveLog`` are put in ``held`` as soon as
+    they exist, so that the caller can stop and report them whatever happens.
+    """
     from bigdl.dllib.optim.optimizer import SGD, MaxIteration, Optimizer
     from bigdl.dllib.utils.common import init_engine
     from pyspark import SparkContext
@@ -219,8 +387,10 @@ def _optimize(
     init_engine()
     times = {"spark_cluster_s": float(cluster.startup_s or 0.0), "spark_context_s": time.time() - started}
     held["times"] = times  # kept for the events even if training fails
-    write_executor_ranks(ctx, shape)
+    executors = executor_pids(ctx, cluster, float(options(spec)["startup_timeout_s"]))
+    write_executor_ranks(ctx, shape, executors)
     per_executor = global_batch // shape.workers
+    pipeline = spec.get("input", "memory") == "pipeline"
     rdd = training_rdd(
         sc,
         str(Path(ctx.data_dir).resolve()),  # executors run in their own working dirs
@@ -228,6 +398,7 @@ def _optimize(
         shape.workers,
         per_executor * ctx.total_iterations,
         int(spec["seed"]),
+        input_workers=max(1, int(spec.get("input_workers", 1))) if pipeline else 0,
     )
     model = build_model(spec["model"])
     model.set_seed(int(spec["seed"]))
@@ -243,12 +414,17 @@ def _optimize(
     )
     print(
         f"[bigdl] training {spec['model']}: {shape.workers} executor(s) x {shape.cores_per_executor} core(s),"
-        f" global batch {global_batch}; cluster up in {times['spark_cluster_s']:.1f} s,"
-        f" SparkContext in {times['spark_context_s']:.1f} s",
+        f" global batch {global_batch}, input {spec.get('input', 'memory')}; cluster up in"
+        f" {times['spark_cluster_s']:.1f} s, SparkContext in {times['spark_context_s']:.1f} s;"
+        f" executor pids {executors or 'not visible (SLURM)'}",
         flush=True,
     )
-    optimizer.optimize()
-    return times
+    held["optimizing"] = threading.Event()
+    held["live"] = LiveLog(ctx, log_path, times, executors, _stopper(held)).start()
+    try:
+        optimizer.optimize()
+    finally:
+        held["optimizing"].set()
 
 
 def train(ctx: RunContext) -> None:
@@ -272,11 +448,10 @@ def train(ctx: RunContext) -> None:
     held: dict[str, Any] = {}
     failure: BaseException | None = None
     described = ""
-    times: dict[str, float] = {}
     try:
         cluster.start()
         print(f"[bigdl] Spark master {cluster.master_url}; daemon pids {cluster.pids}", flush=True)
-        times = _optimize(ctx, cluster, log_path, global_batch, held)
+        _optimize(ctx, cluster, log_path, global_batch, held)
     except BaseException as err:  # noqa: BLE001 - recorded below, after the cleanup
         failure = err
         described = _first_line(err)  # now: a Py4JJavaError asks the JVM for its text
@@ -285,6 +460,8 @@ def train(ctx: RunContext) -> None:
         # SIGKILL, and the daemons die with this process anyway: PR_SET_PDEATHSIG).
         previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
+            if "live" in held:  # before the executors go: the last look must see them alive
+                held["live"].finish(failure)
             # No graceful stop after SIGTERM: py4j may be in the middle of a call.
             _stop_driver(held, graceful=failure is None or isinstance(failure, Exception))
             cluster.stop()
@@ -292,7 +469,7 @@ def train(ctx: RunContext) -> None:
             keep_log(log_path, ctx.writer.path.parent.parent / "bigdl-driver.log")
         finally:
             signal.signal(signal.SIGTERM, previous)
-    report(ctx, log_path, times or held.get("times", {}), failure, described)
+    report(ctx, log_path, held.get("live"), failure, described)
 
 
 def keep_log(log_path: Path, target: Path) -> None:
@@ -308,51 +485,57 @@ def keep_log(log_path: Path, target: Path) -> None:
 def report(
     ctx: RunContext,
     log_path: Path,
-    times: dict[str, float],
+    live: LiveLog | None,
     failure: BaseException | None,
     described: str = "",
 ) -> None:
-    """Record the iterations BigDL logged; then fail with the logs' reason if training failed.
+    """End the run: ok if BigDL logged every iteration, else fail with the clearest reason.
+
+    In order: SIGTERM and the like keep their own reason; then a fault the live log found
+    (a NaN/inf loss; a dead executor, unless the logs show it ran out of memory); then the
+    reason the logs give for BigDL's failure. The iterations are already recorded.
 
     One failure does not fail the run: after its last iteration, DistriOptimizer gathers
     the trained model back to the driver, and that gather can run out of executor memory
-    (seen with AlexNet and ResNet-50) although every step was done and logged. As with a
-    framework that crashes on its way out after its last event (dlscale.launch), the
-    measurement stands; the error is kept on the last iteration event
-    (``after_training_error``) and said in run.log.
+    (seen with AlexNet and ResNet-50) although every step was done and logged. The
+    measurement is complete and the benchmark never uses the trained model, so the run
+    stands, and the error goes into the run's ``warnings`` (rank_end, then run_end), where
+    the tables and a person see it.
     """
-    text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    events = bigdl_log.parse_text(text, str(log_path), strict=failure is None)
+    recorded = live.recorded if live is not None else 0
+    complete = recorded == ctx.total_iterations
+    if failure is not None and not isinstance(failure, Exception):
+        raise failure  # Terminated (SIGTERM) and the like keep their own reason
     reason = None
-    if isinstance(failure, Exception):
+    if failure is not None or (live is not None and live.failure is not None):
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
         console = log_path.with_name("driver-console.log")
         console_text = console.read_text(errors="replace") if console.exists() else ""
         reason = bigdl_log.failure_reason(text) or bigdl_log.failure_reason(console_text) or described
-    complete = len(events) == ctx.total_iterations
-    for index, event in enumerate(events):
-        fields = {k: v for k, v in event.items() if k not in ("event", "rank", "iteration", "time")}
-        if event["time"] is not None:
-            fields["time"] = event["time"]
-        if reason and complete and index == len(events) - 1:
-            fields["after_training_error"] = reason
-        ctx.record_iteration(event["iteration"], **fields, **times)
+    found = live.failure if live is not None else None
+    if isinstance(found, NonFiniteLoss):
+        raise found
+    if isinstance(found, RunFailure):
+        if reason and "OutOfMemoryError" in reason:
+            raise RunFailure(f"{reason} (then {found})") from found
+        raise found
+    if found is not None:
+        raise BigDLTrainingError(f"BigDL's log is unreadable: {found}") from found
     if failure is None:
         if not complete:
             raise BigDLTrainingError(
-                f"BigDL logged {len(events)} iterations, expected {ctx.total_iterations} ({log_path})"
+                f"BigDL logged {recorded} iterations, expected {ctx.total_iterations} ({log_path})"
             )
         return
-    if not isinstance(failure, Exception):
-        raise failure  # Terminated (SIGTERM) and the like keep their own reason
     if complete:
-        print(
-            f"[bigdl] WARNING: all {len(events)} iterations done and logged; then BigDL failed"
-            f" gathering the trained model ({reason}). The measurements stand.",
-            file=sys.stderr,
-            flush=True,
+        warning = (
+            f"all {recorded} iterations done and logged; then BigDL failed gathering the trained"
+            f" model: {reason}"
         )
+        ctx.warnings.append(warning)
+        print(f"[bigdl] WARNING: {warning}. The measurements stand.", file=sys.stderr, flush=True)
         return
-    raise BigDLTrainingError(f"{reason} (after {len(events)} iterations; log {log_path})") from failure
+    raise BigDLTrainingError(f"{reason} (after {recorded} iterations; log {log_path})") from failure
 
 
 def _first_line(err: BaseException) -> str:

@@ -1,0 +1,72 @@
+"""A BigDL run under real SLURM: the Spark master on the first node, a worker on each by srun.
+
+The cluster is the project's test cluster (tests/slurm_cluster.py: munge, slurmctld and one
+slurmd per emulated node, in a network namespace with only loopback). The job is what the
+training rule runs inside an allocation: ``python -m dlscale.launch``, which sees SLURM;
+the BigDL driver then starts the master where it runs and one worker per allocated node
+with a single ``srun`` step, each worker sized from the allocation. The emulated nodes
+share one host whose only interface is loopback, so Spark is told to bind there
+(``SPARK_LOCAL_IP``) and the driver where its master is (``DLSCALE_MASTER_ADDR``); a real
+cluster leaves both unset.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from conftest import REPO, framework_python
+from slurm_cluster import SlurmCluster, alive
+from test_bigdl_runner import processes_mentioning
+
+from dlscale.events import read_events
+
+pytestmark = pytest.mark.workflow
+
+SPEC = {
+    "framework": "bigdl", "model": "lenet", "nodes": 2, "ranks_per_node": 1, "batch": 64, "repeat": 0,
+    "run_id": "bigdl/lenet/n2x1/b64/r0", "world_size": 2, "scaling": "weak", "global_batch": 128,
+    "dataset": "mnist", "iterations": 8, "warmup": 2, "threads_per_rank": 1, "learning_rate": 0.02,
+    "momentum": 0.9, "seed": 7, "timeout_s": 420,
+    "options": {"driver_memory": "1g", "executor_memory": "1g", "startup_timeout_s": 240},
+}  # fmt: skip
+
+
+def test_two_node_bigdl_lenet_with_workers_started_by_srun(tmp_path, mnist_shards):
+    subprocess.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
+    bigdl_py = framework_python("bigdl")
+    job = tmp_path / "job.sh"
+    events = tmp_path / "run" / "events.jsonl"
+    job.write_text(
+        "#!/bin/bash\n"
+        "export SPARK_LOCAL_IP=127.0.0.1 DLSCALE_MASTER_ADDR=127.0.0.1\n"
+        f"cd {REPO} && PYTHONPATH={REPO} exec {bigdl_py} -m dlscale.launch"
+        f" --spec-json '{json.dumps(SPEC)}' --data {mnist_shards} --events {events} --python {bigdl_py}\n"
+    )
+    job.chmod(0o755)
+    with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
+        proc = subprocess.run(
+            [*cluster.netns_prefix(), "sbatch", "--wait", "-N", "2", "-n", "2", "--cpus-per-task=1",
+             "--mem=3000", "-t", "8", "-o", str(tmp_path / "job.log"), str(job)],
+            env=cluster.env(), capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""
+        assert proc.returncode == 0, proc.stderr + log[-3000:]
+        assert not cluster.jobs()
+    assert not [pid for pid in cluster.pids() if alive(pid)]
+    assert not processes_mentioning(str(tmp_path)), "a Spark daemon or executor outlived the job"
+    run = read_events(events)
+    start, end = run[0], run[-1]
+    assert end["status"] == "ok", (end, log[-3000:])
+    assert start["launcher"] == "slurm" and start["hosts"][0] and start["hosts"][1] == "node1"
+    iterations = [e for e in run if e["event"] == "iteration"]
+    assert [e["iteration"] for e in iterations] == list(range(10))
+    assert all(e["samples"] == 128 and 0 < e["compute_s"] <= e["step_s"] for e in iterations)
+    # The driver started two daemons (the master, and the srun step of the workers), and
+    # BigDL trained on two executors, one per node.
+    pids = re.search(r"daemon pids \[([\d, ]+)\]", log)
+    assert pids and len(pids[1].split(",")) == 2, log[-3000:]
+    driver_log = events.with_name("bigdl-driver.log").read_text(errors="replace")
+    assert "Executor number is 2 and executor cores number is 1" in driver_log
