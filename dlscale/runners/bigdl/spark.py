@@ -6,7 +6,8 @@ a failed job leaves nothing behind). The pip ``pyspark`` has no ``sbin/`` script
 daemons are started with ``bin/spark-class`` (which ``exec``s the JVM: the PID we hold is
 the JVM's).
 
-- Local profile: the master and one worker per emulated node, all on 127.0.0.1. Ports are
+- Local profile: the master and one worker per emulated node, all on 127.0.0.1 (on an
+  emulated interconnect, each worker in its node's namespace at its node's address). Ports are
   picked free by the OS (the master's is read back from its log, because Spark moves to the
   next port when one is taken), web UIs get port 0: concurrent jobs on one host never meet.
 - SLURM: the master on the allocation's first node (where the driver runs) and one worker
@@ -29,10 +30,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dlscale.netns import ENV_NODE_ADDRESSES, ENV_NODE_NAMESPACES, node_argv
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 4.0
@@ -83,6 +87,25 @@ def bigdl_batch(spec: Mapping[str, object], shape: ClusterShape) -> int:
             " batch per rank must be a multiple of threads_per_rank"
         )
     return global_batch
+
+
+def node_address(node: int) -> str:
+    """Emulated node ``node``'s address: loopback, or its own on an emulated interconnect
+    (``dlscale.netns``: each node a network namespace, the launcher lists the addresses)."""
+    addresses = [a for a in os.environ.get(ENV_NODE_ADDRESSES, "").split(",") if a]
+    return addresses[node % len(addresses)] if addresses else HOST
+
+
+def on_node(node: int) -> list[str]:
+    """The prefix that starts a daemon on emulated node ``node`` (nothing without emulation).
+
+    The driver and the master run on node 0, where the launcher put the driver; worker k
+    joins node k's namespace (``python -m dlscale.netns``), so its executor's traffic to
+    the others crosses the emulated links.
+    """
+    if not os.environ.get(ENV_NODE_NAMESPACES):
+        return []
+    return node_argv(sys.executable, node=node)
 
 
 def free_port() -> int:
@@ -217,7 +240,11 @@ class SparkCluster:
         spark_class = str(self.spark_home / "bin" / "spark-class")
         # Under SLURM the master runs where the driver does (the first node); the launcher's
         # DLSCALE_MASTER_ADDR names that node's address where its hostname does not do.
-        host = HOST if self.mode == "local" else os.environ.get("DLSCALE_MASTER_ADDR") or socket.gethostname()
+        host = (
+            node_address(0)
+            if self.mode == "local"
+            else os.environ.get("DLSCALE_MASTER_ADDR") or socket.gethostname()
+        )
         master = self._spawn(
             "master",
             [
@@ -236,13 +263,16 @@ class SparkCluster:
         memory = self.shape.executor_memory
         if self.mode == "local":
             for index in range(self.shape.workers):
+                env = self._daemon_env(self.root / "scratch" / f"worker{index}")
+                env["SPARK_LOCAL_IP"] = node_address(index)
                 self._spawn(
                     f"worker{index}",
                     [
+                        *on_node(index),
                         spark_class,
                         "org.apache.spark.deploy.worker.Worker",
                         "--host",
-                        HOST,
+                        node_address(index),
                         "--cores",
                         str(self.shape.cores_per_executor),
                         "--memory",
@@ -253,7 +283,7 @@ class SparkCluster:
                         "0",
                         self.master_url,
                     ],
-                    self._daemon_env(self.root / "scratch" / f"worker{index}"),
+                    env,
                 )
         else:
             self._start_slurm_workers(spark_class)

@@ -51,7 +51,14 @@ import numpy as np
 import dlscale
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
-from dlscale.runners.bigdl.spark import ClusterShape, SparkCluster, alive, bigdl_batch, cluster_shape
+from dlscale.runners.bigdl.spark import (
+    ClusterShape,
+    SparkCluster,
+    alive,
+    bigdl_batch,
+    cluster_shape,
+    node_address,
+)
 from dlscale.runners.common import NonFiniteLoss, RunContext, RunFailure
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
@@ -146,7 +153,8 @@ def spark_conf(cluster: SparkCluster, spec: dict[str, Any], log_path: Path) -> A
         "spark.scheduler.maxRegisteredResourcesWaitingTime": f"{int(opts['startup_timeout_s'])}s",
     }
     if cluster.mode == "local":
-        settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+        driver_host = node_address(0)  # loopback, or node 0's address on an emulated network
+        settings.update({"spark.driver.host": driver_host, "spark.driver.bindAddress": driver_host})
     for key, value in settings.items():
         conf.set(key, str(value))
     return conf
