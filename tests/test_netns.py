@@ -7,19 +7,21 @@ with that reason, and the launcher's fallback is tested instead.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import framework_python
+from conftest import caffe_python, framework_python
 from faults import fault_spec, launch
 
 from dlscale import launch as launcher
 from dlscale import netns
 from dlscale.events import read_events
 from dlscale.networks import PRESETS, emulated_preset, network_choices
+from dlscale.study import IMPLEMENTED_FRAMEWORKS
 
 needs_netns = pytest.mark.skipif(
     netns.unavailable(shaping=True) is not None, reason=str(netns.unavailable(shaping=True))
@@ -213,3 +215,27 @@ def test_host_network_runs_are_isolated_in_their_own_namespace(mnist_shards, tmp
     start = read_events(tmp_path / "events.jsonl")[0]
     assert start["network_setup"]["isolation"] == "namespace"
     assert not [n for n in namespaces() if n.startswith(f"{netns.PREFIX}{run.proc.pid}-")]
+
+
+@needs_netns
+@pytest.mark.parametrize("framework", IMPLEMENTED_FRAMEWORKS)
+def test_every_runner_works_unchanged_on_the_emulated_network(framework, mnist_shards, tmp_path):
+    """Each framework's ranks land on their own emulated nodes (distinct namespaces, the
+    nodes' addresses) and train to the end; nothing of the network outlives the run."""
+    python = caffe_python() if framework == "caffe" else framework_python(framework)
+    spec = fault_spec(framework, iterations=40, network="emulated-1gbe")
+    run = launch(python, spec, mnist_shards, tmp_path / "events.jsonl")
+    try:
+        run.wait_for_iterations(rank=0, count=2, timeout=240)
+        pids = run.rank_pids()
+        assert {0, 1} <= set(pids), pids
+        spaces = {rank: os.readlink(f"/proc/{pid}/ns/net") for rank, pid in pids.items()}
+        assert spaces[0] != spaces[1] != os.readlink("/proc/self/ns/net"), spaces
+        assert run.wait(240) is not None, "the run did not end"
+    finally:
+        run.stop()
+    events = read_events(tmp_path / "events.jsonl")
+    assert events[-1]["status"] == "ok", events[-1]
+    assert events[0]["network_setup"]["node_addresses"] == ["10.77.0.1", "10.77.0.2"]
+    left = [n for n in namespaces() if n.startswith(f"{netns.PREFIX}{run.proc.pid}-")]
+    assert not left, f"namespaces left: {left}"
