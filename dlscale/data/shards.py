@@ -523,3 +523,30 @@ class ShardSet:
                 out[lo - start : hi - start] = mapped[lo - offset : hi - offset]
                 del mapped
         return images, labels
+
+
+class IndexBatches:
+    """Endless sorted index batches over ``n`` samples, one fresh permutation per epoch.
+
+    Every runner draws its batches from this one class, with the same seed (the run's seed
+    plus the rank), so that every framework trains on the same samples in the same order:
+    frameworks are compared on the same work. Sorted indices make each batch a forward
+    read through the memory-mapped shards.
+    """
+
+    def __init__(self, n: int, batch: int, seed: int):
+        self.n, self.batch = n, batch
+        self.rng = np.random.default_rng(seed)
+        self.order = self.rng.permutation(n)
+        self.position = 0
+
+    def __iter__(self) -> IndexBatches:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        if self.position + self.batch > len(self.order):
+            self.order = self.rng.permutation(self.n)
+            self.position = 0
+        index = np.sort(self.order[self.position : self.position + self.batch])
+        self.position += self.batch
+        return index

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import ShardSet
+from dlscale.data.shards import IndexBatches, ShardSet
 
 #: Batches in the prefetch ring: Caffe's ``data_param.prefetch`` default.
 PREFETCH = 4
@@ -66,27 +66,6 @@ def preprocess(
         out -= np.float32(mean)
         out /= np.float32(std)
     return out
-
-
-class IndexBatches:
-    """Endless sorted index batches over ``n`` samples, one fresh permutation per epoch."""
-
-    def __init__(self, n: int, batch: int, seed: int):
-        self.n, self.batch = n, batch
-        self.rng = np.random.default_rng(seed)
-        self.order = self.rng.permutation(n)
-        self.position = 0
-
-    def __iter__(self) -> IndexBatches:
-        return self
-
-    def __next__(self) -> np.ndarray:
-        if self.position + self.batch > len(self.order):
-            self.order = self.rng.permutation(self.n)
-            self.position = 0
-        index = np.sort(self.order[self.position : self.position + self.batch])
-        self.position += self.batch
-        return index
 
 
 def _check_part(size: int, rank: int, batch: int) -> None:

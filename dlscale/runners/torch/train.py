@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import ShardSet
+from dlscale.data.shards import IndexBatches, ShardSet
 from dlscale.runners.common import RunContext
 
 MNIST_MODELS = ("lenet", "autoencoder")
@@ -57,7 +57,7 @@ class Batches:
                 f"rank {ctx.rank} holds {stop - start} samples, fewer than its batch of {self.batch}:"
                 " make the dataset larger or the batch smaller"
             )
-        self.indices = _IndexBatches(stop - start, self.batch, int(ctx.spec["seed"]) + ctx.rank)
+        self.indices = IndexBatches(stop - start, self.batch, int(ctx.spec["seed"]) + ctx.rank)
         self.loader: Any = None
         if ctx.spec.get("input", "memory") == "pipeline":
             workers = int(ctx.spec.get("input_workers", 1))
@@ -104,27 +104,6 @@ class Batches:
             # What the iterator's __del__ does, done now: workers must not outlive the run.
             self.loader._shutdown_workers()
             self.loader = None
-
-
-class _IndexBatches:
-    """Endless sorted index batches over ``n`` samples, one fresh permutation per epoch."""
-
-    def __init__(self, n: int, batch: int, seed: int):
-        self.n, self.batch = n, batch
-        self.rng = np.random.default_rng(seed)
-        self.order = self.rng.permutation(n)
-        self.position = 0
-
-    def __iter__(self) -> _IndexBatches:
-        return self
-
-    def __next__(self) -> np.ndarray:
-        if self.position + self.batch > len(self.order):
-            self.order = self.rng.permutation(self.n)
-            self.position = 0
-        index = np.sort(self.order[self.position : self.position + self.batch])
-        self.position += self.batch
-        return index
 
 
 class _ShardBatches:
