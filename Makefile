@@ -32,8 +32,10 @@ test: $(VENV)/.installed lint
 test-faults: $(VENV)/.installed
 	$(PY) -m pytest tests -m faults
 
-## bench: performance benchmarks -> results/bench/*.csv, summary.md, figures (~15 min on 2 cores).
-## Builds what it needs (torch venv, Open MPI + .venvs/bench-mpi). BENCH_REPEATS=5 by default.
+## bench: performance benchmarks of all four frameworks -> results/bench/*.csv, summary.md, figures
+## (13.9 min measured on 2 shared cores at load 2-17; AlexNet/ResNet-50 at most 3 repeats, BigDL
+## 2 training / 1 comm: see benchmarks/README.md). Builds what it needs (framework venvs, Open MPI
+## + .venvs/bench-mpi). BENCH_REPEATS=5 by default.
 BENCH_REPEATS ?= 5
 .PHONY: bench
 bench: $(VENV)/.installed

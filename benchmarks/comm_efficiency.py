@@ -16,6 +16,7 @@ neighbours); ``comm_efficiency.csv`` holds medians with min/max.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -70,13 +71,17 @@ def measure(
             cwd=REPO,
         ),
     }
+    limits = {}
     for entry in entries:
         if entry.allreduce is not None:
             job = CommJob(entry.python(), sizes, inner, timeout_s, dict(models or {}))
             arms[entry.name] = lambda entry=entry, job=job: entry.allreduce(job)
+            limits[entry.name] = entry.repeats(repeats, "comm")
     rows = []
     for repeat in range(repeats):
         for name in arm_order(repeat, list(arms)):
+            if repeat >= limits.get(name, repeats):
+                continue  # a slow framework's fewer repeats; pairs form on the repeats it ran
             log(f"communication repeat {repeat + 1}/{repeats}: {name}")
             for row in arms[name]():
                 nbytes, seconds = int(row["nbytes"]), float(row["seconds"])
@@ -87,32 +92,37 @@ def measure(
     return pd.DataFrame(rows, columns=list(RAW_COLUMNS))
 
 
+def by_repeat(group: pd.DataFrame, transport: str) -> dict[int, float]:
+    """One transport's bandwidth per repeat: the key the ratios pair on (a framework with
+    fewer repeats pairs with the references of the repeats it ran, not of others)."""
+    rows = group[group["transport"] == transport]
+    return {int(r): float(v) for r, v in zip(rows["repeat"], rows["bytes_per_s"], strict=True)}
+
+
 def comm_table(raw: pd.DataFrame, flops: pd.DataFrame, frameworks: list[str]) -> pd.DataFrame:
     """Per framework and model: its bandwidth, the TCP and MPI bandwidths, paired ratios."""
     models = dict(zip(flops["gradient_bytes"].astype(int), flops["model"], strict=True))
     rows = []
     for framework in frameworks:
         for nbytes, group in raw.groupby("nbytes", sort=True):
-
-            def series(transport: str, group: pd.DataFrame = group) -> list[float]:
-                return [
-                    float(v)
-                    for v in group[group["transport"] == transport].sort_values("repeat")["bytes_per_s"]
-                ]
-
-            own, tcp, mpi = series(framework), series("tcp"), series("mpi")
+            own, tcp, mpi = (by_repeat(group, t) for t in (framework, "tcp", "mpi"))
             if not own:
                 continue
+            keys = sorted(own)
             rows.append(
                 {
                     "framework": framework,
                     "model": models.get(int(nbytes), ""),
                     "nbytes": int(nbytes),
-                    **summarize(own).as_row("framework_bytes_per_s"),
-                    **summarize(tcp).as_row("tcp_bytes_per_s"),
-                    **summarize(mpi).as_row("mpi_bytes_per_s"),
-                    **ratio_summary(own, tcp).as_row("vs_tcp"),
-                    **ratio_summary(own, mpi).as_row("vs_mpi"),
+                    **summarize(own.values()).as_row("framework_bytes_per_s"),
+                    **summarize(tcp.values()).as_row("tcp_bytes_per_s"),
+                    **summarize(mpi.values()).as_row("mpi_bytes_per_s"),
+                    **ratio_summary([own[k] for k in keys], [tcp.get(k, math.nan) for k in keys]).as_row(
+                        "vs_tcp"
+                    ),
+                    **ratio_summary([own[k] for k in keys], [mpi.get(k, math.nan) for k in keys]).as_row(
+                        "vs_mpi"
+                    ),
                 }
             )
     return pd.DataFrame(rows)

@@ -36,6 +36,12 @@ BENCH_ITERATIONS: dict[str, tuple[int, int]] = {
 }
 
 
+#: At most this many training repeats per model: a repeat of an ImageNet-shaped model is
+#: 30-40 s per framework on 2 cores (a ResNet-50 step alone is 2-4 s), and 5 of them for
+#: torch and TensorFlow took 5.5 of the 20 minutes ``make bench`` may take.
+MODEL_MAX_REPEATS: dict[str, int] = {"alexnet": 3, "resnet50": 3}
+
+
 class BenchError(RuntimeError):
     """A benchmark step failed; the message names the command and the end of its output."""
 
@@ -63,9 +69,10 @@ def default_study() -> dict[str, Any]:
     return dlstudy.validate_config(config, dlstudy.load_schema(REPO / "schemas" / "config.schema.yaml"), REPO)
 
 
-def bench_spec(study: dict[str, Any], framework: str, model: str) -> dict[str, Any]:
-    """The spec of a single-rank study run of ``model``, with the benchmark's iterations."""
-    run = dlstudy.Run(framework, model, 1, 1, int(study["batch_per_rank"][model]), 0)
+def bench_spec(study: dict[str, Any], framework: str, model: str, nodes: int = 1) -> dict[str, Any]:
+    """The spec of a study run of ``model`` (one rank per node; a single rank by default),
+    with the benchmark's iterations."""
+    run = dlstudy.Run(framework, model, nodes, 1, int(study["batch_per_rank"][model]), 0)
     spec = dlstudy.run_spec(study, run)
     spec["warmup"], spec["iterations"] = BENCH_ITERATIONS[model]
     return spec

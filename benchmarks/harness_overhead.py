@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.common import bench_spec, log
+from benchmarks.common import MODEL_MAX_REPEATS, bench_spec, log
 from benchmarks.data import DATASETS
 from benchmarks.registry import FrameworkBench, TrainingJob
 from benchmarks.stats import ratio_summary, summarize, verdict
@@ -23,6 +23,7 @@ TARGET = 0.97
 RAW_COLUMNS = (
     "framework", "model", "batch", "threads", "repeat", "arm",
     "samples_per_s", "samples_per_cpu_s", "self_timed_samples_per_s", "peak_flops", "peak_flops_cpu",
+    "step_s", "compute_s", "comm_s", "startup_s", "to_first_step_s", "warmup_s", "median_step_s", "wall_s",
 )  # fmt: skip
 
 
@@ -45,8 +46,9 @@ def measure(
         mine = set(dlstudy.models_of(study, entry.name))
         for model in [m for m in models if m in mine]:
             spec = bench_spec(study, entry.name, model)
-            log(f"training {entry.name}/{model}: runner vs bare vs peak, {repeats} repeats")
-            job = TrainingJob(python, spec, data[DATASETS[model]], repeats, timeout_s)
+            mine_repeats = min(entry.repeats(repeats, "training"), MODEL_MAX_REPEATS.get(model, repeats))
+            log(f"training {entry.name}/{model}: runner vs bare vs peak, {mine_repeats} repeats")
+            job = TrainingJob(python, spec, data[DATASETS[model]], mine_repeats, timeout_s)
             for row in entry.training(job):
                 rows.append({"framework": entry.name, **row})
     raw = pd.DataFrame(rows)
@@ -90,8 +92,51 @@ def overhead_table(raw: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def step_breakdown(raw: pd.DataFrame) -> pd.DataFrame:
+    """Where an iteration's time goes, per framework, model and arm, for arms whose
+    framework splits its own step (BigDL's log: step = compute + synchronisation).
+
+    Medians over repeats of: ``iteration_s`` (the loop's wall time per iteration, from the
+    throughput), ``step_s`` (the framework's own step time), ``compute_s`` and ``sync_s``
+    (step - compute), and ``between_s`` = iteration - step (what happens between steps).
+    """
+    columns = [
+        "framework",
+        "model",
+        "arm",
+        "repeats",
+        "iteration_s",
+        "step_s",
+        "compute_s",
+        "sync_s",
+        "between_s",
+    ]
+    if "step_s" not in raw:
+        return pd.DataFrame(columns=columns)
+    split = raw[raw["step_s"].notna() & raw["arm"].isin(["runner", "bare"])]
+    rows = []
+    for (framework, model, arm), group in split.groupby(["framework", "model", "arm"], sort=False):
+        iteration = [float(b) / float(t) for b, t in zip(group["batch"], group["samples_per_s"], strict=True)]
+        steps = [float(v) for v in group["step_s"]]
+        rows.append(
+            {
+                "framework": framework,
+                "model": model,
+                "arm": arm,
+                "repeats": len(group),
+                "iteration_s": summarize(iteration).median,
+                "step_s": summarize(steps).median,
+                "compute_s": summarize(group["compute_s"]).median,
+                "sync_s": summarize(group["comm_s"]).median,
+                "between_s": summarize([i - t for i, t in zip(iteration, steps, strict=True)]).median,
+            }
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
 def write(raw: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
     raw.to_csv(out_dir / "training_raw.csv", index=False)
     table = overhead_table(raw)
     table.to_csv(out_dir / "harness_overhead.csv", index=False)
+    step_breakdown(raw).to_csv(out_dir / "step_breakdown.csv", index=False)
     return table

@@ -24,6 +24,7 @@ from benchmarks.registry import FrameworkBench
 from benchmarks.stats import summarize
 
 STARTUP_MODELS = ("lenet",)
+STARTUP_COLUMNS = ("startup_s", "to_first_step_s", "warmup_s", "median_step_s", "wall_s")
 
 
 def startup_once(entry: FrameworkBench, spec: dict[str, Any], data: Path, tmp: Path, repeat: int) -> dict:
@@ -35,17 +36,24 @@ def startup_once(entry: FrameworkBench, spec: dict[str, Any], data: Path, tmp: P
     env = {**os.environ, "PYTHONPATH": str(REPO), **entry.startup_env}
     finish(start(cmd, env, REPO), cmd, timeout=float(spec["timeout_s"]) + 60)
     events = [json.loads(line) for line in events_path.read_text(encoding="utf-8").splitlines()]
+    if events[-1].get("status") != "ok":
+        raise BenchError(f"start-up run {spec['run_id']} failed: {events[-1].get('reason')}")
+    return {"framework": entry.name, "model": spec["model"], "repeat": repeat, **startup_fields(events)}
+
+
+def startup_fields(events: list[dict[str, Any]]) -> dict[str, float]:
+    """A finished run's start-up figures from its events (run_start first, run_end last).
+
+    ``to_first_step_s``: launcher start to the start of the first iteration (its end time
+    minus its step); ``startup_s``: the launcher's own start to first timed iteration;
+    ``warmup_s``: the difference (the warm-up iterations).
+    """
     run_start, run_end = events[0], events[-1]
-    if run_end.get("status") != "ok":
-        raise BenchError(f"start-up run {spec['run_id']} failed: {run_end.get('reason')}")
     iterations = [e for e in events if e["event"] == "iteration" and e.get("rank", 0) == 0]
     first = iterations[0]
     to_first = first["time"] - first["step_s"] - run_start["time"]
     timed = [e["step_s"] for e in iterations if not e.get("warmup")]
     return {
-        "framework": entry.name,
-        "model": spec["model"],
-        "repeat": repeat,
         "startup_s": run_start["startup_s"],
         "to_first_step_s": to_first,
         "warmup_s": run_start["startup_s"] - to_first,
@@ -54,20 +62,49 @@ def startup_once(entry: FrameworkBench, spec: dict[str, Any], data: Path, tmp: P
     }
 
 
+def reused_rows(training_raw: pd.DataFrame | None, framework: str, models: tuple[str, ...]) -> list[dict]:
+    """Start-up rows of ``framework`` taken from runner arms that ran through the launcher.
+
+    BigDL's runner arm is a whole ``dlscale.launch`` run (a JVM + Spark start each), the same
+    start-up this benchmark would pay for again; its rows carry the figures already.
+    """
+    if training_raw is None or "to_first_step_s" not in training_raw:
+        return []
+    mine = training_raw[
+        (training_raw["framework"] == framework)
+        & (training_raw["arm"] == "runner")
+        & training_raw["model"].isin(models)
+        & training_raw["to_first_step_s"].notna()
+    ]
+    columns = ["framework", "model", "repeat", *STARTUP_COLUMNS]
+    return [
+        {**{k: row[k] for k in columns}, "source": "training runner arm"} for row in mine.to_dict("records")
+    ]
+
+
 def measure(
     entries: list[FrameworkBench], study: dict[str, Any], data: dict[str, Path], repeats: int,
-    models: tuple[str, ...] = STARTUP_MODELS,
+    models: tuple[str, ...] = STARTUP_MODELS, training_raw: pd.DataFrame | None = None,
 ) -> pd.DataFrame:  # fmt: skip
-    """Repeats alternate between frameworks (one run each per repeat)."""
+    """Repeats alternate between frameworks (one run each per repeat); a framework whose
+    training runner arms already went through the launcher (``training_raw``) is not run again."""
     rows = []
+    reused = {e.name: reused_rows(training_raw, e.name, models) for e in entries}
+    for entry in entries:
+        if reused[entry.name]:
+            log(f"start-up {entry.name}: from its {len(reused[entry.name])} training runner-arm launches")
+            rows += reused[entry.name]
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-startup-") as name:
         for repeat in range(repeats):
             for entry in entries:
+                if repeat >= entry.repeats(repeats, "startup") or reused[entry.name]:
+                    continue
                 for model in models:
                     spec = bench_spec(study, entry.name, model)
                     spec["warmup"], spec["iterations"] = int(study["warmup"]), 5
                     log(f"start-up repeat {repeat + 1}/{repeats}: {entry.name}/{model}")
-                    rows.append(startup_once(entry, spec, data[DATASETS[model]], Path(name), repeat))
+                    row = startup_once(entry, spec, data[DATASETS[model]], Path(name), repeat)
+                    rows.append({**row, "source": "launch"})
     return pd.DataFrame(rows)
 
 
@@ -83,6 +120,8 @@ def startup_table(raw: pd.DataFrame) -> pd.DataFrame:
                 **summarize(group["warmup_s"]).as_row("warmup_s"),
                 "median_step_s": summarize(group["median_step_s"]).median,
                 "startup_in_steps": summarize(group["startup_s"] / group["median_step_s"]).median,
+                "runs": len(group),
+                "source": ", ".join(sorted(set(group.get("source", pd.Series(["launch"])).fillna("launch")))),
             }
         )
     return pd.DataFrame(rows)

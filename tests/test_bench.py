@@ -148,10 +148,11 @@ def test_summary_tables_have_targets_and_verdicts(tmp_path):
           "loadavg_1m_median": 8.0, "target_s": 20.0, "verdict": "miss", "verdict_cpu": "pass"}]
     ).to_csv(tmp_path / "workflow_scale.csv", index=False)  # fmt: skip
     text = summary.build(tmp_path)
-    assert "| torch | lenet | 64 | 1 |" in text
+    assert "| torch | lenet | 64 | 1 | 3 |" in text
     assert "0.990 [0.950, 1.000]" in text and "| pass |" in text
     assert "25.0 [24.0, 30.0]" in text and "| miss | pass |" in text
     assert "## 3. Communication efficiency" in text and "Not measured." in text
+    assert "Where a BigDL iteration goes" in text
     short = summary.short_table(tmp_path)
     assert "harness  torch" in short and "scale    snakemake -n" in short
 
@@ -214,8 +215,95 @@ def test_every_framework_has_a_benchmark_entry_and_comm_jobs_know_their_models()
 
     found, missing = covered(list(IMPLEMENTED_FRAMEWORKS))
     assert missing == [] and {e.name for e in found} == set(IMPLEMENTED_FRAMEWORKS)
-    assert FRAMEWORKS["tensorflow"].training and FRAMEWORKS["caffe"].allreduce
+    assert all(e.training and e.allreduce for e in found)
     assert CommJob("python", [4], 1, 1.0).models == {}
+    # BigDL's arms are a JVM start each: capped repeats, never zero
+    bigdl = FRAMEWORKS["bigdl"]
+    assert bigdl.repeats(5, "training") == bigdl.max_repeats["training"] and bigdl.repeats(1, "comm") == 1
+    assert FRAMEWORKS["torch"].repeats(5, "training") == 5
+
+
+def test_comm_table_pairs_a_framework_with_fewer_repeats_on_its_own_repeats():
+    rows = [{"repeat": r, "transport": "tcp", "nbytes": 4000, "bytes_per_s": bw}
+            for r, bw in enumerate((2e9, 1e9, 4e9))]  # fmt: skip
+    rows += [{"repeat": r, "transport": "mpi", "nbytes": 4000, "bytes_per_s": 1e9} for r in range(3)]
+    rows += [{"repeat": 1, "transport": "bigdl", "nbytes": 4000, "bytes_per_s": 5e8}]
+    flops = pd.DataFrame({"model": ["lenet"], "gradient_bytes": [4000]})
+    row = comm_table(pd.DataFrame(rows), flops, ["bigdl", "torch"]).iloc[0]
+    assert row["framework"] == "bigdl" and row["vs_tcp_n"] == 1
+    assert row["vs_tcp_median"] == 0.5  # against repeat 1's TCP (1e9), not the median (2e9)
+    assert row["tcp_bytes_per_s_n"] == 3  # the reference columns keep every repeat
+
+
+def _bigdl_events(warmup: int, steps: list[float], gap: float = 0.05) -> list[dict]:
+    events, clock = [], 100.0
+    for i, step in enumerate(steps):
+        clock += step + gap
+        events.append({"iteration": i, "time": clock, "step_s": step, "compute_s": step / 2,
+                       "comm_s": step / 2, "warmup": i < warmup})  # fmt: skip
+    return events
+
+
+def test_bigdl_log_rates_from_iteration_events():
+    from benchmarks.bigdl_bench import log_rates
+
+    events = _bigdl_events(2, [5.0, 1.0, 0.45, 0.45, 0.45, 0.95])
+    rates = log_rates(list(reversed(events)), warmup=2, batch=64)  # order does not matter
+    # gaps from the end of the last warm-up iteration: 0.5, 0.5, 0.5, 1.0
+    assert rates["samples_per_s"] == pytest.approx(128.0)
+    assert rates["self_timed_samples_per_s"] == pytest.approx(64 / 0.45)
+    assert rates["compute_s"] == pytest.approx(0.225) and rates["comm_s"] == pytest.approx(0.225)
+    assert math.isnan(rates["samples_per_cpu_s"])
+    no_metrics = [{**e, "compute_s": None, "comm_s": None} for e in events]
+    assert math.isnan(log_rates(no_metrics, 2, 64)["comm_s"])
+    with pytest.raises(ValueError):
+        log_rates(events, warmup=0, batch=64)
+    with pytest.raises(ValueError):
+        log_rates(events[:3], warmup=2, batch=64)
+
+
+def test_step_breakdown_splits_bigdl_iterations_only():
+    from benchmarks.harness_overhead import step_breakdown
+
+    raw = _raw().assign(step_s=math.nan, compute_s=math.nan, comm_s=math.nan)
+    base = {"framework": "bigdl", "model": "lenet", "batch": 64, "threads": 1}
+    for repeat in range(2):
+        raw.loc[len(raw)] = {**base, "repeat": repeat, "arm": "runner", "samples_per_s": 128.0,
+                             "step_s": 0.4, "compute_s": 0.25, "comm_s": 0.15}  # fmt: skip
+        raw.loc[len(raw)] = {**base, "repeat": repeat, "arm": "bare", "samples_per_s": 160.0,
+                             "step_s": 0.35, "compute_s": 0.25, "comm_s": 0.10}  # fmt: skip
+    table = step_breakdown(raw).set_index("arm")
+    assert list(table["framework"]) == ["bigdl", "bigdl"] and table.loc["runner", "repeats"] == 2
+    assert table.loc["runner", "iteration_s"] == pytest.approx(0.5)
+    assert table.loc["runner", "between_s"] == pytest.approx(0.1)
+    assert table.loc["bare", "sync_s"] == pytest.approx(0.10)
+    assert step_breakdown(_raw()).empty
+
+
+def test_startup_fields_and_reuse_of_launcher_runner_arms():
+    from benchmarks.startup import reused_rows, startup_fields, startup_table
+
+    events = [
+        {"event": "run_start", "time": 10.0, "startup_s": 31.0},
+        *(
+            {"event": "iteration", "rank": 0, "time": 40.0 + i, "step_s": 1.0, "warmup": i < 1}
+            for i in range(3)
+        ),
+        {"event": "run_end", "wall_s": 45.0},
+    ]
+    fields = startup_fields(events)
+    assert fields["to_first_step_s"] == 29.0 and fields["warmup_s"] == 2.0
+    assert fields["median_step_s"] == 1.0 and fields["wall_s"] == 45.0
+    raw = pd.DataFrame(
+        [{"framework": "bigdl", "model": m, "repeat": 0, "arm": a, **fields}
+         for m in ("lenet", "autoencoder") for a in ("runner", "bare")]
+        + [{"framework": "torch", "model": "lenet", "repeat": 0, "arm": "runner"}]
+    )  # fmt: skip
+    rows = reused_rows(raw, "bigdl", ("lenet",))
+    assert len(rows) == 1 and rows[0]["source"] == "training runner arm" and rows[0]["startup_s"] == 31.0
+    assert reused_rows(raw, "torch", ("lenet",)) == [] and reused_rows(None, "bigdl", ("lenet",)) == []
+    table = startup_table(pd.DataFrame(rows))
+    assert table.iloc[0]["runs"] == 1 and table.iloc[0]["source"] == "training runner arm"
 
 
 def test_bare_loop_helpers(tmp_path):
