@@ -105,7 +105,13 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch
     assert not cluster.jobs(), "a job outlived the run"
 
     dry = snakemake(cluster, tmp_path, "--dry-run")
-    assert planned_jobs(dry.stdout + dry.stderr) == {"train_torch": 1, "aggregate": 1, "figures": 1, "all": 1}
+    assert planned_jobs(dry.stdout + dry.stderr) == {
+        "train_torch": 1,
+        "aggregate": 1,
+        "figures": 1,
+        "perfmodel": 1,
+        "all": 1,
+    }
     one_node_before = (tmp_path / "results/runs/torch/lenet/n1x1/b64/r0/events.jsonl").stat().st_mtime_ns
 
     second = snakemake(cluster, tmp_path)
