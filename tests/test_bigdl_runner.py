@@ -270,7 +270,6 @@ def test_executor_checks_the_checksums_of_the_shards_it_reads(mnist_shards, tmp_
     import shutil
 
     from dlscale.data.shards import DatasetError, ShardSet
-    from dlscale.runners.bigdl.data import verify_range
 
     data = tmp_path / "shards"
     shutil.copytree(mnist_shards, data)
@@ -280,9 +279,9 @@ def test_executor_checks_the_checksums_of_the_shards_it_reads(mnist_shards, tmp_
     raw = bytearray(victim.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     victim.write_bytes(bytes(raw))
-    verify_range(shards, 0, first)  # shard 0 only: intact
+    shards.verify(0, first)  # shard 0 only: intact
     with pytest.raises(DatasetError, match=r"shard-00001-images\.npy: sha256 mismatch"):
-        verify_range(shards, first - 1, first + 1)
+        shards.verify(first - 1, first + 1)
 
 
 def test_a_failed_gather_after_every_iteration_is_a_warning_of_the_run(tmp_path):

@@ -433,13 +433,26 @@ class ShardSet:
             n = shard["num_samples"]
             _check_npy(self.path / shard["images"], (n, *self.image_shape), np.uint8)
             _check_npy(self.path / shard["labels"], (n,), np.int64)
-            if verify:
-                for kind in ("images", "labels"):
-                    file = self.path / shard[kind]
-                    with open(file, "rb") as handle:
-                        digest = hashlib.file_digest(handle, "sha256").hexdigest()
-                    if digest != shard[f"{kind}_sha256"]:
-                        raise DatasetError(f"{file}: sha256 mismatch (corrupted shard)")
+        if verify:
+            self.verify()
+
+    def verify(self, start: int = 0, stop: int | None = None) -> None:
+        """Check the sha256 of every shard file holding samples of ``[start, stop)``.
+
+        The whole set by default; a range where a process reads only its block (BigDL's
+        executors), so nobody hashes what it will not read. Raises ``DatasetError``
+        naming the file: "...: sha256 mismatch (corrupted shard)".
+        """
+        stop = self.num_samples if stop is None else stop
+        for shard, lo in zip(self.index["shards"], self._offsets, strict=True):
+            if lo + int(shard["num_samples"]) <= start or lo >= stop:
+                continue
+            for kind in ("images", "labels"):
+                file = self.path / shard[kind]
+                with open(file, "rb") as handle:
+                    digest = hashlib.file_digest(handle, "sha256").hexdigest()
+                if digest != shard[f"{kind}_sha256"]:
+                    raise DatasetError(f"{file}: sha256 mismatch (corrupted shard)")
 
     @property
     def num_samples(self) -> int:

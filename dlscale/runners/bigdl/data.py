@@ -26,35 +26,14 @@ as ``input_load_s`` (see dlscale.runners.bigdl.train).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import DatasetError, ShardSet
+from dlscale.data.shards import ShardSet
 
 CHUNK = 512  # rows per ``take`` in pipeline mode: bounded memory per Python worker
-
-
-def verify_range(shards: ShardSet, start: int, stop: int) -> None:
-    """Check the sha256 of every shard file holding samples of ``[start, stop)``.
-
-    Raises ``DatasetError`` naming the file ("...: sha256 mismatch (corrupted shard)"),
-    the message the other runners give (``ShardSet(verify=True)``).
-    """
-    offset = 0
-    for shard in shards.index["shards"]:
-        lo, hi = offset, offset + int(shard["num_samples"])
-        offset = hi
-        if hi <= start or lo >= stop:
-            continue
-        for kind in ("images", "labels"):
-            path = shards.path / shard[kind]
-            with open(path, "rb") as handle:
-                digest = hashlib.file_digest(handle, "sha256").hexdigest()
-            if digest != shard[f"{kind}_sha256"]:
-                raise DatasetError(f"{path}: sha256 mismatch (corrupted shard)")
 
 
 def picks(n: int, limit: int, seed: int) -> np.ndarray:
@@ -93,7 +72,7 @@ def arrays(
     """``memory`` mode: features and targets of one executor's block, read at once."""
     shards = ShardSet(data_dir)
     start, stop = shards.rank_range(part, parts)
-    verify_range(shards, start, stop)
+    shards.verify(start, stop)
     images, labels = shards.load_part(part, parts)
     pick = picks(len(labels), limit, seed + part)
     return convert(images[pick], labels[pick], model, shards.mean, shards.std)
@@ -122,7 +101,7 @@ def pipeline_samples(
     start, stop = shards.rank_range(part, parts)
     mine = pipeline_indices(start, stop, limit, seed + part, worker, workers)
     if len(mine):
-        verify_range(shards, int(mine[0]), int(mine[-1]) + 1)
+        shards.verify(int(mine[0]), int(mine[-1]) + 1)
     for first in range(0, len(mine), CHUNK):
         images, labels = shards.take(mine[first : first + CHUNK])
         yield from _samples(*convert(images, labels, model, shards.mean, shards.std))
