@@ -378,9 +378,18 @@ def make_figures(runs: pd.DataFrame, iterations: pd.DataFrame, out: dict[str, di
         "breakdown": lambda: breakdown_chart(runs),
         "loss": lambda: loss_chart(runs, iterations),
     }
+    _draw(builders, out)
+
+
+def _draw(builders: dict[str, Callable[[], alt.TopLevelMixin]], out: dict[str, dict[str, str]]) -> None:
+    """Build the charts ``out`` names and save each in the formats it lists.
+
+    An unknown name raises ``KeyError``, a path whose suffix is not its format
+    ``ValueError``: a typo in a rule fails loudly instead of writing the wrong file.
+    """
     unknown = sorted(set(out) - set(builders))
     if unknown:
-        raise KeyError(f"unknown figure(s) {', '.join(unknown)}; expected {', '.join(FIGURES)}")
+        raise KeyError(f"unknown figure(s) {', '.join(unknown)}; expected {', '.join(builders)}")
     for name, paths in out.items():
         chart = _styled(builders[name]())
         for fmt, target in paths.items():
@@ -584,12 +593,4 @@ def make_perfmodel_figures(
         "projection": lambda: projection_chart(projection, runs, host_model),
         "validation": lambda: validation_chart(validation, summary),
     }
-    unknown = sorted(set(out) - set(builders))
-    if unknown:
-        raise KeyError(f"unknown figure(s) {', '.join(unknown)}; expected {', '.join(PERFMODEL_FIGURES)}")
-    for name, paths in out.items():
-        chart = _styled(builders[name]())
-        for fmt, target in paths.items():
-            if Path(target).suffix != f".{fmt}":
-                raise ValueError(f"{name} {fmt} output {target} does not end in .{fmt}")
-            _save(chart, target)
+    _draw(builders, out)
