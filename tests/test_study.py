@@ -201,3 +201,10 @@ def test_emulated_network_without_root_fails_before_any_job(schema, monkeypatch)
     with pytest.raises(ConfigError, match="config key 'network': 'emulated-1gbe' .* need root"):
         validate_config({"network": "emulated-1gbe"}, schema)
     validate_config({"network": "host"}, schema)  # the host network never needs it
+
+
+def test_schema_lists_exactly_the_emulable_networks(schema):
+    """The schema's names and dlscale.networks' presets are one list, kept in step."""
+    from dlscale.networks import network_choices
+
+    assert schema["$defs"]["network_name"]["enum"] == network_choices()
