@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,21 @@ def run_json_lines(
 ) -> list[dict]:
     """Run a worker and parse the JSON objects it prints (other lines are its progress)."""
     return parse_json_lines(finish(start(cmd, env, cwd), cmd, timeout))
+
+
+def run_ranks_json_lines(cmds: list[list[str]], env: dict[str, str], timeout: float) -> list[dict]:
+    """Run one worker per rank at once (a collective needs them all), wait for every one
+    under one shared deadline, stop them all whatever happens, and parse rank 0's JSON."""
+    procs = [start(cmd, env, REPO) for cmd in cmds]
+    try:
+        deadline = time.monotonic() + timeout
+        outputs = [
+            finish(p, c, max(1.0, deadline - time.monotonic())) for p, c in zip(procs, cmds, strict=True)
+        ]
+    finally:
+        for proc in procs:
+            stop_group(proc)
+    return parse_json_lines(outputs[0])
 
 
 def parse_json_lines(text: str) -> list[dict[str, Any]]:

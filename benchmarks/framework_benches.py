@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import REPO, finish, parse_json_lines, run_json_lines, start, stop_group, worker_env
+from benchmarks.common import REPO, run_json_lines, run_ranks_json_lines, worker_env
 
 if TYPE_CHECKING:
     from benchmarks.registry import CommJob, TrainingJob
@@ -39,16 +38,7 @@ def tf_allreduce(job: CommJob) -> list[dict[str, Any]]:
          "--ports", *map(str, ports), "--inner", str(job.inner), "--sizes", *map(str, job.sizes)]
         for rank in (0, 1)
     ]  # fmt: skip
-    procs = [start(cmd, env, REPO) for cmd in cmds]
-    try:
-        deadline = time.monotonic() + job.timeout_s
-        outputs = [
-            finish(p, c, max(1.0, deadline - time.monotonic())) for p, c in zip(procs, cmds, strict=True)
-        ]
-    finally:
-        for proc in procs:
-            stop_group(proc)
-    return parse_json_lines(outputs[0])
+    return run_ranks_json_lines(cmds, env, job.timeout_s)
 
 
 def caffe_env(python: Any, threads: int) -> dict[str, str]:

@@ -5,10 +5,9 @@ Kept apart from ``registry`` so that each framework's owner edits a file of thei
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import REPO, finish, run_json_lines, start, stop_group, worker_env
+from benchmarks.common import REPO, run_json_lines, run_ranks_json_lines, worker_env
 
 if TYPE_CHECKING:
     from benchmarks.registry import CommJob, TrainingJob
@@ -57,15 +56,4 @@ def allreduce(job: CommJob) -> list[dict[str, Any]]:
         ]  # fmt: skip
         for rank in (0, 1)
     ]
-    procs = [start(cmd, env, REPO) for cmd in cmds]
-    try:
-        deadline = time.monotonic() + job.timeout_s
-        outputs = [
-            finish(p, c, max(1.0, deadline - time.monotonic())) for p, c in zip(procs, cmds, strict=True)
-        ]
-    finally:
-        for proc in procs:
-            stop_group(proc)
-    from benchmarks.common import parse_json_lines
-
-    return parse_json_lines(outputs[0])
+    return run_ranks_json_lines(cmds, env, job.timeout_s)
