@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -226,41 +227,47 @@ def build(out_dir: Path) -> str:
     return "\n".join(sections)
 
 
+#: The terminal's one line per row of each benchmark's csv, in the order printed.
+SHORT_LINES: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    (
+        "harness_overhead",
+        lambda r: (
+            f"harness  {r['framework']:<10} {r['model']:<12} ratio {fmt_range(r, 'ratio', 3):<24}"
+            f" {r['verdict']:<5} cpu {fmt_range(r, 'cpu_ratio', 3):<24} {r.get('verdict_cpu', 'n/a')}"
+        ),
+    ),
+    (
+        "compute_efficiency",
+        lambda r: (
+            f"roofline {r['framework']:<10} {r['model']:<12} fraction {fmt_range(r, 'fraction', 3):<24}"
+            f" cpu {fmt_range(r, 'cpu_fraction', 3)}"
+        ),
+    ),
+    (
+        "comm_efficiency",
+        lambda r: (
+            f"comm     {r['framework']:<10} {str(r['model']):<12} vs TCP {fmt_range(r, 'vs_tcp', 2)}"
+            f"  vs MPI {fmt_range(r, 'vs_mpi', 2)}"
+        ),
+    ),
+    (
+        "workflow_scale",
+        lambda r: (
+            f"scale    {r['task']:<28} {r['runs']:>6} runs  wall {fmt_range(r, 'wall_s', 1)} s"
+            f"  cpu {fmt(r['cpu_s_median'], 1)} s  {r['verdict']}"
+        ),
+    ),
+    ("startup", lambda r: f"startup  {r['framework']:<10} {r['model']:<12} {fmt_range(r, 'startup_s', 2)} s"),
+)
+
+
 def short_table(out_dir: Path) -> str:
     """The headline ratios, one line each, for the terminal."""
     lines = []
-    overhead = _read(out_dir, "harness_overhead")
-    if overhead is not None:
-        for r in overhead.to_dict("records"):
-            lines.append(
-                f"harness  {r['framework']:<10} {r['model']:<12} ratio {fmt_range(r, 'ratio', 3):<24}"
-                f" {r['verdict']:<5} cpu {fmt_range(r, 'cpu_ratio', 3):<24} {r.get('verdict_cpu', 'n/a')}"
-            )
-    compute = _read(out_dir, "compute_efficiency")
-    if compute is not None:
-        for r in compute.to_dict("records"):
-            lines.append(
-                f"roofline {r['framework']:<10} {r['model']:<12} fraction {fmt_range(r, 'fraction', 3):<24}"
-                f" cpu {fmt_range(r, 'cpu_fraction', 3)}"
-            )
-    comm = _read(out_dir, "comm_efficiency")
-    if comm is not None:
-        for r in comm.to_dict("records"):
-            lines.append(
-                f"comm     {r['framework']:<10} {str(r['model']):<12} vs TCP {fmt_range(r, 'vs_tcp', 2)}"
-                f"  vs MPI {fmt_range(r, 'vs_mpi', 2)}"
-            )
-    scale = _read(out_dir, "workflow_scale")
-    if scale is not None:
-        for r in scale.to_dict("records"):
-            lines.append(
-                f"scale    {r['task']:<28} {r['runs']:>6} runs  wall {fmt_range(r, 'wall_s', 1)} s"
-                f"  cpu {fmt(r['cpu_s_median'], 1)} s  {r['verdict']}"
-            )
-    startup = _read(out_dir, "startup")
-    if startup is not None:
-        for r in startup.to_dict("records"):
-            lines.append(f"startup  {r['framework']:<10} {r['model']:<12} {fmt_range(r, 'startup_s', 2)} s")
+    for name, line in SHORT_LINES:
+        table = _read(out_dir, name)
+        if table is not None:
+            lines += [line(r) for r in table.to_dict("records")]
     return "\n".join(lines)
 
 
