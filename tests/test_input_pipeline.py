@@ -183,9 +183,9 @@ def test_every_runner_draws_the_same_index_batches():
     from dlscale.data import shards
     from dlscale.runners.caffe import data as caffe_data
     from dlscale.runners.tensorflow import batches as tf_batches
-    from dlscale.runners.torch import train as torch_train
+    from dlscale.runners.torch import data as torch_data
 
-    for module in (caffe_data, tf_batches, torch_train):
+    for module in (caffe_data, tf_batches, torch_data):
         assert module.IndexBatches is shards.IndexBatches, module.__name__
     draws = shards.IndexBatches(100, 32, 7)
     epoch = [next(draws) for _ in range(3)]  # 96 of 100: one epoch, no repeats

@@ -13,127 +13,19 @@ initial weights, so every replica starts identical.
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import timedelta
-from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import IndexBatches, ShardSet
 from dlscale.runners.common import RunContext
-
-MNIST_MODELS = ("lenet", "autoencoder")
+from dlscale.runners.torch.data import MNIST_MODELS, Batches
 
 
 def versions() -> dict[str, str]:
     import torch
 
     return {"torch": torch.__version__, "numpy": np.__version__, "backend": "gloo"}
-
-
-class Batches:
-    """Endless mini-batches from this rank's own part of the shards, reshuffled per epoch.
-
-    ``input: memory`` (the default): the part is loaded before training; MNIST parts are
-    converted to tensors whole, ImageNet-shaped batches one at a time, so memory stays
-    bounded by one batch of floats. ``input: pipeline``: nothing is loaded up front; a
-    torch DataLoader with ``input_workers`` worker processes reads each batch from the
-    shards (memory maps) and converts it, overlapped with training, which is how a real
-    job feeds a large set. Both modes draw the same index sequence (same seed), so they
-    train on the same batches and only the time the step waits for input differs.
-    """
-
-    def __init__(self, ctx: RunContext, torch: Any):
-        self.torch = torch
-        shards = ShardSet(ctx.data_dir, verify=True)  # a corrupted shard fails the run, loudly
-        start, stop = shards.rank_range(ctx.rank, ctx.world_size)
-        self.mean, self.std = float(shards.mean), float(shards.std)
-        self.batch = int(ctx.spec["batch"])
-        self.model = ctx.spec["model"]
-        self.channels_last = bool(ctx.spec["options"].get("channels_last", True))
-        if stop - start < self.batch:
-            raise ValueError(
-                f"rank {ctx.rank} holds {stop - start} samples, fewer than its batch of {self.batch}:"
-                " make the dataset larger or the batch smaller"
-            )
-        self.indices = IndexBatches(stop - start, self.batch, int(ctx.spec["seed"]) + ctx.rank)
-        self.loader: Any = None
-        if ctx.spec.get("input", "memory") == "pipeline":
-            workers = int(ctx.spec.get("input_workers", 1))
-            loader = torch.utils.data.DataLoader(
-                _ShardBatches(self, shards, start),
-                batch_size=None,  # the sampler yields whole batches of indices
-                sampler=self.indices,
-                num_workers=workers,
-                prefetch_factor=2,
-                worker_init_fn=_worker_init,
-                # Its own generator: the loader's seed draw must not move the global RNG
-                # that initialises the model (both modes start from the same weights).
-                generator=torch.Generator().manual_seed(int(ctx.spec["seed"]) + ctx.rank),
-            )
-            self.loader = iter(loader)  # forks the workers now, before any collective starts
-        else:
-            self.images, self.labels = shards.load_part(ctx.rank, ctx.world_size)
-
-    def _tensor(self, images: np.ndarray) -> Any:
-        torch = self.torch
-        x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255.0)
-        if self.model == "autoencoder":
-            return x  # the autoencoder reconstructs raw [0, 1] pixels
-        x = x.sub_(self.mean).div_(self.std)
-        if self.channels_last and self.model not in MNIST_MODELS:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x
-
-    def convert(self, images: np.ndarray, labels: np.ndarray) -> tuple[Any, Any]:
-        x = self._tensor(images)
-        if self.model == "autoencoder":
-            return x, x.flatten(1)
-        return x, self.torch.from_numpy(labels.astype(np.int64))
-
-    def next(self) -> tuple[Any, Any]:
-        if self.loader is not None:
-            return next(self.loader)
-        index = next(self.indices)
-        return self.convert(self.images[index], self.labels[index])
-
-    def close(self) -> None:
-        """Stop the pipeline's workers (nothing to do in memory mode)."""
-        if self.loader is not None:
-            # What the iterator's __del__ does, done now: workers must not outlive the run.
-            self.loader._shutdown_workers()
-            self.loader = None
-
-
-class _ShardBatches:
-    """The pipeline's map-style dataset: a batch of rank-local indices -> converted tensors.
-
-    Runs in the DataLoader's workers: each reads its rows through its own memory maps
-    (``ShardSet.take``) and converts them exactly as memory mode does.
-    """
-
-    def __init__(self, batches: Batches, shards: ShardSet, start: int):
-        self.batches, self.shards, self.start = batches, shards, start
-
-    def __getitem__(self, index: np.ndarray) -> tuple[Any, Any]:
-        images, labels = self.shards.take(self.start + index)
-        return self.batches.convert(images, labels)
-
-
-def _worker_init(worker_id: int) -> None:
-    import tempfile
-
-    import torch
-
-    torch.set_num_threads(1)  # a worker converts batches; the rank's threads train
-    # A worker hands each batch's tensors over by passing file descriptors through a Unix
-    # socket that multiprocessing creates under TMPDIR, and socket paths are limited to 107
-    # bytes. The launcher points TMPDIR into the run's own directory, which on a cluster
-    # (or under pytest) is often too deep: the socket cannot be bound, and the rank waits
-    # for its batch forever. Such a worker keeps its few bytes of sockets in /tmp instead.
-    if len(tempfile.gettempdir()) > 64 and os.access("/tmp", os.W_OK):
-        tempfile.tempdir = "/tmp"
 
 
 #: glibc mallopt parameters (malloc.h): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD.
