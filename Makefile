@@ -13,6 +13,7 @@ $(VENV)/.installed: envs/workflow.txt
 	bash scripts/ensure-system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --disable-pip-version-check -q -r envs/workflow.txt
+	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e .
 	touch $@
 
 system:

@@ -38,14 +38,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from dlscale import atomic
 from dlscale.events import read_events
 from dlscale.networks import HOST
 
@@ -527,35 +526,6 @@ def findings(runs: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def file_mode() -> int:
-    """The mode a plain ``open()`` would give under the current umask.
-
-    ``mkstemp`` creates 0600 files; renamed into place they would hide the tables from
-    the rest of the group on a shared cluster file system.
-    """
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def _replace_atomically(target: str | os.PathLike[str], write: Callable[[str], None]) -> None:
-    """Write through ``write(tmp_path)`` into a temporary file next to ``target``, then rename.
-
-    A reader (or a rerun after a crash) sees the old file or the new one, never half.
-    """
-    path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        os.chmod(tmp, file_mode())
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_tables(
     runs: pd.DataFrame,
     iterations: pd.DataFrame,
@@ -566,10 +536,10 @@ def write_tables(
     findings_csv: str | os.PathLike[str],
 ) -> None:
     """Write the four tables, each atomically (temporary file in the same dir + rename)."""
-    _replace_atomically(runs_csv, lambda tmp: runs.to_csv(tmp, index=False))
-    _replace_atomically(runs_parquet, lambda tmp: runs.to_parquet(tmp, index=False))
-    _replace_atomically(iterations_parquet, lambda tmp: iterations.to_parquet(tmp, index=False))
-    _replace_atomically(findings_csv, lambda tmp: findings.to_csv(tmp, index=False))
+    atomic.replace_with(runs_csv, lambda tmp: runs.to_csv(tmp, index=False))
+    atomic.replace_with(runs_parquet, lambda tmp: runs.to_parquet(tmp, index=False))
+    atomic.replace_with(iterations_parquet, lambda tmp: iterations.to_parquet(tmp, index=False))
+    atomic.replace_with(findings_csv, lambda tmp: findings.to_csv(tmp, index=False))
 
 
 def summary(runs: pd.DataFrame) -> str:
@@ -591,7 +561,6 @@ __all__: Sequence[str] = (
     "NEEDS_TWO_NODE_COUNTS",
     "RUN_COLUMNS",
     "add_speedup",
-    "file_mode",
     "findings",
     "load_events",
     "loss_curve",

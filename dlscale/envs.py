@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlscale.events import write_text_atomic
+from dlscale import atomic
+from dlscale.catalog import REPO_DIR
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +59,19 @@ def build_venv(
     nodeps = requirements.with_name(requirements.name.replace(".txt", ".nodeps.txt"))
     if nodeps.exists():
         _run([*pip, "--no-deps", "-r", str(nodeps)])
+    # dlscale itself, editable and without dependencies: runners and launchers import it
+    # from the venv (no path set by hand), and always run this checkout's code.
+    _run([*pip, "--no-deps", "-e", str(REPO_DIR)])
     info = {
         "requirements": str(requirements),
         "python": _run([str(python), "-c", "import platform; print(platform.python_version())"]).strip(),
-        "packages": _run([str(python), "-m", "pip", "freeze", "--disable-pip-version-check"]).split(),
+        # dlscale's editable line names the git revision: left out, so that the marker
+        # changes with the environment, not with every commit.
+        "packages": _run(
+            [str(python), "-m", "pip", "freeze", "--exclude-editable", "--disable-pip-version-check"]
+        ).split(),
     }
     if marker is not None:
-        write_text_atomic(marker, json.dumps(info, indent=2))
+        atomic.write_text(marker, json.dumps(info, indent=2))
     log.info("environment %s ready in %.1f s", venv, time.time() - started)
     return info

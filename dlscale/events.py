@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from dlscale import atomic
 
 EVENT_TYPES = ("run_start", "iteration", "run_end")
 
@@ -111,35 +112,8 @@ def write_atomic(path: str | os.PathLike[str], events: Iterable[dict[str, Any]])
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     lines = [dumps(validate_event(dict(e))) + "\n" for e in events]
-    write_text_atomic(target, "".join(lines))
+    atomic.write_text(target, "".join(lines))
     return target
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Atomically replace ``path`` with ``text`` (temporary file, fsync, rename).
-
-    mkstemp creates the file private (0600); it gets the usual permissions before the
-    rename, so that colleagues on a cluster can read the results.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def iter_lines(path: str | os.PathLike[str], *, strict: bool = True) -> Iterator[dict[str, Any]]:

@@ -13,7 +13,6 @@ move between them without re-reading legends.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +20,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dlscale.analysis import file_mode, loss_curve
+from dlscale import atomic
+from dlscale.analysis import loss_curve
 
 FIGURES: tuple[str, ...] = ("throughput", "speedup", "breakdown", "loss")
 FORMATS: tuple[str, ...] = ("html", "svg", "png")
@@ -339,24 +339,15 @@ def loss_chart(runs: pd.DataFrame, iterations: pd.DataFrame) -> alt.TopLevelMixi
     )
 
 
-def _save(chart: alt.TopLevelMixin, target: str | os.PathLike[str]) -> None:
+def save_chart(chart: alt.TopLevelMixin, target: str | os.PathLike[str]) -> None:
     """Save ``chart`` to ``target`` atomically; the format comes from the extension."""
-    path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        os.chmod(tmp, file_mode())
-        if path.suffix == ".html":
-            chart.save(tmp, inline=True)
-        elif path.suffix == ".png":
-            chart.save(tmp, scale_factor=2.0)
-        else:
-            chart.save(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    suffix = Path(target).suffix
+    if suffix == ".html":
+        atomic.replace_with(target, lambda tmp: chart.save(tmp, inline=True))
+    elif suffix == ".png":
+        atomic.replace_with(target, lambda tmp: chart.save(tmp, format="png", scale_factor=2.0))
+    else:
+        atomic.replace_with(target, lambda tmp: chart.save(tmp, format=suffix.lstrip(".")))
 
 
 def _styled(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
@@ -395,7 +386,7 @@ def _draw(builders: dict[str, Callable[[], alt.TopLevelMixin]], out: dict[str, d
         for fmt, target in paths.items():
             if Path(target).suffix != f".{fmt}":
                 raise ValueError(f"{name} {fmt} output {target} does not end in .{fmt}")
-            _save(chart, target)
+            save_chart(chart, target)
 
 
 # --- the scaling model (dlscale.perfmodel): projection and validation ----------------------

@@ -9,25 +9,23 @@ dataset paths), and raises ConfigError with a message that names the key and the
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from dlscale import netns, networks
+from dlscale import catalog, netns, networks
+from dlscale.runspec import RunSpec
 
-FRAMEWORKS = ("torch", "tensorflow", "bigdl", "caffe")
-MODELS = ("lenet", "autoencoder", "alexnet", "resnet50")
-# A framework is implemented when its runner folder has a launcher (adding a framework is
-# adding a folder and a rule); checked on disk so that no framework is imported here.
-IMPLEMENTED_FRAMEWORKS = tuple(
-    fw for fw in FRAMEWORKS if (Path(__file__).parent / "runners" / fw / "launcher.py").is_file()
-)
+FRAMEWORKS = catalog.FRAMEWORK_NAMES
+MODELS = catalog.MODEL_NAMES
+# A framework is implemented when its runner folder has a launcher; checked on disk so that
+# no framework is imported here (tests/test_catalog.py checks every catalog entry has one).
+IMPLEMENTED_FRAMEWORKS = tuple(fw.name for fw in catalog.FRAMEWORKS.values() if (fw.runner_dir / "launcher.py").is_file())
 
 RUN_ID_PATTERN = re.compile(
     r"^(?P<framework>[a-z]+)/(?P<model>[a-z0-9]+)/n(?P<nodes>\d+)x(?P<ranks_per_node>\d+)(?P<net>-[a-z0-9]+)?"
@@ -119,13 +117,45 @@ def _fill_defaults(instance: Any, schema: dict[str, Any]) -> None:
     for key, sub in schema.get("properties", {}).items():
         if key not in instance and "default" in sub:
             instance[key] = copy.deepcopy(sub["default"])
+        elif "x-catalog-default" in sub and isinstance(sub.get("default"), dict) and isinstance(instance[key], dict):
+            # A per-model map given in part: the models left out get their defaults.
+            instance[key] = {**copy.deepcopy(sub["default"]), **instance[key]}
         if key in instance:
             _fill_defaults(instance[key], sub)
 
 
 def load_schema(path: str | Path) -> dict[str, Any]:
+    """The config schema, completed from the catalog (dlscale.catalog).
+
+    The schema file describes the study's shape and its scalar defaults; the catalog is
+    the only list of frameworks and models: their names become the enums of
+    ``$defs.framework_name`` / ``$defs.model_name``, the per-model defaults (keys marked
+    ``x-catalog-default``) come from the catalog's model entries, and each framework's
+    options (config key ``<framework>``) are the schema in its runner folder.
+    """
     with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        schema = yaml.safe_load(handle)
+    return complete_schema(schema)
+
+
+def complete_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Fill a schema's catalog-derived parts in place (see load_schema) and return it."""
+    schema["$defs"]["framework_name"]["enum"] = list(catalog.FRAMEWORK_NAMES)
+    schema["$defs"]["model_name"]["enum"] = list(catalog.MODEL_NAMES)
+    for key, sub in schema["properties"].items():
+        source = sub.get("x-catalog-default")
+        if source is None:
+            continue
+        if source == "all models":
+            sub["default"] = list(catalog.MODEL_NAMES)
+        elif source == "dataset":
+            sub["default"] = {m.name: m.datasets[0] for m in catalog.MODELS.values()}
+        else:
+            sub["default"] = {m.name: getattr(m, source) for m in catalog.MODELS.values()}
+    for fw in catalog.FRAMEWORKS.values():
+        with open(fw.options_schema, encoding="utf-8") as handle:
+            schema["properties"][fw.options_key] = json.load(handle)
+    return schema
 
 
 def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: str | Path = ".") -> dict:
@@ -181,6 +211,18 @@ def _check_semantics(study: dict[str, Any], base_dir: Path) -> None:
                 f"config key 'frameworks': {fw!r} has no runner yet"
                 f" (implemented: {', '.join(IMPLEMENTED_FRAMEWORKS)})"
             )
+    for name, dataset in study["datasets"].items():
+        allowed = catalog.model(name).datasets
+        if dataset not in allowed:
+            raise ConfigError(
+                f"config key 'datasets.{name}': {dataset!r} is not a dataset {name} can train on"
+                f" (allowed: {', '.join(allowed)})"
+            )
+    if not any(models_of(study, fw) for fw in study["frameworks"]):
+        raise ConfigError(
+            "config key 'models_per_framework': no framework runs any of the study's models"
+            f" ({', '.join(study['models'])}): the study would have no training run"
+        )
     worlds = sorted(n * study["ranks_per_node"] for n in study["nodes"])
     if study["scaling"] == "strong":
         for model in study["models"]:
@@ -287,39 +329,32 @@ def dataset_of(study: dict[str, Any], model: str) -> str:
     return study["datasets"][model]
 
 
-def run_spec(study: dict[str, Any], run: Run) -> dict[str, Any]:
+def run_spec(study: dict[str, Any], run: Run) -> RunSpec:
     """Everything a runner needs to know about one run, and nothing that does not change it.
 
     The spec is passed to the job as a parameter: Snakemake reruns a run when its spec
     changes, and only then. Its hash is recorded in the events as ``config_sha256``.
     """
-    fw_options = study.get(run.framework, {})
-    fields = asdict(run)
-    if run.network == networks.HOST:
-        # Only when not the default, so that adding the option changed no existing run's hash.
-        del fields["network"]
-    spec = {
-        **fields,
-        "run_id": run.run_id,
-        "world_size": run.world_size,
-        "scaling": study["scaling"],
-        "global_batch": run.batch * run.world_size,
-        "dataset": dataset_of(study, run.model),
-        "iterations": int(study["iterations"][run.model]),
-        "warmup": int(study["warmup"]),
-        "threads_per_rank": int(study["threads_per_rank"]),
-        "learning_rate": float(study["learning_rate"][run.model]),
-        "momentum": 0.9,
-        "seed": 1234 + run.repeat,
-        "timeout_s": int(study["run_timeout_min"]) * 60,
-        "options": fw_options,
-    }
-    if study.get("input", "memory") != "memory":
-        # Only when not the default, so that adding the option changed no existing run's hash.
-        spec["input"] = study["input"]
-        spec["input_workers"] = int(study["input_workers"])
-    return spec
-
-
-def spec_sha256(spec: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    return RunSpec(
+        framework=run.framework,
+        model=run.model,
+        nodes=run.nodes,
+        ranks_per_node=run.ranks_per_node,
+        batch=run.batch,
+        repeat=run.repeat,
+        network=run.network,
+        run_id=run.run_id,
+        world_size=run.world_size,
+        scaling=study["scaling"],
+        global_batch=run.batch * run.world_size,
+        dataset=dataset_of(study, run.model),
+        iterations=study["iterations"][run.model],
+        warmup=study["warmup"],
+        threads_per_rank=study["threads_per_rank"],
+        learning_rate=float(study["learning_rate"][run.model]),
+        seed=1234 + run.repeat,
+        timeout_s=study["run_timeout_min"] * 60,
+        options=study[catalog.framework(run.framework).options_key],
+        input=study["input"],
+        input_workers=study["input_workers"],
+    )

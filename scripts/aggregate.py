@@ -5,10 +5,6 @@ names onto it and logs to the rule's log file.
 """
 
 import logging
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # `snakemake` comes from script:
 
 from dlscale import analysis
 from dlscale.logsetup import log_to

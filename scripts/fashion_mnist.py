@@ -8,15 +8,13 @@ reason in the log, unless the files are byte-identical to canonical Fashion-MNIS
 
 import json
 import logging
-import sys
-from pathlib import Path
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(Path(smk.scriptdir).parent))
+    from dlscale import atomic
     from dlscale.data import fashion_mnist
     from dlscale.data.mnist import read_idx
-    from dlscale.data.shards import ShardSet, atomic_write_bytes, write_shards
+    from dlscale.data.shards import ShardSet, write_shards
     from dlscale.logsetup import log_to
 
     log_to(smk.log[0])
@@ -37,7 +35,7 @@ def main(smk) -> None:
             shard_size=int(smk.params.shard_size),
             source=f"Fashion-MNIST train idx ({summary['source']}, MD5-verified)",
         )
-        atomic_write_bytes(smk.output.summary, (json.dumps(summary, indent=1) + "\n").encode())
+        atomic.write_bytes(smk.output.summary, (json.dumps(summary, indent=1) + "\n").encode())
         logging.info("Fashion-MNIST verified: %s; wrote %r", summary, ShardSet(out, verify=True))
     except Exception:
         logging.exception("fashion_mnist failed")

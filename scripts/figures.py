@@ -5,10 +5,6 @@ Outputs are named ``<figure>_<format>`` (e.g. ``throughput_png``); all logic liv
 """
 
 import logging
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # `snakemake` comes from script:
 
 import pandas as pd
 

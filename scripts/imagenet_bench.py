@@ -14,14 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def make_photos(root: Path, images: int, classes: int, size: tuple[int, int], seed: int = 0) -> None:

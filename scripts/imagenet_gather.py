@@ -5,12 +5,9 @@ checked (sizes and headers) once written.
 """
 
 import logging
-import sys
-from pathlib import Path
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(Path(smk.scriptdir).parent))
     from dlscale.data import imagenet
     from dlscale.data.shards import ShardSet
     from dlscale.logsetup import log_to

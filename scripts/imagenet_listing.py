@@ -4,12 +4,9 @@ Output ``listing`` (JSON); params ``source``, ``split``, ``seed``, ``val_labels`
 """
 
 import logging
-import sys
-from pathlib import Path
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(Path(smk.scriptdir).parent))
     from dlscale.data import imagenet
     from dlscale.logsetup import log_to
 

@@ -5,12 +5,9 @@ Input ``listing``; output ``part`` (directory); params ``parts``, ``image_size``
 """
 
 import logging
-import sys
-from pathlib import Path
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(Path(smk.scriptdir).parent))
     from dlscale.data import imagenet
     from dlscale.logsetup import log_to
 

@@ -1,9 +1,6 @@
 """Snakemake glue: build a framework's virtual environment (see dlscale.envs)."""
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))
 
 from dlscale.envs import build_venv
 from dlscale.logsetup import log_to

@@ -5,12 +5,9 @@ params ``shard_size``. Images become NHWC with one channel.
 """
 
 import logging
-import sys
-from pathlib import Path
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(Path(smk.scriptdir).parent))
     from dlscale.data import mnist
     from dlscale.data.shards import ShardSet, write_shards
     from dlscale.logsetup import log_to

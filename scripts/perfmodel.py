@@ -8,14 +8,10 @@ calibrate from still gets every file (empty tables, figures that say why).
 """
 
 import logging
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # `snakemake` comes from script:
 
 import pandas as pd
 
-from dlscale import analysis, figures
+from dlscale import atomic, figures
 from dlscale import perfmodel as pm
 from dlscale.logsetup import log_to
 
@@ -24,7 +20,7 @@ log = logging.getLogger("perfmodel")
 
 
 def write_csv(table: pd.DataFrame, target: str) -> None:
-    analysis._replace_atomically(target, lambda tmp: table.to_csv(tmp, index=False))
+    atomic.replace_with(target, lambda tmp: table.to_csv(tmp, index=False))
 
 
 try:

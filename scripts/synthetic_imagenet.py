@@ -5,12 +5,9 @@ Output ``shards`` (directory); params ``num_samples``, ``seed``, ``shard_size``,
 """
 
 import logging
-import sys
-from pathlib import Path
 
 
 def main(smk) -> None:
-    sys.path.insert(0, str(Path(smk.scriptdir).parent))
     from dlscale.data.shards import ShardSet
     from dlscale.data.synthetic import make_synthetic_imagenet
     from dlscale.logsetup import log_to

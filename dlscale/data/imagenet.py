@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from dlscale import atomic
 from dlscale.data.shards import (
     DatasetError,
     ShardWriter,
-    atomic_write_bytes,
     pixel_histogram,
 )
 
@@ -89,7 +89,7 @@ class Listing:
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     def write(self, path: str | os.PathLike[str]) -> Path:
-        return atomic_write_bytes(path, self.to_json().encode())
+        return atomic.write_bytes(path, self.to_json().encode())
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> Listing:
@@ -364,7 +364,7 @@ def convert_part(
             "seconds": time.perf_counter() - started,
         }
         (tmp / PART_INDEX).write_text(json.dumps(index, indent=1) + "\n")
-        os.chmod(tmp, 0o777 & ~_umask())
+        os.chmod(tmp, atomic.dir_mode())
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.rename(tmp, out_dir)
@@ -372,12 +372,6 @@ def convert_part(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return index
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def gather(

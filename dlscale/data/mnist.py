@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import DatasetError, atomic_write_bytes, pixel_stats
+from dlscale import atomic
+from dlscale.data.shards import DatasetError, pixel_stats
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def idx_bytes(array: np.ndarray) -> bytes:
 
 def write_idx(path: str | os.PathLike[str], array: np.ndarray) -> Path:
     """Write ``array`` as an uncompressed idx file, atomically."""
-    return atomic_write_bytes(path, idx_bytes(array))
+    return atomic.write_bytes(path, idx_bytes(array))
 
 
 def parse_mnist_csv(data: bytes, name: str = "<csv>") -> tuple[np.ndarray, np.ndarray]:
@@ -232,7 +233,7 @@ def import_from_dir(src_dir: str | os.PathLike[str], dest_dir: str | os.PathLike
             )
         data = read_bytes(found)
         parse_idx(data, str(found))
-        paths[key] = atomic_write_bytes(dest_dir / name, data)
+        paths[key] = atomic.write_bytes(dest_dir / name, data)
         log.info("imported %s", found)
     return paths
 

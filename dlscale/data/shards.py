@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from dlscale import atomic
+
 FORMAT = "dlscale-shards/1"
 INDEX_NAME = "index.json"
 _HIST_CHUNK = 1 << 22  # elements per bincount call: bounds the temporary intp copy to 32 MiB
@@ -55,38 +57,6 @@ class DatasetError(ValueError):
 
     Messages are one line and start with the offending file, so a person can go straight to it.
     """
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _default_mode(path: Path, directory: bool) -> None:
-    """Give a mkstemp/mkdtemp product (0600/0700) the permissions a plain create would have had,
-    so that data written for a cluster stays readable by whoever may read ordinary files there."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same directory + rename.
-
-    Readers (and Snakemake) then see either the old file or the whole new one, never a
-    truncated file left by a killed job.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        _default_mode(Path(tmp), directory=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def rank_range(rank: int, world: int, num_samples: int) -> tuple[int, int]:
@@ -170,7 +140,7 @@ class ShardWriter:
         self._tmp: Path | None = Path(
             tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=self.out_dir.parent)
         )
-        _default_mode(self._tmp, directory=True)
+        os.chmod(self._tmp, atomic.dir_mode())
         self._meta = {"dataset": dataset, "split": split, "num_classes": int(num_classes), "source": source}
         self._shards: list[dict[str, Any]] = []
         self._image_shape: tuple[int, ...] | None = None

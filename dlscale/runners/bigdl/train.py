@@ -48,7 +48,6 @@ from typing import Any
 
 import numpy as np
 
-import dlscale
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
 from dlscale.runners.bigdl.spark import (
@@ -64,7 +63,6 @@ from dlscale.runners.common import NonFiniteLoss, RunContext, RunFailure
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 POLL_S = 0.2  # how often the driver log and the executors are looked at
 STOP_GRACE_S = 15.0  # after a fault: time BigDL gets to give up before its JVM is killed
-REPO = Path(dlscale.__file__).resolve().parent.parent
 DEFAULTS: dict[str, Any] = {
     "driver_memory": "3g",
     "executor_memory": {"lenet": "1g", "autoencoder": "1g", "alexnet": "5g", "resnet50": "6g"},
@@ -145,7 +143,6 @@ def spark_conf(cluster: SparkCluster, spec: dict[str, Any], log_path: Path) -> A
         "spark.executor.extraJavaOptions": (
             f"-Djava.io.tmpdir={tmp} -Dbigdl.utils.LoggerFilter.disable=true -XX:-UsePerfData"
         ),
-        "spark.executorEnv.PYTHONPATH": str(REPO),
         "spark.pyspark.python": sys.executable,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",

@@ -25,7 +25,6 @@ from dlscale.netns import node_argv as netns_argv
 from dlscale.runners.plan import LaunchContext, Plan, Process, slurm_env, srun_argv
 
 MODULE = "dlscale.runners.caffe"
-REPO = Path(__file__).resolve().parents[3]
 MARKER_NAME = "caffe-build.json"
 
 
@@ -69,8 +68,8 @@ def caffe_home(options: Mapping[str, Any], env: Mapping[str, str], python: str) 
 
 
 def caffe_env(home: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """pycaffe and this repository importable; Caffe's glog quiet below warnings."""
-    path = [str(home / "python"), str(REPO)]
+    """pycaffe importable (dlscale is installed in the venv); Caffe's glog quiet below warnings."""
+    path = [str(home / "python")]
     if env.get("PYTHONPATH"):
         path.append(env["PYTHONPATH"])
     return {

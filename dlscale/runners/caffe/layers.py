@@ -83,7 +83,7 @@ def layer_chart(events: list[dict[str, Any]], model: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dlscale.figures import _save as save_chart  # atomic html/svg/png writer
+    from dlscale.figures import save_chart  # atomic html/svg/png writer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", required=True, type=Path)

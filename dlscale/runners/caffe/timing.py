@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dlscale.events import dumps, write_text_atomic
+from dlscale import atomic
+from dlscale.events import dumps
 from dlscale.parse import caffe as caffe_parse
 from dlscale.runners.caffe.launcher import caffe_home
 from dlscale.runners.caffe.models import MODELS, net_prototxt
@@ -56,17 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     home = caffe_home({"home": args.home}, os.environ, args.python)
-    write_text_atomic(args.net, net_prototxt(args.model, args.batch))
+    atomic.write_text(args.net, net_prototxt(args.model, args.batch))
     print(
         f"caffe time: {args.model}, batch {args.batch}, {args.iterations} iterations, {args.threads} thread(s)"
     )
     output = run_caffe_time(home, args.net, args.iterations, args.threads, args.timeout_s)
-    write_text_atomic(args.log, output)
+    atomic.write_text(args.log, output)
     events = caffe_parse.parse(args.log)
     for event in events:
         event.update(model=args.model, batch=args.batch, threads=args.threads)  # not in Caffe's log
     # Not write_atomic: benchmark events are not run events (no run_start/run_end schema).
-    write_text_atomic(args.events, "".join(dumps(event) + "\n" for event in events))
+    atomic.write_text(args.events, "".join(dumps(event) + "\n" for event in events))
     bench = next(e for e in events if e["event"] == "benchmark")
     print(
         f"average forward-backward {bench['forward_backward_ms']:.1f} ms over {bench['iterations']} iterations"

@@ -1,0 +1,148 @@
+"""The only list of frameworks and models: what each is, and what the rest needs to know.
+
+Everything that names a framework or a model reads it here: the config schema's enums
+(filled in by ``dlscale.study.load_schema``), the training rule's wildcard constraint and
+extra inputs, the figures' order and labels, the scaling model's synchronisation patterns,
+the benchmarks and the tests. Adding a framework is one catalog entry, one runner folder
+(``dlscale/runners/<name>/`` with ``launcher.py``, ``train.py``, ``__main__.py`` and an
+``options.schema.json``) and one requirements file (``envs/<name>.txt``);
+``tests/test_catalog.py`` fails when any of them is missing.
+
+Standard library only: Snakemake imports this when it builds the DAG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+#: Synchronisation patterns the scaling model knows (dlscale.perfmodel).
+RING, PS, BIGDL = "ring", "ps", "bigdl"
+PATTERNS = (RING, PS, BIGDL)
+
+RUNNERS_DIR = Path(__file__).resolve().parent / "runners"
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework of the study and how the workflow runs it."""
+
+    name: str
+    #: Name in figures and the report.
+    label: str
+    #: Gradient synchronisation pattern of each set-up, for the scaling model: the
+    #: framework itself under its name, and variants (TensorFlow's parameter servers) as
+    #: ``<name>-<variant>`` -> pattern. Keys are the set-ups ``perfmodel.setup_of`` returns.
+    setups: Mapping[str, str]
+    #: What a run needs besides its venv and data, by the name of the rule output in
+    #: rules/common.smk (``caffe``: the Caffe build; ``java``: a Java runtime for Spark).
+    #: The training rule passes each to the launcher as ``DLSCALE_<NAME>_MARKER``.
+    extra_inputs: tuple[str, ...] = ()
+
+    @property
+    def env(self) -> str:
+        """The virtual environment (``.venvs/<env>``) and requirements (``envs/<env>.txt``)."""
+        return self.name
+
+    @property
+    def options_key(self) -> str:
+        """The config key of this framework's options (schema in the runner folder)."""
+        return self.name
+
+    @property
+    def launcher(self) -> str:
+        """The module that plans a run's processes (``plan(ctx) -> Plan``)."""
+        return f"dlscale.runners.{self.name}.launcher"
+
+    @property
+    def runner_dir(self) -> Path:
+        return RUNNERS_DIR / self.name
+
+    @property
+    def options_schema(self) -> Path:
+        return self.runner_dir / "options.schema.json"
+
+    @property
+    def requirements(self) -> Path:
+        return REPO_DIR / "envs" / f"{self.env}.txt"
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model of the study: the same architecture in every framework."""
+
+    name: str
+    label: str
+    #: Learnable parameters (every runner's count is tested equal to this).
+    parameters: int
+    #: Datasets it can train on; the first is the default.
+    datasets: tuple[str, ...]
+    #: Per-model defaults of the study config (filled in by dlscale.study).
+    batch_per_rank: int
+    iterations: int
+    learning_rate: float = 0.01
+
+    @property
+    def mnist_sized(self) -> bool:
+        """Trains on 28x28 greyscale digits (MNIST or Fashion-MNIST), not ImageNet crops."""
+        return "imagenet" not in self.datasets
+
+
+FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(
+    {
+        fw.name: fw
+        for fw in (
+            Framework("torch", "PyTorch", {"torch": RING}),
+            Framework(
+                "tensorflow",
+                "TensorFlow",
+                # MultiWorkerMirroredStrategy with CommunicationImplementation.RING; ps mode.
+                {"tensorflow": RING, "tensorflow-ps": PS},
+            ),
+            Framework("bigdl", "BigDL", {"bigdl": BIGDL}, extra_inputs=("java",)),
+            Framework("caffe", "Caffe", {"caffe": RING}, extra_inputs=("caffe",)),
+        )
+    }
+)
+
+MODELS: Mapping[str, Model] = MappingProxyType(
+    {
+        m.name: m
+        for m in (
+            Model("lenet", "LeNet", 431_080, ("mnist", "fashion-mnist"), batch_per_rank=64, iterations=100),
+            Model("autoencoder", "AutoEncoder", 2_837_314, ("mnist", "fashion-mnist"), batch_per_rank=64, iterations=100),
+            Model("alexnet", "AlexNet", 61_100_840, ("imagenet",), batch_per_rank=16, iterations=12),
+            Model("resnet50", "ResNet-50", 25_557_032, ("imagenet",), batch_per_rank=8, iterations=8),
+        )
+    }
+)
+
+FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
+MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
+MNIST_MODELS: tuple[str, ...] = tuple(m.name for m in MODELS.values() if m.mnist_sized)
+DATASETS: tuple[str, ...] = tuple(dict.fromkeys(d for m in MODELS.values() for d in m.datasets))
+#: Learnable parameters per model.
+PARAMETERS: Mapping[str, int] = MappingProxyType({m.name: m.parameters for m in MODELS.values()})
+#: Every set-up the scaling model knows -> its synchronisation pattern.
+SETUP_PATTERNS: Mapping[str, str] = MappingProxyType(
+    {setup: pattern for fw in FRAMEWORKS.values() for setup, pattern in fw.setups.items()}
+)
+
+
+def framework(name: str) -> Framework:
+    """The catalog entry of a framework, or a KeyError that lists the known ones."""
+    try:
+        return FRAMEWORKS[name]
+    except KeyError:
+        raise KeyError(f"unknown framework {name!r} (known: {', '.join(FRAMEWORK_NAMES)})") from None
+
+
+def model(name: str) -> Model:
+    """The catalog entry of a model, or a KeyError that lists the known ones."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown model {name!r} (known: {', '.join(MODEL_NAMES)})") from None

@@ -1,0 +1,170 @@
+"""RunSpec: everything one training run needs to know, typed, with its defaults, built once.
+
+``dlscale.study.run_spec`` builds it from the validated study config; the training rule
+passes it to the launcher as JSON (``RunSpec.to_json``), and the launcher and every rank
+read it back (``RunSpec.from_json``). Runners receive this object: they never re-default
+or cast a field. Its JSON is canonical (sorted keys, defaults that were added to the spec
+after runs existed left out), so its hash (``sha256``, recorded as ``config_sha256``) is
+stable: runs of existing studies keep their hash.
+
+The framework's options (config key ``<framework>``) are completed here from the runner's
+``options.schema.json`` defaults, so that a spec written by hand (a test, a benchmark)
+means the same as one built from a config. Standard library only: every framework's venv
+imports it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlscale import catalog
+
+#: The host network (no emulated interconnect); the default of ``network``.
+HOST_NETWORK = "host"
+#: Fields added after studies existed: left out of the JSON at their default value, so
+#: that adding them changed no existing run's hash.
+_OMITTED_AT_DEFAULT: Mapping[str, Any] = {"network": HOST_NETWORK, "input": "memory"}
+
+
+class SpecError(ValueError):
+    """A run spec that cannot be a run: the message names the field and the value."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """One run of the study matrix, with every setting that changes its result."""
+
+    framework: str
+    model: str
+    nodes: int
+    ranks_per_node: int
+    batch: int
+    repeat: int
+    run_id: str
+    world_size: int
+    scaling: str
+    global_batch: int
+    dataset: str
+    iterations: int
+    warmup: int
+    threads_per_rank: int
+    learning_rate: float
+    seed: int
+    timeout_s: int
+    momentum: float = 0.9
+    network: str = HOST_NETWORK
+    #: ``memory`` or ``pipeline`` (see the config schema's ``input``).
+    input: str = "memory"
+    input_workers: int = 1
+    #: The framework's options, defaults filled (``dlscale/runners/<fw>/options.schema.json``).
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            expected = {"int": int, "float": float, "str": str}.get(str(f.type))
+            if expected is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+                value = float(value)
+            if expected is not None and (not isinstance(value, expected) or isinstance(value, bool)):
+                raise SpecError(f"run spec field {f.name!r}: {value!r} is not {expected.__name__}")
+            if expected is float and not math.isfinite(value):
+                raise SpecError(f"run spec field {f.name!r}: {value!r} is not a finite number")
+        catalog.framework(self.framework)
+        catalog.model(self.model)
+        if self.world_size != self.nodes * self.ranks_per_node:
+            raise SpecError(
+                f"run spec field 'world_size': {self.world_size} is not nodes x ranks_per_node"
+                f" ({self.nodes} x {self.ranks_per_node})"
+            )
+        if self.input not in ("memory", "pipeline"):
+            raise SpecError(f"run spec field 'input': {self.input!r} is not 'memory' or 'pipeline'")
+        object.__setattr__(self, "options", _with_option_defaults(self.framework, self.options))
+
+    # --- what runners ask of a spec ---------------------------------------------------------
+
+    @property
+    def total_iterations(self) -> int:
+        """Warm-up plus timed iterations."""
+        return self.warmup + self.iterations
+
+    @property
+    def mnist_sized(self) -> bool:
+        return catalog.model(self.model).mnist_sized
+
+    # --- serialisation ------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data, with the fields added later left out at their default."""
+        data = dataclasses.asdict(self)
+        data["options"] = copy.deepcopy(dict(self.options))
+        for name, default in _OMITTED_AT_DEFAULT.items():
+            if data[name] == default:
+                del data[name]
+        if "input" not in data:
+            # input_workers only matters to (and was only recorded for) the pipeline input.
+            del data["input_workers"]
+        return data
+
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys): what the rule passes and what is hashed."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @property
+    def sha256(self) -> str:
+        """The spec's hash, recorded in every run's start event as ``config_sha256``."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
+        """A spec from plain data (``to_dict``'s, or one written by hand), checked."""
+        if not isinstance(data, Mapping):
+            raise SpecError(f"a run spec is a mapping of fields, not {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"run spec field {unknown[0]!r} is not a known field (known: {', '.join(sorted(known))})")
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise SpecError(f"run spec field {missing[0]!r} is missing")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SpecError(f"run spec is not JSON: {err}") from None
+        return cls.from_dict(data)
+
+
+def _with_option_defaults(framework: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with the defaults of the framework's options schema filled in."""
+    schema = _options_schema(framework)
+    filled = copy.deepcopy(dict(options))
+    for key, sub in schema.get("properties", {}).items():
+        if key not in filled and "default" in sub:
+            filled[key] = copy.deepcopy(sub["default"])
+    return filled
+
+
+_SCHEMAS: dict[str, dict[str, Any]] = {}
+
+
+def _options_schema(framework: str) -> dict[str, Any]:
+    if framework not in _SCHEMAS:
+        with open(catalog.framework(framework).options_schema, encoding="utf-8") as handle:
+            _SCHEMAS[framework] = json.load(handle)
+    return _SCHEMAS[framework]
