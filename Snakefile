@@ -12,17 +12,9 @@ configfile: "config.yaml"
 report: "report/workflow.rst"
 
 
-# Small or network-bound steps run where snakemake runs (a login node has PyPI; compute
-# nodes often have no internet). Training goes to the batch system.
-localrules:
-    all,
-    framework_env,
-    fetch_mnist,
-    mnist_shards,
-    synthetic_imagenet,
-    aggregate,
-    figures,
-    perfmodel,
+# Small or network-bound steps are marked `localrule: True` where they are defined: they
+# run where snakemake runs (a login node has PyPI; compute nodes often have no internet).
+# Training goes to the batch system.
 
 
 include: "rules/common.smk"
@@ -37,6 +29,7 @@ include: "rules/analysis.smk"
 
 rule all:
     default_target: True
+    localrule: True
     input:
         # Every run is a target itself, so a deleted or failed run is redone even though
         # the tables that summarise it are newer.

@@ -11,6 +11,7 @@ with ``--no-deps`` after the main requirements.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import subprocess
@@ -19,10 +20,64 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlscale import atomic
+from dlscale import atomic, catalog
 from dlscale.catalog import REPO_DIR
 
 log = logging.getLogger(__name__)
+
+
+#: Scripts whose content keys the Caffe build and Java markers (see caffe_build_marker).
+CAFFE_BUILD_SCRIPT = REPO_DIR / "scripts" / "build_caffe.sh"
+JAVA_SCRIPT = REPO_DIR / "scripts" / "ensure-java.sh"
+
+
+def requirement_files(framework: str) -> list[Path]:
+    """``envs/<env>.txt`` and, where there is one, the ``envs/<env>.nodeps.txt`` that
+    build_venv installs after it with ``--no-deps`` (BigDL's wheels)."""
+    base = catalog.framework(framework).requirements
+    nodeps = base.with_name(base.name.replace(".txt", ".nodeps.txt"))
+    return [base, *([nodeps] if nodeps.exists() else [])]
+
+
+def _sha16(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.hexdigest()[:16]
+
+
+def requirements_sha(framework: str) -> str:
+    """Hash of a framework's requirements, as one stream (a single file hashes as itself,
+    so runs recorded before the nodeps list existed kept their parameter)."""
+    return _sha16(*(path.read_bytes() for path in requirement_files(framework)))
+
+
+def env_marker(envs_dir: str | Path, framework: str) -> Path:
+    """The marker of a framework's built venv, named by its requirements' hash.
+
+    Why the hash is in the name (issue: an environment rebuild must not end the run at
+    "100% done"): the training runs take this marker as an ordinary input. With a fixed
+    name they had to take it as ``ancient`` (else every rebuild redid every run), and
+    ``ancient`` trips a Snakemake bug (snakemake#4166: only the producer of the ancient
+    file runs, the rest of the plan needs a second invocation). Named by content, the
+    marker exists exactly when the venv for these requirements was built: changed
+    requirements are a new, missing file, so Snakemake plans the rebuild *and* that
+    framework's runs in one invocation, and other frameworks' runs are untouched.
+    """
+    return Path(envs_dir) / framework / f"dlscale-env-{requirements_sha(framework)}.json"
+
+
+def caffe_build_marker(envs_dir: str | Path, home: str | None) -> Path:
+    """The Caffe build's marker, named by what the build depends on (as env_marker): the
+    build script, the caffe venv's requirements (pycaffe is built for its numpy) and a
+    user's ``caffe.home``."""
+    key = _sha16(CAFFE_BUILD_SCRIPT.read_bytes(), requirements_sha("caffe").encode(), (home or "").encode())
+    return Path(envs_dir) / f"caffe-build-{key}.json"
+
+
+def java_marker(envs_dir: str | Path) -> Path:
+    """The Java runtime's marker, named by the script that checks or installs it."""
+    return Path(envs_dir) / f"java-{_sha16(JAVA_SCRIPT.read_bytes())}.txt"
 
 
 class EnvError(RuntimeError):

@@ -20,15 +20,15 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dlscale import atomic
+from dlscale import atomic, catalog
 from dlscale.analysis import loss_curve
+from dlscale.outputs import FIGURE_FORMATS
 
-FIGURES: tuple[str, ...] = ("throughput", "speedup", "breakdown", "loss")
-FORMATS: tuple[str, ...] = ("html", "svg", "png")
+FORMATS = FIGURE_FORMATS
 
-#: The study's frameworks in a fixed order, so each keeps its colour in every figure.
-FRAMEWORK_ORDER: tuple[str, ...] = ("torch", "tensorflow", "bigdl", "caffe")
-MODEL_ORDER: tuple[str, ...] = ("lenet", "autoencoder", "alexnet", "resnet50")
+#: The study's frameworks in the catalog's order, so each keeps its colour in every figure.
+FRAMEWORK_ORDER: tuple[str, ...] = catalog.FRAMEWORK_NAMES
+MODEL_ORDER: tuple[str, ...] = catalog.MODEL_NAMES
 
 #: Most points drawn per loss curve; longer curves are thinned evenly (keeping the ends).
 MAX_LOSS_POINTS = 300
@@ -391,7 +391,6 @@ def _draw(builders: dict[str, Callable[[], alt.TopLevelMixin]], out: dict[str, d
 
 # --- the scaling model (dlscale.perfmodel): projection and validation ----------------------
 
-PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation")
 
 
 def _setup_colour(setups: list[str]) -> alt.Color:

@@ -42,6 +42,8 @@ WILDCARD_CONSTRAINTS = {
     "repeat": r"\d+",
     # "" on the host network, "-<preset>" on an emulated one: n2x1 vs n2x1-1gbe.
     "net": r"(-[a-z0-9]+)?",
+    # A framework venv's marker carries its requirements' hash (dlscale.envs.env_marker).
+    "requirements": r"[0-9a-f]{16}",
 }
 
 
@@ -142,7 +144,7 @@ def complete_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Fill a schema's catalog-derived parts in place (see load_schema) and return it."""
     schema["$defs"]["framework_name"]["enum"] = list(catalog.FRAMEWORK_NAMES)
     schema["$defs"]["model_name"]["enum"] = list(catalog.MODEL_NAMES)
-    for key, sub in schema["properties"].items():
+    for sub in schema["properties"].values():
         source = sub.get("x-catalog-default")
         if source is None:
             continue

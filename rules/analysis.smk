@@ -4,17 +4,18 @@ rule aggregate:
         events=run_events(),
     output:
         runs_csv=report(
-            "results/runs.csv", caption="../report/runs.rst", category="5. All runs"
+            "results/runs.csv", caption="../report/runs.rst", category=CATEGORY_RUNS
         ),
         runs_parquet="results/runs.parquet",
         iterations_parquet="results/iterations.parquet",
         findings_csv=report(
             "results/findings.csv",
             caption="../report/findings.rst",
-            category="1. Findings",
+            category=CATEGORY_FINDINGS,
         ),
     log:
         "results/logs/aggregate.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     script:
@@ -42,6 +43,7 @@ rule figures:
         },
     log:
         "results/logs/figures.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     script:
@@ -56,8 +58,8 @@ rule perfmodel:
         **{
             name: report(
                 f"results/perfmodel/{name}.csv",
-                caption=PERFMODEL_CAPTIONS[name],
-                category="6. Scaling model",
+                caption=f"../report/{PERFMODEL_CAPTIONS[name]}",
+                category=CATEGORY_PERFMODEL,
             )
             for name in PERFMODEL_TABLES
         },
@@ -65,8 +67,8 @@ rule perfmodel:
             f"{name}_{fmt}": (
                 report(
                     f"results/figures/{name}.{fmt}",
-                    caption=PERFMODEL_CAPTIONS[name],
-                    category="6. Scaling model",
+                    caption=f"../report/{PERFMODEL_CAPTIONS[name]}",
+                    category=CATEGORY_PERFMODEL,
                 )
                 if fmt == "svg"
                 else f"results/figures/{name}.{fmt}"
@@ -76,6 +78,7 @@ rule perfmodel:
         },
     log:
         "results/logs/perfmodel.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     params:

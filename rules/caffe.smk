@@ -1,10 +1,8 @@
 # Caffe: the build (or a user's install), `caffe time` per model, the per-layer figures.
 # Training runs are in train.smk (train_caffe); they take the build marker as input.
 
-CAFFE = STUDY.get("caffe", {})
-CAFFE_HOME = CAFFE.get("home")
-CAFFE_BUILD_MARKER = os.path.join(ENVS_DIR, "caffe-build.json")
-WORKFLOW_PYTHON = "python" if USE_CONDA else sys.executable
+CAFFE = STUDY["caffe"]
+CAFFE_BUILD_MARKER = EXTRA_INPUTS["caffe"]
 
 
 # The per-layer time figures (in rule all and the report) when the study includes Caffe.
@@ -23,12 +21,11 @@ rule caffe_build:
     """CPU Caffe + pycaffe, built from the BVLC source once per machine (cached outside
     the repo by source hash and build options), or a user's install (config caffe.home).
 
-    The marker names the install; runs take it as an ``ancient`` input so that a rebuild
-    does not redo them.
+    The marker names the install and is itself named by what the build depends on
+    (dlscale.envs.caffe_build_marker): runs take it as an ordinary input.
     """
     input:
         env=env_marker("caffe"),
-        script=os.path.join(workflow.basedir, "scripts/build_caffe.sh"),
     output:
         marker=CAFFE_BUILD_MARKER,
     log:
@@ -39,6 +36,7 @@ rule caffe_build:
     params:
         python=env_python("caffe"),
         home=CAFFE_HOME or "",
+        script=str(dlenvs.CAFFE_BUILD_SCRIPT),
     message:
         (
             f"Using the Caffe install at {CAFFE_HOME} (config caffe.home)"
@@ -47,15 +45,15 @@ rule caffe_build:
             " progress in results/logs/envs/caffe-build.log"
         )
     shell:
-        "DLSCALE_CAFFE_HOME={params.home:q} bash {input.script:q} {params.python:q}"
+        "DLSCALE_CAFFE_HOME={params.home:q} bash {params.script:q} {params.python:q}"
         " {output.marker:q} > {log:q} 2>&1"
 
 
 rule caffe_time:
     """`caffe time`: each layer's forward and backward time at the model's per-rank batch."""
     input:
-        caffe=ancient(CAFFE_BUILD_MARKER),
-        env=train_input("caffe")["env"],
+        caffe=CAFFE_BUILD_MARKER,
+        env=env_marker("caffe"),
     output:
         net="results/caffe/time/{model}.prototxt",
         log="results/caffe/time/{model}.log",
@@ -69,12 +67,11 @@ rule caffe_time:
         bench=1,
     params:
         python=env_python("caffe"),
-        repo=workflow.basedir,
         batch=lambda wc: STUDY["batch_per_rank"][wc.model],
-        iterations=CAFFE.get("time_iterations", 5),
+        iterations=CAFFE["time_iterations"],
         threads=STUDY["threads_per_rank"],
     shell:
-        "DLSCALE_CAFFE_MARKER={input.caffe:q} PYTHONPATH={params.repo:q}"
+        "DLSCALE_CAFFE_MARKER={input.caffe:q}"
         " {params.python:q} -m dlscale.runners.caffe.timing --model {wildcards.model}"
         " --batch {params.batch} --iterations {params.iterations} --threads {params.threads}"
         " --python {params.python:q} --net {output.net:q} --log {output.log:q}"
@@ -90,7 +87,7 @@ rule caffe_layer_figure:
         svg=report(
             "results/figures/caffe_layers_{model}.svg",
             caption="../report/caffe_layers.rst",
-            category="6. Caffe per-layer time",
+            category=CATEGORY_CAFFE_LAYERS,
             labels={"model": "{model}"},
         ),
         png="results/figures/caffe_layers_{model}.png",
@@ -100,9 +97,8 @@ rule caffe_layer_figure:
     conda:
         "../envs/workflow.yaml"
     params:
-        python=WORKFLOW_PYTHON,
-        repo=workflow.basedir,
+        python="python" if USE_CONDA else sys.executable,
     shell:
-        "PYTHONPATH={params.repo:q} {params.python:q} -m dlscale.runners.caffe.layers"
+        "{params.python:q} -m dlscale.runners.caffe.layers"
         " --events {input.events:q} --model {wildcards.model}"
         " --out {output.html:q} {output.svg:q} {output.png:q} > {log:q} 2>&1"

@@ -5,17 +5,18 @@ from dlscale.study alone.
 """
 
 import functools
-import hashlib
 import inspect
-import json
 import os
+import shlex
 import sys
 
-sys.path.insert(0, workflow.basedir)
-
+from dlscale import catalog
+from dlscale import envs as dlenvs
 from dlscale import study as dlstudy
-from snakemake.utils import validate
 
+# Validated once, here, by dlscale.study (jsonschema with the schema completed from the
+# catalog, defaults filled, then the checks a schema cannot express); Snakemake's own
+# validate() would read the schema file without the catalog's names.
 try:
     STUDY = dlstudy.validate_config(
         config,
@@ -25,7 +26,6 @@ try:
     )
 except dlstudy.ConfigError as err:
     raise WorkflowError(f"invalid study configuration: {err}") from None
-validate(config, "../schemas/config.schema.yaml")
 
 from dlscale import preflight
 
@@ -36,14 +36,18 @@ except preflight.PreflightError as err:
 
 RUNS = dlstudy.expand_runs(STUDY)
 ENVS_DIR = STUDY["envs_dir"]
-FIGURES = ("throughput", "speedup", "breakdown", "loss")
-FIGURE_FORMATS = ("html", "svg", "png")
-FIGURE_CATEGORIES = {
-    "throughput": "2. Computing speed and scaling",
-    "speedup": "2. Computing speed and scaling",
-    "breakdown": "3. Communication",
-    "loss": "4. Training",
-}
+from dlscale.outputs import (
+    FIGURE_CATEGORIES,
+    FIGURE_FORMATS,
+    FIGURES,
+    PERFMODEL_CAPTIONS,
+    PERFMODEL_FIGURES,
+    PERFMODEL_TABLES,
+    CATEGORY_CAFFE_LAYERS,
+    CATEGORY_FINDINGS,
+    CATEGORY_PERFMODEL,
+    CATEGORY_RUNS,
+)
 DATASET_DIRS = {
     "mnist": "results/data/mnist/shards",
     "fashion-mnist": "results/data/fashion-mnist/shards",
@@ -73,10 +77,19 @@ def env_python(framework):
 
 
 def env_marker(framework):
-    """The venv a framework's jobs need (none with --sdm conda: the conda env is it)."""
+    """The venv a framework's jobs need, named by its requirements' hash (see
+    dlscale.envs.env_marker: an ordinary input, never ``ancient``); none with --sdm conda."""
     if USE_CONDA:
         return []
-    return os.path.join(ENVS_DIR, framework, "dlscale-env.json")
+    return str(dlenvs.env_marker(ENVS_DIR, framework))
+
+
+CAFFE_HOME = STUDY["caffe"]["home"]
+#: Rule outputs a framework's runs may need besides venv and data (catalog extra_inputs).
+EXTRA_INPUTS = {
+    "caffe": str(dlenvs.caffe_build_marker(ENVS_DIR, CAFFE_HOME)),
+    "java": str(dlenvs.java_marker(ENVS_DIR)),
+}
 
 
 def inspected(func):
@@ -106,9 +119,9 @@ def figure_files():
     ]
 
 
-def run_of(wildcards, framework):
+def run_of(wildcards):
     return dlstudy.Run(
-        framework=framework,
+        framework=wildcards.framework,
         model=wildcards.model,
         nodes=int(wildcards.nodes),
         ranks_per_node=int(wildcards.ranks_per_node),
@@ -118,71 +131,70 @@ def run_of(wildcards, framework):
     )
 
 
-def requirement_files(framework):
-    """envs/<framework>.txt and, where there is one, the envs/<framework>.nodeps.txt that
-    dlscale.envs.build_venv installs after it with --no-deps (BigDL's wheels)."""
-    base = os.path.join(workflow.basedir, "envs", framework)
-    nodeps = f"{base}.nodeps.txt"
-    return [f"{base}.txt", *([nodeps] if os.path.exists(nodeps) else [])]
+@inspected
+def train_input(wildcards):
+    """Inputs of a training run: its framework's environment, the model's shards, and
+    what the catalog says the framework needs besides (the Caffe build, Java).
 
-
-def requirements_sha(framework):
-    """Hash of a framework's requirements: a training rule's parameter, so that runs are
-    redone when the framework's pinned versions change, not when its venv is rebuilt.
-    The files are hashed as one stream: with a single file (no nodeps list) the hash is
-    that file's, as it always was, so adding this did not redo those frameworks' runs.
+    All ordinary inputs (no ``ancient``): each is named by the hash of what it is built
+    from (dlscale.envs), so it changes exactly when a rebuild must redo the runs.
     """
-    digest = hashlib.sha256()
-    for path in requirement_files(framework):
-        with open(path, "rb") as handle:
-            digest.update(handle.read())
-    return digest.hexdigest()[:16]
-
-
-def train_input(framework):
-    """Inputs of a training rule: the framework's environment and the model's shards.
-
-    The environment only has to exist (``ancient``): rebuilding it must not invalidate
-    every run; its requirements' hash is a parameter instead (requirements_sha).
-    """
-    marker = env_marker(framework)
+    framework = catalog.framework(wildcards.framework)
     return {
-        "env": ancient(marker) if marker else [],
-        "data": inspected(lambda wc: DATASET_DIRS[dlstudy.dataset_of(STUDY, wc.model)]),
+        "env": env_marker(framework.name),
+        "data": DATASET_DIRS[dlstudy.dataset_of(STUDY, wildcards.model)],
+        **{name: EXTRA_INPUTS[name] for name in framework.extra_inputs},
     }
 
 
 @functools.cache
-def spec_json(run):
-    """A run's spec as canonical JSON, computed once per run (two params use it)."""
-    return json.dumps(dlstudy.run_spec(STUDY, run), sort_keys=True)
+def run_spec(run):
+    """A run's spec (dlscale.runspec.RunSpec), built once per run (two params use it)."""
+    return dlstudy.run_spec(STUDY, run)
 
 
-def train_spec(framework):
-    return inspected(lambda wc: spec_json(run_of(wc, framework)))
+@inspected
+def train_spec(wildcards):
+    return run_spec(run_of(wildcards)).to_json()
 
 
-def train_spec_sha(framework):
-    # spec_sha256 hashes the same canonical JSON (sort_keys), so hash it directly.
-    return inspected(
-        lambda wc: hashlib.sha256(spec_json(run_of(wc, framework)).encode()).hexdigest()
-    )
+@inspected
+def train_spec_sha(wildcards):
+    return run_spec(run_of(wildcards)).sha256
 
 
-def failed_attempts(framework):
+@inspected
+def failed_attempts(wildcards):
     """How many failed attempts a run has on record (see dlscale.launch).
 
-    Used as a parameter of the training rules: a new failure changes it, so Snakemake's
-    params trigger redoes the failed run on the next invocation, and nothing else.
+    A parameter of the training rule: a new failure changes it, so Snakemake's params
+    trigger redoes the failed run on the next invocation, and nothing else.
     """
+    attempts = os.path.join(run_dir(run_of(wildcards)), "attempts")
+    if not os.path.isdir(attempts):
+        return 0
+    return sum(1 for name in os.listdir(attempts) if name.startswith("failed-"))
 
-    def count(wc):
-        attempts = os.path.join(run_dir(run_of(wc, framework)), "attempts")
-        if not os.path.isdir(attempts):
-            return 0
-        return sum(1 for name in os.listdir(attempts) if name.startswith("failed-"))
 
-    return inspected(count)
+@inspected
+def train_requirements(wildcards):
+    """The framework's requirements' hash: its runs are redone when its pins change."""
+    return dlenvs.requirements_sha(wildcards.framework)
+
+
+@inspected
+def train_python(wildcards):
+    return env_python(wildcards.framework)
+
+
+@inspected
+def train_markers(wildcards):
+    """``DLSCALE_<NAME>_MARKER=<path>`` for each extra input: how the launcher finds them."""
+    framework = catalog.framework(wildcards.framework)
+    return " ".join(
+        f"DLSCALE_{name.upper()}_MARKER={shlex.quote(os.path.abspath(EXTRA_INPUTS[name]))}"
+        for name in framework.extra_inputs
+    )
 
 
 @inspected
@@ -220,16 +232,6 @@ def train_resources():
             lambda wc: "srun" if int(wc.nodes) * int(wc.ranks_per_node) > 1 else ""
         ),
     }
-
-
-PERFMODEL_TABLES = ("calibration", "validation", "validation_summary", "projection")
-PERFMODEL_FIGURES = ("projection", "validation")
-PERFMODEL_CAPTIONS = {
-    "calibration": "../report/calibration.rst",
-    "validation": "../report/validation.rst",
-    "validation_summary": "../report/validation.rst",
-    "projection": "../report/projection.rst",
-}
 
 
 def perfmodel_files():

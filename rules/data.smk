@@ -8,6 +8,7 @@ rule fetch_mnist:
         summary="results/data/mnist/idx/verification.json",
     log:
         "results/logs/data/fetch_mnist.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     params:
@@ -26,6 +27,7 @@ rule mnist_shards:
         shards=directory(DATASET_DIRS["mnist"]),
     log:
         "results/logs/data/mnist_shards.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     params:
@@ -40,6 +42,7 @@ rule synthetic_imagenet:
         shards=directory("results/data/imagenet/shards"),
     log:
         "results/logs/data/synthetic_imagenet.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     params:
@@ -52,11 +55,6 @@ rule synthetic_imagenet:
         "../scripts/synthetic_imagenet.py"
 
 
-# Local like fetch_mnist: it may need the package index (apt), which compute nodes lack.
-localrules:
-    fashion_mnist,
-
-
 rule fashion_mnist:
     """Real Fashion-MNIST (Debian's dataset-fashion-mnist or a user directory), MD5-verified, as shards."""
     output:
@@ -65,6 +63,7 @@ rule fashion_mnist:
         shards=directory(DATASET_DIRS["fashion-mnist"]),
     log:
         "results/logs/data/fashion_mnist.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     params:

@@ -1,17 +1,17 @@
 rule framework_env:
-    """One virtual environment per framework, from envs/<framework>.txt.
+    """One virtual environment per framework, from envs/<framework>.txt (+ .nodeps.txt).
 
     Frameworks pin incompatible numpy/protobuf ranges, so they never share a venv. The
-    marker records the installed versions; a changed requirements file (either of
-    requirement_files: the --no-deps list too) rebuilds it.
+    marker's name carries the requirements' hash (dlscale.envs.env_marker), so changed
+    requirements are a new marker: that framework's venv and runs are redone, in the same
+    invocation, and nothing else. The requirement files are parameters, not inputs: their
+    content is in the name, and a fresh checkout's newer mtimes must not rebuild anything.
     """
-    input:
-        requirements=os.path.join(workflow.basedir, "envs/{framework}.txt"),
-        nodeps=lambda wc: requirement_files(wc.framework)[1:],
     output:
-        marker=os.path.join(ENVS_DIR, "{framework}", "dlscale-env.json"),
+        marker=os.path.join(ENVS_DIR, "{framework}", "dlscale-env-{requirements}.json"),
     log:
-        "results/logs/envs/{framework}.log",
+        "results/logs/envs/{framework}-{requirements}.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     params:

@@ -9,17 +9,13 @@ that finished is never redone, and the gather only hard-links the parts' shards.
 IMAGENET = STUDY["data"]["imagenet"]
 
 
-localrules:
-    imagenet_listing,
-    imagenet_gather,
-
-
 rule imagenet_listing:
     """The real source's files in conversion order, labelled by sorted class name."""
     output:
         listing="results/data/imagenet-real/listing.json",
     log:
         "results/logs/data/imagenet_listing.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     params:
@@ -67,6 +63,7 @@ rule imagenet_gather:
         shards=directory("results/data/imagenet-real/shards"),
     log:
         "results/logs/data/imagenet_gather.log",
+    localrule: True
     conda:
         "../envs/workflow.yaml"
     script:

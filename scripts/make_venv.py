@@ -1,9 +1,13 @@
 """Snakemake glue: build a framework's virtual environment (see dlscale.envs)."""
 
-
-
-from dlscale.envs import build_venv
+from dlscale.envs import EnvError, build_venv, requirement_files, requirements_sha
 from dlscale.logsetup import log_to
 
 log_to(snakemake.log[0])
-build_venv(snakemake.params.venv, snakemake.input.requirements, snakemake.output.marker)
+framework = snakemake.wildcards.framework
+if requirements_sha(framework) != snakemake.wildcards.requirements:
+    raise EnvError(
+        f"envs/{framework}.txt changed while the workflow ran (hash {requirements_sha(framework)},"
+        f" planned {snakemake.wildcards.requirements}): run snakemake again"
+    )
+build_venv(snakemake.params.venv, requirement_files(framework)[0], snakemake.output.marker)
