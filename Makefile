@@ -9,7 +9,7 @@ PROFILE ?= profiles/local
 
 .PHONY: demo test test-faults lint unit format system clean-results
 
-$(VENV)/.installed: envs/workflow.txt
+$(VENV)/.installed: envs/workflow.txt pyproject.toml
 	bash scripts/ensure-system.sh
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --disable-pip-version-check -q -r envs/workflow.txt
@@ -22,6 +22,11 @@ system:
 ## demo: the default study (config.yaml) on the local profile, then the report.
 demo: $(VENV)/.installed
 	$(SNAKEMAKE) --profile $(PROFILE)
+	@# Never a report over results this invocation left out of date: the plan must now be
+	@# empty (mtime and input triggers: a failed run's new attempt count is not "out of date").
+	@$(SNAKEMAKE) --profile $(PROFILE) --dry-run --rerun-triggers mtime input 2>&1 | grep -q "Nothing to be done" \
+	  || { echo "make demo: the study is not up to date after the run (see: $(SNAKEMAKE) --profile $(PROFILE) -n);" \
+	       "no report written" >&2; exit 1; }
 	$(SNAKEMAKE) --profile $(PROFILE) --report results/report.html
 	@echo "report: results/report.html  tables: results/runs.csv  figures: results/figures/"
 

@@ -29,7 +29,6 @@ include: "rules/analysis.smk"
 
 rule all:
     default_target: True
-    localrule: True
     input:
         # Every run is a target itself, so a deleted or failed run is redone even though
         # the tables that summarise it are newer.
@@ -39,3 +38,4 @@ rule all:
         figure_files(),
         CAFFE_FIGURE_FILES,
         perfmodel_files(),
+    localrule: True

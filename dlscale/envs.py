@@ -31,10 +31,16 @@ CAFFE_BUILD_SCRIPT = REPO_DIR / "scripts" / "build_caffe.sh"
 JAVA_SCRIPT = REPO_DIR / "scripts" / "ensure-java.sh"
 
 
-def requirement_files(framework: str) -> list[Path]:
+def requirement_files(framework: str, spec_dir: str | Path | None = None) -> list[Path]:
     """``envs/<env>.txt`` and, where there is one, the ``envs/<env>.nodeps.txt`` that
-    build_venv installs after it with ``--no-deps`` (BigDL's wheels)."""
+    build_venv installs after it with ``--no-deps`` (BigDL's wheels).
+
+    ``spec_dir`` is the workflow's own ``envs/`` (its Snakefile's folder; by default this
+    checkout's): a copy of the workflow reads its own requirement files.
+    """
     base = catalog.framework(framework).requirements
+    if spec_dir is not None:
+        base = Path(spec_dir) / base.name
     nodeps = base.with_name(base.name.replace(".txt", ".nodeps.txt"))
     return [base, *([nodeps] if nodeps.exists() else [])]
 
@@ -46,13 +52,13 @@ def _sha16(*parts: bytes) -> str:
     return digest.hexdigest()[:16]
 
 
-def requirements_sha(framework: str) -> str:
+def requirements_sha(framework: str, spec_dir: str | Path | None = None) -> str:
     """Hash of a framework's requirements, as one stream (a single file hashes as itself,
     so runs recorded before the nodeps list existed kept their parameter)."""
-    return _sha16(*(path.read_bytes() for path in requirement_files(framework)))
+    return _sha16(*(path.read_bytes() for path in requirement_files(framework, spec_dir)))
 
 
-def env_marker(envs_dir: str | Path, framework: str) -> Path:
+def env_marker(envs_dir: str | Path, framework: str, spec_dir: str | Path | None = None) -> Path:
     """The marker of a framework's built venv, named by its requirements' hash.
 
     Why the hash is in the name (issue: an environment rebuild must not end the run at
@@ -64,14 +70,14 @@ def env_marker(envs_dir: str | Path, framework: str) -> Path:
     requirements are a new, missing file, so Snakemake plans the rebuild *and* that
     framework's runs in one invocation, and other frameworks' runs are untouched.
     """
-    return Path(envs_dir) / framework / f"dlscale-env-{requirements_sha(framework)}.json"
+    return Path(envs_dir) / framework / f"dlscale-env-{requirements_sha(framework, spec_dir)}.json"
 
 
-def caffe_build_marker(envs_dir: str | Path, home: str | None) -> Path:
+def caffe_build_marker(envs_dir: str | Path, home: str | None, spec_dir: str | Path | None = None) -> Path:
     """The Caffe build's marker, named by what the build depends on (as env_marker): the
     build script, the caffe venv's requirements (pycaffe is built for its numpy) and a
     user's ``caffe.home``."""
-    key = _sha16(CAFFE_BUILD_SCRIPT.read_bytes(), requirements_sha("caffe").encode(), (home or "").encode())
+    key = _sha16(CAFFE_BUILD_SCRIPT.read_bytes(), requirements_sha("caffe", spec_dir).encode(), (home or "").encode())
     return Path(envs_dir) / f"caffe-build-{key}.json"
 
 

@@ -33,6 +33,8 @@ rule caffe_build:
     localrule: True
     conda:
         "../envs/caffe.yaml"
+    # Untimed: it may use every core, since no timed run can share the host with it.
+    threads: workflow.cores
     params:
         python=env_python("caffe"),
         home=CAFFE_HOME or "",
@@ -45,7 +47,7 @@ rule caffe_build:
             " progress in results/logs/envs/caffe-build.log"
         )
     shell:
-        "DLSCALE_CAFFE_HOME={params.home:q} bash {params.script:q} {params.python:q}"
+        "DLSCALE_CAFFE_JOBS={threads} DLSCALE_CAFFE_HOME={params.home:q} bash {params.script:q} {params.python:q}"
         " {output.marker:q} > {log:q} 2>&1"
 
 
@@ -64,7 +66,7 @@ rule caffe_time:
         "../envs/caffe.yaml"
     threads: STUDY["threads_per_rank"]
     resources:
-        bench=1,
+        host_shares=TIMED_JOB_SHARES,
     params:
         python=env_python("caffe"),
         batch=lambda wc: STUDY["batch_per_rank"][wc.model],

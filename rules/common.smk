@@ -48,6 +48,7 @@ from dlscale.outputs import (
     CATEGORY_PERFMODEL,
     CATEGORY_RUNS,
 )
+
 DATASET_DIRS = {
     "mnist": "results/data/mnist/shards",
     "fashion-mnist": "results/data/fashion-mnist/shards",
@@ -78,16 +79,19 @@ def env_python(framework):
 
 def env_marker(framework):
     """The venv a framework's jobs need, named by its requirements' hash (see
-    dlscale.envs.env_marker: an ordinary input, never ``ancient``); none with --sdm conda."""
+    dlscale.envs.env_marker: an ordinary input, never ``ancient``); none with --sdm conda.
+    """
     if USE_CONDA:
         return []
-    return str(dlenvs.env_marker(ENVS_DIR, framework))
+    return str(dlenvs.env_marker(ENVS_DIR, framework, ENVS_SPEC_DIR))
 
 
+#: The workflow's own requirement files (envs/<framework>.txt beside this Snakefile).
+ENVS_SPEC_DIR = os.path.join(workflow.basedir, "envs")
 CAFFE_HOME = STUDY["caffe"]["home"]
 #: Rule outputs a framework's runs may need besides venv and data (catalog extra_inputs).
 EXTRA_INPUTS = {
-    "caffe": str(dlenvs.caffe_build_marker(ENVS_DIR, CAFFE_HOME)),
+    "caffe": str(dlenvs.caffe_build_marker(ENVS_DIR, CAFFE_HOME, ENVS_SPEC_DIR)),
     "java": str(dlenvs.java_marker(ENVS_DIR)),
 }
 
@@ -179,7 +183,7 @@ def failed_attempts(wildcards):
 @inspected
 def train_requirements(wildcards):
     """The framework's requirements' hash: its runs are redone when its pins change."""
-    return dlenvs.requirements_sha(wildcards.framework)
+    return dlenvs.requirements_sha(wildcards.framework, ENVS_SPEC_DIR)
 
 
 @inspected
@@ -204,6 +208,11 @@ def train_cpus(wildcards):
     return world * STUDY["threads_per_rank"]
 
 
+#: What a timed job asks of the local profile's ``host_shares`` (profiles/local: 100, every
+#: other job 1): a timed job runs alone on the host, untimed jobs share it among themselves.
+TIMED_JOB_SHARES = 100
+
+
 def train_runtime():
     """Batch time limit: the run's own limit (enforced and recorded by the launcher) + slack.
 
@@ -220,7 +229,7 @@ def train_resources():
     ``srun -n1``), so that the launcher's own srun starts the ranks on every node.
     """
     return {
-        "bench": 1,
+        "host_shares": TIMED_JOB_SHARES,
         "runtime": train_runtime(),
         "nodes": inspected(lambda wc: int(wc.nodes)),
         "tasks": inspected(lambda wc: int(wc.nodes) * int(wc.ranks_per_node)),

@@ -16,5 +16,6 @@ rule framework_env:
         "../envs/workflow.yaml"
     params:
         venv=lambda wc: os.path.join(ENVS_DIR, wc.framework),
+        spec_dir=ENVS_SPEC_DIR,
     script:
         "../scripts/make_venv.py"

@@ -4,10 +4,10 @@ from dlscale.envs import EnvError, build_venv, requirement_files, requirements_s
 from dlscale.logsetup import log_to
 
 log_to(snakemake.log[0])
-framework = snakemake.wildcards.framework
-if requirements_sha(framework) != snakemake.wildcards.requirements:
+framework, spec_dir = snakemake.wildcards.framework, snakemake.params.spec_dir
+if requirements_sha(framework, spec_dir) != snakemake.wildcards.requirements:
     raise EnvError(
-        f"envs/{framework}.txt changed while the workflow ran (hash {requirements_sha(framework)},"
+        f"envs/{framework}.txt changed while the workflow ran (hash {requirements_sha(framework, spec_dir)},"
         f" planned {snakemake.wildcards.requirements}): run snakemake again"
     )
-build_venv(snakemake.params.venv, requirement_files(framework)[0], snakemake.output.marker)
+build_venv(snakemake.params.venv, requirement_files(framework, spec_dir)[0], snakemake.output.marker)

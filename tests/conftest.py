@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 ENVS_DIR = Path(os.environ.get("DLSCALE_ENVS_DIR", REPO / ".venvs"))
 SCHEMA = REPO / "schemas" / "config.schema.yaml"
@@ -32,12 +30,12 @@ CACHE = Path(os.environ.get("DLSCALE_TEST_CACHE", Path.home() / ".cache" / "dlsc
 
 def framework_python(framework: str) -> Path:
     """A framework venv's python, built as the workflow builds it (once per machine)."""
-    from dlscale.envs import build_venv
+    from dlscale.envs import build_venv, env_marker, requirement_files
 
     venv = ENVS_DIR / framework
-    marker = venv / "dlscale-env.json"
+    marker = env_marker(ENVS_DIR, framework)
     if not marker.exists():
-        build_venv(venv, REPO / "envs" / f"{framework}.txt", marker)
+        build_venv(venv, requirement_files(framework)[0], marker)
     return venv / "bin" / "python"
 
 
@@ -106,13 +104,15 @@ def caffe_python() -> Path:
 
     scripts/build_caffe.sh is what the workflow's caffe_build rule runs: a second call is
     instant (the build is cached by source hash and options); a fresh machine builds it
-    once (7.5 minutes on 2 quiet cores, 20 loaded). It writes ENVS_DIR/caffe-build.json,
-    where the runner looks.
+    once (7.5 minutes on 2 quiet cores, 20 loaded). It writes the marker the workflow's
+    rule writes (dlscale.envs.caffe_build_marker), where the runner looks.
     """
     import subprocess
 
+    from dlscale.envs import caffe_build_marker
+
     python = framework_python("caffe")
-    marker = ENVS_DIR / "caffe-build.json"
+    marker = caffe_build_marker(ENVS_DIR, None)
     subprocess.run(
         ["bash", str(REPO / "scripts" / "build_caffe.sh"), str(python), str(marker)],
         check=True,

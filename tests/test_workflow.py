@@ -147,7 +147,7 @@ def test_deleted_run_is_redone_alone(study_dir):
     run.rmdir()
     proc = snakemake(study_dir, "--dry-run")
     jobs = planned_jobs(proc.stdout + proc.stderr)
-    assert jobs == {"train_torch": 1, "aggregate": 1, "figures": 1, "perfmodel": 1, "all": 1}, jobs
+    assert jobs == {"train": 1, "aggregate": 1, "figures": 1, "perfmodel": 1, "all": 1}, jobs
     proc = snakemake(study_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (run / "events.jsonl").exists()
@@ -172,7 +172,7 @@ def test_failed_run_is_recorded_and_redone_alone(study_dir):
     assert (runs.drop(index="torch/lenet/n2x1/b64/r0")["status"] == "ok").all()
     assert len(list((run / "attempts").glob("failed-*.jsonl"))) == 1
     jobs = planned_jobs(snakemake(study_dir, "--dry-run").stdout)
-    assert jobs == {"train_torch": 1, "aggregate": 1, "figures": 1, "perfmodel": 1, "all": 1}, jobs
+    assert jobs == {"train": 1, "aggregate": 1, "figures": 1, "perfmodel": 1, "all": 1}, jobs
     proc = snakemake(study_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = pd.read_csv(study_dir / "results" / "runs.csv").set_index("run_id")
@@ -211,7 +211,7 @@ def test_large_study_dag_builds_without_importing_torch(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert "HEAVY [] EXIT 0" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert planned_jobs(proc.stdout + proc.stderr)["train_torch"] == 4 * 6 * 3
+    assert planned_jobs(proc.stdout + proc.stderr)["train"] == 4 * 6 * 3
 
 
 def test_envs_are_git_ignored():

@@ -21,6 +21,8 @@ import yaml
 from conftest import ENVS_DIR, REPO
 from test_bigdl_runner import processes_mentioning
 
+from dlscale.envs import java_marker
+
 pytestmark = pytest.mark.workflow
 
 
@@ -113,7 +115,7 @@ def test_driver_log_kept_and_parsable(study_dir):
 
 
 def test_java_checked_once_and_nothing_left_to_do(study_dir):
-    assert "version" in (Path(TINY["envs_dir"]) / "java-version.txt").read_text()
+    assert "version" in java_marker(TINY["envs_dir"]).read_text()
     proc = snakemake(study_dir, "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert planned_jobs(proc.stdout + proc.stderr) == {}

@@ -17,6 +17,8 @@ import pytest
 import yaml
 from conftest import ENVS_DIR, REPO
 
+from dlscale.envs import caffe_build_marker
+
 pytestmark = pytest.mark.workflow
 
 TINY = {
@@ -95,7 +97,7 @@ def test_build_rule_takes_the_cache_or_caffe_home(tmp_path, caffe_py):
     envs = tmp_path / "envs"
     envs.mkdir()
     (envs / "caffe").symlink_to(ENVS_DIR / "caffe")  # the same venv, a marker of its own
-    marker = envs / "caffe-build.json"
+    marker = caffe_build_marker(envs, None)
     log = tmp_path / "results" / "logs" / "envs" / "caffe-build.log"
     study = {**TINY, "envs_dir": str(envs)}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
@@ -110,12 +112,13 @@ def test_build_rule_takes_the_cache_or_caffe_home(tmp_path, caffe_py):
     )
 
     (tmp_path / "study.yaml").write_text(yaml.safe_dump({**study, "caffe": {"home": home}}))
-    proc = snakemake(tmp_path, str(marker))  # a changed parameter redoes the rule
+    marker = caffe_build_marker(envs, home)  # named by caffe.home too: a new marker
+    proc = snakemake(tmp_path, str(marker))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert f"Using the Caffe install at {home}" in proc.stdout + proc.stderr
     assert json.loads(marker.read_text()) == {"home": home, "built": False}
 
     (tmp_path / "study.yaml").write_text(yaml.safe_dump({**study, "caffe": {"home": str(tmp_path)}}))
-    proc = snakemake(tmp_path, str(marker))
+    proc = snakemake(tmp_path, str(caffe_build_marker(envs, str(tmp_path))))
     assert proc.returncode != 0
     assert "is not a built Caffe tree: missing python/caffe/__init__.py" in log.read_text()

@@ -1,0 +1,128 @@
+"""The catalog is the only list of frameworks and models, and every entry is complete.
+
+A framework is one catalog entry, one runner folder and one requirements file: these tests
+fail when an entry lacks any of its parts, or when a list of frameworks or models appears
+somewhere else than the catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import REPO, SCHEMA
+
+from dlscale import catalog
+from dlscale.study import WILDCARD_CONSTRAINTS, ConfigError, load_schema, validate_config
+
+RUNNER_FILES = ("launcher.py", "train.py", "models.py", "__main__.py", "options.schema.json")
+
+
+@pytest.mark.parametrize("framework", catalog.FRAMEWORK_NAMES)
+def test_every_framework_has_its_runner_folder_env_file_and_options(framework):
+    fw = catalog.framework(framework)
+    missing = [name for name in RUNNER_FILES if not (fw.runner_dir / name).is_file()]
+    assert missing == [], f"dlscale/runners/{framework}/ lacks {missing}"
+    assert fw.requirements.is_file(), f"envs/{framework}.txt is missing"
+    options = json.loads(fw.options_schema.read_text())
+    jsonschema.Draft202012Validator.check_schema(options)
+    assert options["type"] == "object" and options.get("additionalProperties") is False
+    assert set(fw.setups) and set(fw.setups.values()) <= set(catalog.PATTERNS)
+    assert framework in fw.setups, "the framework's default set-up is named after it"
+
+
+@pytest.mark.parametrize("framework", catalog.FRAMEWORK_NAMES)
+def test_every_framework_launcher_plans_without_importing_its_framework(framework):
+    """The launcher module (imported by dlscale.launch in the workflow venv) has ``plan``."""
+    probe = (
+        "import importlib, sys\n"
+        f"mod = importlib.import_module({catalog.framework(framework).launcher!r})\n"
+        "heavy = [m for m in ('torch', 'tensorflow', 'caffe', 'bigdl', 'pyspark') if m in sys.modules]\n"
+        "print(callable(getattr(mod, 'plan', None)), heavy)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "True []", proc.stdout + proc.stderr
+
+
+def test_schema_enums_and_defaults_come_from_the_catalog():
+    schema = load_schema(SCHEMA)
+    assert schema["$defs"]["framework_name"]["enum"] == list(catalog.FRAMEWORK_NAMES)
+    assert schema["$defs"]["model_name"]["enum"] == list(catalog.MODEL_NAMES)
+    study = validate_config({}, schema)
+    assert study["models"] == list(catalog.MODEL_NAMES)
+    for model in catalog.MODELS.values():
+        assert study["batch_per_rank"][model.name] == model.batch_per_rank
+        assert study["iterations"][model.name] == model.iterations
+        assert study["datasets"][model.name] == model.datasets[0]
+    for fw in catalog.FRAMEWORKS.values():
+        assert fw.options_key in study, f"options of {fw.name} not in the validated config"
+
+
+def test_a_partial_per_model_map_keeps_the_other_models_defaults():
+    study = validate_config({"batch_per_rank": {"lenet": 32}}, load_schema(SCHEMA))
+    assert study["batch_per_rank"]["lenet"] == 32
+    assert study["batch_per_rank"]["resnet50"] == catalog.model("resnet50").batch_per_rank
+
+
+def test_unknown_framework_and_model_named_in_the_error():
+    schema = load_schema(SCHEMA)
+    with pytest.raises(ConfigError, match="frameworks\\[0\\].*'mxnet' is not one of"):
+        validate_config({"frameworks": ["mxnet"]}, schema)
+    with pytest.raises(ConfigError, match="'vgg16' is not one of"):
+        validate_config({"batch_per_rank": {"vgg16": 8}}, schema)
+
+
+def test_dataset_must_fit_the_model():
+    with pytest.raises(ConfigError, match="datasets.alexnet.*'mnist' is not a dataset alexnet can train on"):
+        validate_config({"datasets": {"alexnet": "mnist"}}, load_schema(SCHEMA))
+
+
+def test_a_study_without_runs_is_an_error():
+    config = {"frameworks": ["caffe"], "models": ["lenet"], "models_per_framework": {"caffe": ["resnet50"]}}
+    with pytest.raises(ConfigError, match="models_per_framework.*no training run"):
+        validate_config(config, load_schema(SCHEMA))
+
+
+def test_wildcards_are_the_catalog_names():
+    assert WILDCARD_CONSTRAINTS["framework"] == "|".join(catalog.FRAMEWORK_NAMES)
+    assert WILDCARD_CONSTRAINTS["model"] == "|".join(catalog.MODEL_NAMES)
+
+
+def _python_sources() -> list[Path]:
+    roots = [REPO / "dlscale", REPO / "scripts", REPO / "benchmarks", REPO / "rules"]
+    return [p for root in roots for p in root.rglob("*") if p.suffix in (".py", ".smk") and p.is_file()]
+
+
+def test_no_other_module_lists_the_frameworks_or_models():
+    """A tuple/list/set literal holding two or more framework (or model) names outside the
+    catalog is a second list: it would silently miss a framework added to the catalog."""
+    names = {"frameworks": catalog.FRAMEWORK_NAMES, "models": catalog.MODEL_NAMES}
+    offenders = []
+    for path in _python_sources():
+        if path.name == "catalog.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        for kind, group in names.items():
+            quoted = "|".join(re.escape(n) for n in group)
+            literal = rf"[\(\[\{{]\s*[\"']({quoted})[\"']\s*,\s*[\"']({quoted})[\"']"
+            for match in re.finditer(literal, text):
+                line = text.count("\n", 0, match.start()) + 1
+                offenders.append(f"{path.relative_to(REPO)}:{line}: {kind} listed: {match.group(0)}")
+    assert offenders == []
+
+
+def test_nothing_sets_the_import_path():
+    """dlscale is installed into every venv: no script, rule or module puts it on sys.path."""
+    hits = [
+        f"{path.relative_to(REPO)}:{n}"
+        for path in _python_sources()
+        if path.parts[len(REPO.parts)] != "benchmarks"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if "sys.path" in line
+    ]
+    assert hits == []
