@@ -35,6 +35,7 @@ from typing import Any
 from dlscale import netns, networks
 from dlscale.events import write_atomic
 from dlscale.runners.plan import LaunchContext, Plan, Process, environ_with
+from dlscale.runspec import RunSpec, SpecError
 
 
 def runner_launcher(framework: str) -> ModuleType:
@@ -94,19 +95,14 @@ def master_address(mode: str, env: Mapping[str, str]) -> str:
         return socket.gethostname()
 
 
-def network_of(spec: Mapping[str, Any]) -> str:
-    """The run's network: ``host`` unless the study emulates an interconnect."""
-    return str(spec.get("network") or networks.HOST)
-
-
-def setup_network(spec: Mapping[str, Any], mode: str) -> tuple[netns.RunNetwork | None, dict[str, Any]]:
+def setup_network(spec: RunSpec, mode: str) -> tuple[netns.RunNetwork | None, dict[str, Any]]:
     """The run's namespaces, and what the start event records about them.
 
     Local runs on the host network are isolated when namespaces can be made (root and
     iproute2), and run on the host's loopback otherwise, saying so. An emulated network
     cannot degrade: without namespaces the run fails (NetnsError) with the reason.
     """
-    name = network_of(spec)
+    name = spec.network
     preset = networks.emulated_preset(name)
     if preset is None:
         if mode != "local":
@@ -115,7 +111,7 @@ def setup_network(spec: Mapping[str, Any], mode: str) -> tuple[netns.RunNetwork 
         if reason:
             return None, {"name": name, "isolation": f"none ({reason})"}
         try:
-            net = netns.isolated(str(spec["framework"]))
+            net = netns.isolated(spec.framework)
         except netns.NetnsError as err:
             return None, {"name": name, "isolation": f"none ({err})"}
         return net, {"name": name, **net.describe()}
@@ -124,7 +120,7 @@ def setup_network(spec: Mapping[str, Any], mode: str) -> tuple[netns.RunNetwork 
     reason = netns.unavailable(shaping=True)
     if reason:
         raise netns.NetnsError(f"network {name!r} cannot be emulated here: {reason}")
-    net = netns.emulated(int(spec["nodes"]), preset, str(spec["framework"]))
+    net = netns.emulated(spec.nodes, preset, spec.framework)
     return net, {"name": name, **net.describe()}
 
 
@@ -236,40 +232,69 @@ def describe_group_failure(label: str, returncode: int, parts: dict[int, list[di
     return code
 
 
+def read_spec(text: str) -> tuple[RunSpec | None, dict[str, Any], str | None]:
+    """The run spec the rule passed, the plain data it was made of, and why it is not a run.
+
+    A spec that is not a run (a field missing, of the wrong type, unknown) is a recorded
+    failure like any other: the reason names the field, and the run's record keeps what
+    could be read of it.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        return None, {}, f"bad run spec: not JSON: {err}"
+    raw = data if isinstance(data, dict) else {}
+    try:
+        return RunSpec.from_dict(data), raw, None
+    except SpecError as err:
+        return None, raw, f"bad run spec: {err}"
+    except KeyError as err:  # the catalog's: an unknown framework or model, named
+        return None, raw, f"bad run spec: {err.args[0] if err.args else err}"
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
 class Launch:
     """The ranks of one run and what became of them."""
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
-        self.spec: dict[str, Any] = json.loads(args.spec_json)
+        self.spec, self.spec_data, self.failure = read_spec(args.spec_json)
         self.events_path = Path(args.events)
         self.work_dir = self.events_path.parent / ".work"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.started = time.time()
         self.loadavg_start = list(os.getloadavg())
-        self.failure: str | None = None
         self.terminated_by: str | None = None
         self.exit_warnings: dict[int, str] = {}
         self.plan = Plan([], 0)
         self.mode = "local"
         self.network: netns.RunNetwork | None = None
-        self.network_info: dict[str, Any] = {"name": network_of(self.spec)}
+        self.network_info: dict[str, Any] = {
+            "name": self.spec.network if self.spec else str(self.spec_data.get("network") or networks.HOST)
+        }
 
     def start(self) -> None:
         if self.work_dir.exists():
             shutil.rmtree(self.work_dir)
         (self.work_dir / "tmp").mkdir(parents=True)
+        if self.spec is None:  # not a run: nothing to start
+            print(f"[launch] FAILED: {self.failure}", file=sys.stderr, flush=True)
+            return
+        spec = self.spec
         port = free_port()
         self.mode = launch_mode(os.environ)
         try:
-            self.network, self.network_info = setup_network(self.spec, self.mode)
+            self.network, self.network_info = setup_network(spec, self.mode)
         except (netns.NetnsError, KeyError) as err:
             self.failure = f"network not set up: {err}"
             print(f"[launch] FAILED: {self.failure}", file=sys.stderr, flush=True)
             return
         net = self.network
         ctx = LaunchContext(
-            spec=self.spec,
+            spec=spec,
             python=self.args.python,
             data=Path(self.args.data),
             work_dir=self.work_dir,
@@ -281,7 +306,7 @@ class Launch:
             node_env=netns.node_env(net) if net and net.preset else {},
         )
         try:
-            self.plan = runner_launcher(self.spec["framework"]).plan(ctx)
+            self.plan = runner_launcher(spec.framework).plan(ctx)
         except (ValueError, RuntimeError, OSError) as err:
             # A run that cannot be laid out (no Caffe build, ps mode under SLURM, ...) is a
             # recorded failure with its reason, like any other.
@@ -292,13 +317,15 @@ class Launch:
         if self.mode == "slurm":
             where += f" {os.environ.get('SLURM_JOB_ID')}"
         print(
-            f"[launch] {self.spec['run_id']}: {self.spec['world_size']} rank(s) on {self.spec['nodes']}"
-            f" {where}, {self.spec['threads_per_rank']} thread(s) each, master {ctx.master_addr}:{port};"
+            f"[launch] {spec.run_id}: {spec.world_size} rank(s) on {spec.nodes}"
+            f" {where}, {spec.threads_per_rank} thread(s) each, master {ctx.master_addr}:{port};"
             f" processes: {', '.join(p.label for p in self.plan.processes)};"
             f" network: {describe_network(self.network_info)}",
             flush=True,
         )
         for process in self.plan.processes:
+            if self.terminated_by or time.time() - self.started > spec.timeout_s:
+                break  # starting many ranks on a loaded host takes time: watch() says why it stopped
             self.procs.append(
                 subprocess.Popen(
                     process.argv,
@@ -342,9 +369,9 @@ class Launch:
                 proc.wait()
 
     def watch(self) -> None:
-        if self.failure:  # the run could not start (its network): nothing to watch
+        if self.failure or self.spec is None:  # the run could not start: nothing to watch
             return
-        timeout_s = float(self.spec["timeout_s"])
+        timeout_s = self.spec.timeout_s
         while True:
             if self.terminated_by:
                 self.failure = f"launcher received {self.terminated_by} (time limit or cancellation)"
@@ -376,7 +403,7 @@ class Launch:
             if all(code == 0 for code in codes):
                 return
             if time.time() - self.started > timeout_s:
-                self.failure = f"time limit of {int(timeout_s)} s exceeded (run_timeout_min)"
+                self.failure = f"time limit of {timeout_s} s exceeded (run_timeout_min)"
                 break
             time.sleep(POLL_S)
         print(f"[launch] FAILED: {self.failure}; stopping the other ranks", file=sys.stderr, flush=True)
@@ -389,7 +416,9 @@ class Launch:
     def merge(self) -> list[dict[str, Any]]:
         parts = read_parts(self.work_dir)
         starts = {r: next((e for e in ev if e.get("event") == "rank_start"), None) for r, ev in parts.items()}
-        world = int(self.spec["world_size"])
+        spec = self.spec
+        record = spec.to_dict() if spec else self.spec_data
+        world = spec.world_size if spec else _positive_int(record.get("world_size")) or 1
         hosts = [(starts.get(r) or {}).get("host") for r in range(world)]
         rank0 = starts.get(0) or {}
         iterations = [e for r in sorted(parts) for e in parts[r] if e.get("event") == "iteration"]
@@ -397,23 +426,23 @@ class Launch:
         startup_s = (timed0[0]["time"] - timed0[0]["step_s"] - self.started) if timed0 else None
         status = "ok"
         reason = None
-        if self.failure:
+        if self.failure or spec is None:
             status, reason = "failed", self.failure
         else:
-            expected = self.plan.reporting_ranks * (int(self.spec["warmup"]) + int(self.spec["iterations"]))
+            expected = self.plan.reporting_ranks * spec.total_iterations
             if len(iterations) != expected:
                 status, reason = "failed", f"expected {expected} iteration events, found {len(iterations)}"
         fields = ("framework", "model", "nodes", "ranks_per_node", "batch", "repeat")
         run_start = {
             "event": "run_start",
-            "run_id": self.spec["run_id"],
-            **{k: self.spec[k] for k in fields},
-            "dataset": self.spec["dataset"],
-            "scaling": self.spec["scaling"],
-            "global_batch": self.spec["global_batch"],
+            "run_id": record.get("run_id"),
+            **{k: record.get(k) for k in fields},
+            "dataset": record.get("dataset"),
+            "scaling": record.get("scaling"),
+            "global_batch": record.get("global_batch"),
             "world_size": world,
             "hosts": hosts,
-            "threads_per_rank": self.spec["threads_per_rank"],
+            "threads_per_rank": record.get("threads_per_rank"),
             "versions": rank0.get("versions", {}),
             "config_sha256": self.args.config_sha256,
             "git_sha": git_sha(Path(self.args.repo)),
@@ -422,7 +451,7 @@ class Launch:
             "network_setup": self.network_info,
             "loadavg": self.loadavg_start,
             "startup_s": startup_s,
-            "spec": self.spec,
+            "spec": record,
             "time": self.started,
         }
         run_end = {

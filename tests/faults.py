@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlscale.runspec import RunSpec
 from dlscale.study import expand_runs, load_schema, run_spec, validate_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +42,7 @@ def record(row: FaultRow) -> None:
 
 def fault_spec(
     framework: str, *, nodes: int = 2, iterations: int = 100_000, **overrides: Any
-) -> dict[str, Any]:
+) -> RunSpec:
     """A LeNet run spec for ``framework`` built by dlscale.study, as the workflow builds it."""
     config = {
         "frameworks": [framework],
@@ -124,12 +125,12 @@ class LaunchedRun:
             self.proc.wait()
 
 
-def launch(python: Path, spec: dict[str, Any], data: Path, events: Path) -> LaunchedRun:
+def launch(python: Path, spec: RunSpec, data: Path, events: Path) -> LaunchedRun:
     cmd = [
-        str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(spec), "--data", str(data),
+        str(python), "-m", "dlscale.launch", "--spec-json", spec.to_json(), "--data", str(data),
         "--events", str(events), "--python", str(python),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )

@@ -8,6 +8,7 @@ PID and the test fails, so a leak never survives the suite).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,7 +21,9 @@ import numpy as np
 import pytest
 from conftest import REPO, framework_python
 
+from dlscale import catalog
 from dlscale.events import read_events
+from dlscale.runspec import RunSpec
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,7 @@ def spec(model="lenet", nodes=2, batch=64, iterations=20, warmup=2, lr=0.02, tim
         "world_size": nodes,
         "scaling": "weak",
         "global_batch": batch * nodes,
-        "dataset": "mnist" if model in ("lenet", "autoencoder") else "imagenet",
+        "dataset": catalog.model(model).datasets[0],
         "iterations": iterations,
         "warmup": warmup,
         "threads_per_rank": 1,
@@ -86,7 +89,7 @@ def launch(python: Path, run_spec: dict, data: Path, events: Path) -> subprocess
         str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(run_spec), "--data", str(data),
         "--events", str(events), "--python", str(python),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -114,16 +117,11 @@ def test_parameter_counts_match_the_torch_runner(bigdl_py, no_leftovers):
         "print('COUNTS', json.dumps({m: parameter_count(build_model(m)) for m in MODELS}))\n"
         "sc.stop()\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1", "TMPDIR": str(no_leftovers)}
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "TMPDIR": str(no_leftovers)}
     out = subprocess.run([str(bigdl_py), "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     counts = json.loads(out.stdout.split("COUNTS", 1)[1].splitlines()[0])
-    assert counts == {
-        "lenet": 431_080,
-        "autoencoder": 2_837_314,
-        "alexnet": 61_100_840,
-        "resnet50": 25_557_032,
-    }
+    assert counts == dict(catalog.PARAMETERS)
 
 
 def test_two_worker_lenet_learns_on_real_mnist(bigdl_py, mnist_shards, no_leftovers):
@@ -186,11 +184,13 @@ def test_batch_that_does_not_split_over_the_cores_fails_before_any_jvm(bigdl_py,
 def test_cluster_shape_and_batch_mapping():
     from dlscale.runners.bigdl.spark import ClusterShape, bigdl_batch, cluster_shape
 
-    run = {**spec(nodes=4, batch=32), "ranks_per_node": 2, "world_size": 8, "global_batch": 256}
+    run = RunSpec.from_dict(
+        {**spec(nodes=4, batch=32), "ranks_per_node": 2, "world_size": 8, "global_batch": 256}
+    )
     shape = cluster_shape(run, "2g")
     assert shape == ClusterShape(workers=4, cores_per_executor=2, executor_memory="2g")
     assert bigdl_batch(run, shape) == 256  # 32 per replica, as the study's batch per rank
-    threaded = {**run, "threads_per_rank": 3}  # 4 x 6 cores do not divide 256
+    threaded = dataclasses.replace(run, threads_per_rank=3)  # 4 x 6 cores do not divide 256
     with pytest.raises(ValueError, match="multiple of executors x cores"):
         bigdl_batch(threaded, cluster_shape(threaded, "2g"))
 
@@ -209,7 +209,7 @@ def test_a_cluster_that_cannot_start_is_stopped_and_says_why(bigdl_py, no_leftov
         "    print('ERROR', err)\n"
         "print('PIDS', *cluster.pids)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     out = subprocess.run(
         [str(bigdl_py), "-c", code, str(no_leftovers / "spark")],
         env=env,
@@ -230,7 +230,7 @@ def test_sigterm_mid_training_fails_the_run_and_stops_the_daemons(bigdl_py, mnis
         str(bigdl_py), "-m", "dlscale.launch", "--spec-json", json.dumps(spec(nodes=2, iterations=100000)),
         "--data", str(mnist_shards), "--events", str(events_path), "--python", str(bigdl_py),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         driver_log = events_path.parent / ".work" / "spark" / "logs" / "driver.log"
@@ -299,7 +299,7 @@ def test_a_failed_gather_after_every_iteration_is_a_warning_of_the_run(tmp_path)
     work = tmp_path / ".work"
     writer = PartWriter(work / "rank0.jsonl")
     where = Placement(0, 1, 0, 0, 1, "host", "127.0.0.1", 1, "local")
-    ctx = RunContext(spec=run_spec, placement=where, data_dir=tmp_path, writer=writer)
+    ctx = RunContext(spec=RunSpec.from_dict(run_spec), placement=where, data_dir=tmp_path, writer=writer)
     log = tmp_path / "driver.log"
     log.write_text(
         "2026-11-29 19:55:14.278 ERROR TaskSetManager: java.lang.OutOfMemoryError: Java heap space\n"

@@ -42,7 +42,7 @@ def test_two_node_bigdl_lenet_with_workers_started_by_srun(tmp_path, mnist_shard
     job.write_text(
         "#!/bin/bash\n"
         "export SPARK_LOCAL_IP=127.0.0.1 DLSCALE_MASTER_ADDR=127.0.0.1\n"
-        f"cd {REPO} && PYTHONPATH={REPO} exec {bigdl_py} -m dlscale.launch"
+        f"cd {REPO} && exec {bigdl_py} -m dlscale.launch"
         f" --spec-json '{json.dumps(SPEC)}' --data {mnist_shards} --events {events} --python {bigdl_py}\n"
     )
     job.chmod(0o755)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dlscale import catalog
 from dlscale.runners.caffe import models
 from dlscale.runners.caffe.launcher import caffe_env, caffe_home
 
@@ -27,7 +28,7 @@ def test_prototxt_text_format():
     assert text == 'name: "a\\"b"\nlayer {\n  pool: MAX\n  flag: true\n  dim: 1\n  dim: 2\n  lr: 0.5\n}'
 
 
-@pytest.mark.parametrize("model", models.MODELS)
+@pytest.mark.parametrize("model", catalog.MODEL_NAMES)
 def test_nets_have_unique_layers_and_one_loss(model):
     text = models.net_prototxt(model, 4)
     types = models.layer_types(model)
@@ -40,7 +41,7 @@ def test_nets_have_unique_layers_and_one_loss(model):
 
 def test_cli_prints_a_net_and_rejects_bad_arguments():
     run = [sys.executable, "-m", "dlscale.runners.caffe.models"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     out = subprocess.run([*run, "lenet", "64"], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith('name: "LeNet"')
     bad = subprocess.run([*run, "vgg", "64"], capture_output=True, text=True, env=env, timeout=60)
@@ -50,10 +51,11 @@ def test_cli_prints_a_net_and_rejects_bad_arguments():
 PROBE = r"""
 import json, sys, tempfile, os
 import caffe
+from dlscale import catalog
 from dlscale.runners.caffe import models
 caffe.set_mode_cpu()
 out = {}
-for model in models.MODELS:
+for model in catalog.MODEL_NAMES:
     with tempfile.NamedTemporaryFile("w", suffix=".prototxt", delete=False) as handle:
         handle.write(models.net_prototxt(model, 2))
     net = caffe.Net(handle.name, caffe.TRAIN)
@@ -70,7 +72,7 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def loaded_nets(caffe_py):
     home = caffe_home({}, os.environ, str(caffe_py))
-    env = {**os.environ, **caffe_env(home, {"PYTHONPATH": str(REPO)}), "GLOG_minloglevel": "2"}
+    env = {**os.environ, **caffe_env(home, {}), "GLOG_minloglevel": "2"}
     out = subprocess.run([str(caffe_py), "-c", PROBE], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
@@ -79,16 +81,7 @@ def loaded_nets(caffe_py):
 def test_parameter_counts_match_torch(loaded_nets):
     """Same architectures as the torch runner: learnable parameters equal, exactly."""
     counts = {model: info["parameters"] for model, info in loaded_nets.items()}
-    assert (
-        counts
-        == models.EXPECTED_PARAMETERS
-        == {
-            "lenet": 431_080,
-            "autoencoder": 2_837_314,
-            "alexnet": 61_100_840,
-            "resnet50": 25_557_032,
-        }
-    )
+    assert counts == dict(catalog.PARAMETERS)
     # The only difference: Caffe keeps BatchNorm's running mean and variance (2 x channels)
     # and a scale factor (1) as blobs of the BatchNorm layer; torch keeps them as buffers.
     bn_channels = 64 + sum(

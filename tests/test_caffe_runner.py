@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dlscale import catalog
 from dlscale.events import read_events
 from dlscale.runners.caffe.launcher import caffe_env, caffe_home
 from dlscale.runners.caffe.mpi_env import placement_env
@@ -40,7 +41,7 @@ def spec(model="lenet", nodes=1, rpn=1, batch=32, iterations=20, warmup=2, lr=0.
         "world_size": world,
         "scaling": "weak",
         "global_batch": batch * world,
-        "dataset": "mnist" if model in ("lenet", "autoencoder") else "imagenet",
+        "dataset": catalog.model(model).datasets[0],
         "iterations": iterations,
         "warmup": warmup,
         "threads_per_rank": 1,
@@ -107,14 +108,20 @@ from dlscale.data.shards import ShardSet
 from dlscale.runners.caffe.models import learnable_blobs
 from dlscale.runners.caffe.parallel import GradientAllreduce
 from dlscale.runners.caffe.train import feed, make_solver, preprocess
+from dlscale.runspec import RunSpec
 
 data, out, steps, global_batch = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 comm = MPI.COMM_WORLD
 rank, world = comm.Get_rank(), comm.Get_size()
 per_rank = global_batch // world
 # A different seed per rank: only rank 0's broadcast weights can make the replicas agree.
-spec = {"model": "lenet", "learning_rate": 0.05, "momentum": 0.9, "warmup": 0,
-        "iterations": steps, "seed": 100 + rank, "options": {}}
+spec = RunSpec.from_dict({
+    "framework": "caffe", "model": "lenet", "nodes": world, "ranks_per_node": 1, "batch": per_rank,
+    "repeat": 0, "run_id": f"caffe/lenet/n{world}x1/b{per_rank}/r0", "world_size": world,
+    "scaling": "strong", "global_batch": global_batch, "dataset": "mnist", "iterations": steps,
+    "warmup": 0, "threads_per_rank": 1, "learning_rate": 0.05, "momentum": 0.9,
+    "seed": 100 + rank, "timeout_s": 300, "options": {},
+})
 shards = ShardSet(data)
 images, labels = shards.load_part(0, 1)
 with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +146,7 @@ def trained_weights(caffe_py, mnist_shards, rank_env, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("weights")
     script = out / "equivalence.py"
     script.write_text(EQUIVALENCE)
-    env = {**rank_env, "PYTHONPATH": f"{rank_env['PYTHONPATH']}{os.pathsep}{REPO}"}
+    env = rank_env  # pycaffe on its path (caffe_env); dlscale is installed in the venv
     for world in (1, 2, 4):
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-n", str(world),
                str(caffe_py), str(script), str(mnist_shards), str(out), "8", "64"]  # fmt: skip
@@ -171,7 +178,7 @@ def _alive(pid: int) -> bool:
 def launch(python, run_spec, data, events, wait=True):
     cmd = [str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(run_spec), "--data", str(data),
            "--events", str(events), "--python", str(python)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     if not wait:
         return subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True

@@ -36,7 +36,7 @@ def test_two_node_caffe_run_through_srun_pmix(tmp_path, caffe_py, mnist_shards):
         "#!/bin/bash\n"
         "export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo\n"
         "export DLSCALE_MASTER_ADDR=127.0.0.1\n"
-        f"cd {REPO} && PYTHONPATH={REPO} exec {caffe_py} -m dlscale.launch"
+        f"cd {REPO} && exec {caffe_py} -m dlscale.launch"
         f" --spec-json '{json.dumps(SPEC)}' --data {mnist_shards} --events {events} --python {caffe_py}\n"
     )
     job.chmod(0o755)

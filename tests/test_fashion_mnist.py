@@ -154,9 +154,7 @@ def test_lenet_learns_on_fashion_mnist(idx, torch_py, tmp_path):
     events = tmp_path / "events.jsonl"
     cmd = [str(torch_py), "-m", "dlscale.launch", "--spec-json", json.dumps(spec), "--data", str(shards)]
     cmd += ["--events", str(events), "--python", str(torch_py)]
-    proc = subprocess.run(
-        cmd, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600
-    )
+    proc = subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = read_events(events)
     assert records[-1]["status"] == "ok", (records[-1], proc.stdout[-3000:])

@@ -7,6 +7,7 @@ table that ``make test-faults`` (and ``make test``) prints.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -140,12 +141,12 @@ def test_nan_loss(framework, mnist_shards, tmp_path):
 
 def test_run_time_limit(framework, mnist_shards, tmp_path):
     python = runner_python(framework)
-    spec = fault_spec(framework)
-    spec["timeout_s"] = 20  # the launcher's own limit (run_timeout_min), far below the work
+    # The launcher's own limit (run_timeout_min), far below the work.
+    spec = dataclasses.replace(fault_spec(framework), timeout_s=20)
     run = launch(python, spec, mnist_shards, tmp_path / "events.jsonl")
     try:
         if framework not in DRIVER_ONLY:  # BigDL's limit may well strike during Spark's start
-            run.wait_for_iterations(rank=0, count=1, timeout=spec["timeout_s"] + 60)
+            run.wait_for_iterations(rank=0, count=1, timeout=spec.timeout_s + 60)
         deadline = time.time() + 60
         while time.time() < deadline and 0 not in run.rank_pids():
             time.sleep(0.2)

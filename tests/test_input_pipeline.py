@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from conftest import REPO, caffe_python, framework_python
 
-from dlscale import analysis
+from dlscale import analysis, catalog
 from dlscale.events import read_events
 
 
@@ -36,7 +36,7 @@ def spec(model="lenet", nodes=1, batch=32, iterations=12, warmup=2, **extra) -> 
         "world_size": nodes,
         "scaling": "weak",
         "global_batch": batch * nodes,
-        "dataset": "mnist" if model in ("lenet", "autoencoder") else "imagenet",
+        "dataset": catalog.model(model).datasets[0],
         "iterations": iterations,
         "warmup": warmup,
         "threads_per_rank": 1,
@@ -52,7 +52,7 @@ def spec(model="lenet", nodes=1, batch=32, iterations=12, warmup=2, **extra) -> 
 def launch(python: Path, run_spec: dict, data: Path, events: Path) -> subprocess.CompletedProcess[str]:
     cmd = [str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(run_spec), "--data", str(data)]
     cmd += ["--events", str(events), "--python", str(python)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -132,9 +132,11 @@ def test_input_option_reaches_the_run_spec_only_when_set(schema):
 
     memory = validate_config({"models": ["lenet"]}, schema)
     run = expand_runs(memory)[0]
-    assert "input" not in run_spec(memory, run)  # the default leaves every run's hash as it was
+    assert "input" not in run_spec(memory, run).to_dict()  # the default leaves every run's hash as it was
     pipeline = validate_config({"models": ["lenet"], "input": "pipeline", "input_workers": 3}, schema)
-    assert run_spec(pipeline, run)["input"] == "pipeline" and run_spec(pipeline, run)["input_workers"] == 3
+    piped = run_spec(pipeline, run)
+    assert piped.input == "pipeline" and piped.input_workers == 3
+    assert piped.to_dict()["input"] == "pipeline" and piped.to_dict()["input_workers"] == 3
 
 
 # --- TensorFlow (tf.data) and Caffe (MemoryData layer + prefetch thread) -----------------

@@ -6,6 +6,7 @@ with that reason, and the launcher's fallback is tested instead.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -63,7 +64,7 @@ else:
 def stream_rate(net: netns.RunNetwork, size: int) -> float:
     """Bytes/s of one TCP stream from emulated node 0 to node 1, through the namespaces."""
     prefix = [sys.executable, "-m", "dlscale.netns"]
-    env = {**netns.node_env(net), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = netns.node_env(net)
     server = subprocess.Popen(
         [*prefix, "--node", "1", "--", sys.executable, "-c", STREAM, "server", net.addresses[1], str(size)],
         env=env,
@@ -139,12 +140,14 @@ def test_stale_namespaces_of_dead_launchers_are_swept():
 
 def test_setup_network_degrades_for_isolation_and_refuses_emulation(monkeypatch):
     monkeypatch.setattr(netns, "unavailable", lambda shaping=False: "network namespaces need root (test)")
-    net, info = launcher.setup_network({"framework": "torch", "nodes": 2}, "local")
+    host = fault_spec("torch", nodes=2)
+    net, info = launcher.setup_network(host, "local")
     assert net is None and "need root" in info["isolation"]
+    emulated = dataclasses.replace(host, network="emulated-1gbe")
     with pytest.raises(netns.NetnsError, match="cannot be emulated here: network namespaces need root"):
-        launcher.setup_network({"framework": "torch", "nodes": 2, "network": "emulated-1gbe"}, "local")
+        launcher.setup_network(emulated, "local")
     with pytest.raises(netns.NetnsError, match="local profile only"):
-        launcher.setup_network({"framework": "torch", "nodes": 2, "network": "emulated-1gbe"}, "slurm")
+        launcher.setup_network(emulated, "slurm")
 
 
 def test_netns_cli_errors_name_what_is_missing(monkeypatch, capsys):
@@ -171,7 +174,7 @@ def test_torch_allreduce_follows_the_emulated_bandwidth(mnist_shards, tmp_path):
     comm = {}
     for network in ("emulated-1gbe", "emulated-100mbe"):
         spec = fault_spec("torch", iterations=6, network=network)
-        assert spec["network"] == network and spec["run_id"].endswith(
+        assert spec.network == network and spec.run_id.endswith(
             f"n2x1-{network.removeprefix('emulated-')}/b64/r0"
         )
         run = launch(python, spec, mnist_shards, tmp_path / network / "events.jsonl")

@@ -19,19 +19,15 @@ from pathlib import Path
 import pytest
 from conftest import framework_python
 
-from dlscale import placement
+from dlscale import catalog, placement
 from dlscale.events import read_events
 from dlscale.runners.plan import LaunchContext
 from dlscale.runners.tensorflow import cluster
 from dlscale.runners.tensorflow import launcher as tf_launcher
+from dlscale.runspec import RunSpec
 
 REPO = Path(__file__).resolve().parent.parent
-TORCH_COUNTS = {  # dlscale.runners.torch.models, pinned by tests/test_torch_runner.py
-    "lenet": 431_080,
-    "autoencoder": 2_837_314,
-    "alexnet": 61_100_840,
-    "resnet50": 25_557_032,
-}
+TORCH_COUNTS = dict(catalog.PARAMETERS)  # the torch runner's, pinned by tests/test_torch_runner.py
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +47,7 @@ def spec(model="lenet", nodes=1, batch=64, iterations=40, warmup=2, lr=0.01, **o
         "world_size": nodes,
         "scaling": "weak",
         "global_batch": batch * nodes,
-        "dataset": "mnist" if model in ("lenet", "autoencoder") else "imagenet",
+        "dataset": catalog.model(model).datasets[0],
         "iterations": iterations,
         "warmup": warmup,
         "threads_per_rank": 1,
@@ -68,7 +64,7 @@ def launch(python, run_spec, data, events, wait=True):
         str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(run_spec),
         "--data", str(data), "--events", str(events), "--python", str(python),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO), "DLSCALE_LAUNCHER": "local"}
+    env = {**os.environ, "DLSCALE_LAUNCHER": "local"}
     if not wait:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -117,7 +113,8 @@ def test_free_ports_are_distinct():
 
 
 def test_ps_plan_has_chief_workers_and_servers(tmp_path):
-    ctx = LaunchContext(spec(nodes=3, strategy="ps", num_ps=2), sys.executable, tmp_path, tmp_path, 29500)
+    run = RunSpec.from_dict(spec(nodes=3, strategy="ps", num_ps=2))
+    ctx = LaunchContext(run, sys.executable, tmp_path, tmp_path, 29500)
     plan = tf_launcher.plan(ctx)
     assert [p.label for p in plan.processes] == ["chief", "worker 0", "worker 1", "worker 2", "ps 0", "ps 1"]
     assert plan.reporting_ranks == 1  # the chief reports global samples
@@ -130,7 +127,8 @@ def test_ps_plan_has_chief_workers_and_servers(tmp_path):
 
 
 def test_mwms_plan_is_one_process_per_rank(tmp_path):
-    ctx = LaunchContext(spec(nodes=2, intra_op_threads=3), sys.executable, tmp_path, tmp_path, 29500)
+    run = RunSpec.from_dict(spec(nodes=2, intra_op_threads=3))
+    ctx = LaunchContext(run, sys.executable, tmp_path, tmp_path, 29500)
     plan = tf_launcher.plan(ctx)
     assert [p.rank for p in plan.processes] == [0, 1] and plan.reporting_ranks == 2
     assert plan.processes[1].env["DLSCALE_TF_INTRA_OP_THREADS"] == "3"
@@ -147,7 +145,7 @@ def test_parameter_counts_match_torch(tf_py):
     )
     out = subprocess.run(
         [str(tf_py), "-c", code],
-        env={**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         capture_output=True,
         text=True,
         check=True,
@@ -256,7 +254,7 @@ def test_frozen_peer_fails_an_unwatched_mwms_rank_in_bounded_time(tf_py, mnist_s
     run_spec = spec(nodes=2, iterations=100000, warmup=1, collective_timeout_s=10)
     ports = cluster.free_ports(2)
     base = {
-        **os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path),
+        **os.environ, "TMPDIR": str(tmp_path),
         cluster.ENV_CLUSTER: json.dumps(cluster.mwms_cluster(["127.0.0.1"] * 2, ports)),
     }  # fmt: skip
     argv = [

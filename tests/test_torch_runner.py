@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dlscale import catalog
 from dlscale.events import read_events
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,7 +34,7 @@ def spec(model="lenet", nodes=1, rpn=1, batch=32, iterations=20, warmup=2, lr=0.
         "world_size": world,
         "scaling": "weak",
         "global_batch": batch * world,
-        "dataset": "mnist" if model in ("lenet", "autoencoder") else "imagenet",
+        "dataset": catalog.model(model).datasets[0],
         "iterations": iterations,
         "warmup": warmup,
         "threads_per_rank": 1,
@@ -60,7 +61,7 @@ def launch(python, run_spec, data, events, env=None, wait=True, rank_python=None
         "--python",
         str(rank_python or python),
     ]
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full_env = {**os.environ, **(env or {})}
     if not wait:
         return subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=600)
@@ -73,12 +74,13 @@ def test_parameter_counts_match_reference(torch_py):
     )
     out = subprocess.run(
         [str(torch_py), "-c", code],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=dict(os.environ),
         capture_output=True,
         text=True,
         check=True,
     )
     counts = json.loads(out.stdout)
+    assert counts == dict(catalog.PARAMETERS)
     assert counts == {
         "lenet": 431_080,  # Caffe's MNIST LeNet
         "autoencoder": 2_837_314,  # Caffe's mnist_autoencoder

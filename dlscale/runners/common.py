@@ -11,7 +11,6 @@ thread settings, loss checks, signal handling and the progress lines a person fo
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -25,6 +24,7 @@ from typing import Any
 
 from dlscale import placement as placement_mod
 from dlscale.events import PartWriter
+from dlscale.runspec import RunSpec
 
 
 class NonFiniteLoss(RuntimeError):
@@ -44,7 +44,7 @@ class Terminated(BaseException):
 class RunContext:
     """What a framework's ``train`` gets: the run's spec, where it runs, and where to report."""
 
-    spec: dict[str, Any]
+    spec: RunSpec
     placement: placement_mod.Placement
     data_dir: Path
     writer: PartWriter
@@ -64,10 +64,10 @@ class RunContext:
 
     @property
     def total_iterations(self) -> int:
-        return int(self.spec["warmup"]) + int(self.spec["iterations"])
+        return self.spec.total_iterations
 
     def is_warmup(self, iteration: int) -> bool:
-        return iteration < int(self.spec["warmup"])
+        return iteration < self.spec.warmup
 
     def record_iteration(
         self,
@@ -130,17 +130,18 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 def parse_args(argv: list[str] | None = None) -> SimpleNamespace:
     parser = argparse.ArgumentParser(description="Run one rank of a dlscale training run.")
-    parser.add_argument("--spec-json", required=True, help="the run spec (JSON) from dlscale.study")
+    parser.add_argument("--spec-json", required=True, help="the run spec (RunSpec.to_json)")
     parser.add_argument("--data", required=True, type=Path, help="shard set directory")
     parser.add_argument("--work-dir", required=True, type=Path, help="where rank part files go")
     args = parser.parse_args(argv)
-    return SimpleNamespace(spec=json.loads(args.spec_json), data=args.data, work_dir=args.work_dir)
+    # A spec that is not a run (SpecError) fails here, before any framework starts.
+    return SimpleNamespace(spec=RunSpec.from_json(args.spec_json), data=args.data, work_dir=args.work_dir)
 
 
 def main(runner: ModuleType, argv: list[str] | None = None) -> int:
     """Entry point of one rank: set up, train, and leave a rank_end event whatever happens."""
     args = parse_args(argv)
-    for key, value in thread_environment(int(args.spec["threads_per_rank"])).items():
+    for key, value in thread_environment(args.spec.threads_per_rank).items():
         os.environ.setdefault(key, value)
     where = placement_mod.detect()
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -156,7 +157,7 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
             pid=os.getpid(),
             placement=where.as_dict(),
             versions=versions,
-            threads=int(args.spec["threads_per_rank"]),
+            threads=args.spec.threads_per_rank,
         )
         runner.train(ctx)
     except Terminated as err:

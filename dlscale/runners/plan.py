@@ -9,13 +9,12 @@ the plan lists, and merges the part files of the ranks that report.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dlscale import placement
+from dlscale.runspec import RunSpec
 
 
 @dataclass
@@ -37,7 +36,7 @@ class Plan:
 
 @dataclass
 class LaunchContext:
-    spec: dict[str, Any]
+    spec: RunSpec
     python: str
     data: Path
     work_dir: Path
@@ -58,7 +57,7 @@ class LaunchContext:
 
     def node_of(self, rank: int) -> int:
         """The emulated node of ``rank`` (ranks packed by node, as srun's block distribution)."""
-        return rank // int(self.spec["ranks_per_node"])
+        return rank // self.spec.ranks_per_node
 
     def address_of(self, rank: int) -> str:
         """The address rank ``rank`` listens on and publishes to its peers."""
@@ -67,13 +66,13 @@ class LaunchContext:
     def runner_argv(self, module: str, *extra: str) -> list[str]:
         """The command line of one rank of ``module`` (``python -m module ...``)."""
         return [
-            self.python, "-m", module, "--spec-json", json.dumps(self.spec),
+            self.python, "-m", module, "--spec-json", self.spec.to_json(),
             "--data", str(self.data), "--work-dir", str(self.work_dir), *extra,
         ]  # fmt: skip
 
     def base_env(self) -> dict[str, str]:
         """Threads pinned, traffic on loopback, temporary files inside the run's work dir."""
-        threads = str(self.spec["threads_per_rank"])
+        threads = str(self.spec.threads_per_rank)
         env = {
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
@@ -103,8 +102,8 @@ def srun_argv(ctx: LaunchContext, *extra: str) -> list[str]:
     """
     spec = ctx.spec
     return [
-        "srun", f"--nodes={spec['nodes']}", f"--ntasks={spec['world_size']}",
-        f"--ntasks-per-node={spec['ranks_per_node']}", f"--cpus-per-task={spec['threads_per_rank']}",
+        "srun", f"--nodes={spec.nodes}", f"--ntasks={spec.world_size}",
+        f"--ntasks-per-node={spec.ranks_per_node}", f"--cpus-per-task={spec.threads_per_rank}",
         "--kill-on-bad-exit=1", "--export=ALL", *extra,
     ]  # fmt: skip
 
@@ -124,7 +123,7 @@ def per_rank_plan(ctx: LaunchContext, module: str) -> Plan:
     Inside a SLURM allocation srun starts them on the allocated nodes and SLURM tells each
     its place; locally the launcher starts them and tells them through DLSCALE_* variables.
     """
-    world = int(ctx.spec["world_size"])
+    world = ctx.spec.world_size
     if ctx.mode == "slurm":
         argv = srun_argv(ctx, *ctx.runner_argv(module))
         return Plan([Process(f"srun ({world} ranks)", argv, slurm_env(ctx), None)], reporting_ranks=world)
@@ -133,7 +132,7 @@ def per_rank_plan(ctx: LaunchContext, module: str) -> Plan:
         env = {
             **ctx.base_env(),
             **placement.local_rank_env(
-                rank, ctx.spec["nodes"], ctx.spec["ranks_per_node"], ctx.master_port, ctx.address_of(0)
+                rank, ctx.spec.nodes, ctx.spec.ranks_per_node, ctx.master_port, ctx.address_of(0)
             ),
             "DLSCALE_NODE_ADDR": ctx.address_of(rank),
         }

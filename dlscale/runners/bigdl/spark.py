@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlscale.netns import ENV_NODE_ADDRESSES, ENV_NODE_NAMESPACES, node_argv
+from dlscale.runspec import RunSpec
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 4.0
@@ -67,22 +68,21 @@ class ClusterShape:
         return self.workers * self.cores_per_executor
 
 
-def cluster_shape(spec: Mapping[str, object], executor_memory: str) -> ClusterShape:
-    cores = int(spec["ranks_per_node"]) * int(spec["threads_per_rank"])  # type: ignore[call-overload]
-    return ClusterShape(int(spec["nodes"]), cores, executor_memory)  # type: ignore[call-overload]
+def cluster_shape(spec: RunSpec, executor_memory: str) -> ClusterShape:
+    return ClusterShape(spec.nodes, spec.ranks_per_node * spec.threads_per_rank, executor_memory)
 
 
-def bigdl_batch(spec: Mapping[str, object], shape: ClusterShape) -> int:
+def bigdl_batch(spec: RunSpec, shape: ClusterShape) -> int:
     """The global batch BigDL is given: the study's batch per rank x ranks.
 
     DistriOptimizer splits it evenly over executors x cores and refuses a remainder, so a
     batch that does not divide is a configuration error, said before any JVM starts.
     """
-    global_batch = int(spec["global_batch"])  # type: ignore[call-overload]
+    global_batch = spec.global_batch
     if global_batch % shape.total_cores:
         raise ValueError(
-            f"BigDL needs the global batch ({global_batch} = batch {spec['batch']} x"
-            f" {spec['world_size']} ranks) to be a multiple of executors x cores"
+            f"BigDL needs the global batch ({global_batch} = batch {spec.batch} x"
+            f" {spec.world_size} ranks) to be a multiple of executors x cores"
             f" ({shape.workers} x {shape.cores_per_executor}): with threads_per_rank > 1 the"
             " batch per rank must be a multiple of threads_per_rank"
         )

@@ -35,6 +35,7 @@ on the executors), from the driver log.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import shutil
 import signal
@@ -43,11 +44,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dlscale import catalog
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
 from dlscale.runners.bigdl.spark import (
@@ -59,15 +62,11 @@ from dlscale.runners.bigdl.spark import (
     node_address,
 )
 from dlscale.runners.common import NonFiniteLoss, RunContext, RunFailure
+from dlscale.runspec import RunSpec
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 POLL_S = 0.2  # how often the driver log and the executors are looked at
 STOP_GRACE_S = 15.0  # after a fault: time BigDL gets to give up before its JVM is killed
-DEFAULTS: dict[str, Any] = {
-    "driver_memory": "3g",
-    "executor_memory": {"lenet": "1g", "autoencoder": "1g", "alexnet": "5g", "resnet50": "6g"},
-    "startup_timeout_s": 180,
-}
 
 
 class BigDLTrainingError(RuntimeError):
@@ -101,24 +100,27 @@ def versions() -> dict[str, str]:
     }
 
 
-def options(spec: dict[str, Any]) -> dict[str, Any]:
-    return {**DEFAULTS, **(spec.get("options") or {})}
+def option_default(key: str) -> Any:
+    """The default of one of this runner's options, from its options schema."""
+    schema = json.loads(catalog.framework("bigdl").options_schema.read_text(encoding="utf-8"))
+    return schema["properties"][key]["default"]
 
 
-def executor_memory(spec: dict[str, Any]) -> str:
+def executor_memory(spec: RunSpec) -> str:
     """The executor heap of this run's model: one size for all, or the model's own."""
-    memory = options(spec)["executor_memory"]
-    if isinstance(memory, dict):
-        return str(memory.get(spec["model"]) or DEFAULTS["executor_memory"][spec["model"]])
+    memory = spec.options["executor_memory"]
+    if isinstance(memory, Mapping):
+        # A per-model map may leave models out: they keep their default size.
+        return str(memory.get(spec.model) or option_default("executor_memory")[spec.model])
     return str(memory)
 
 
-def spark_conf(cluster: SparkCluster, spec: dict[str, Any], log_path: Path) -> Any:
+def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
     """The SparkConf of the driver: BigDL's required settings plus everything kept in the run dir."""
     from bigdl.dllib.utils.common import create_spark_conf
     from bigdl.dllib.utils.engine import get_bigdl_jars
 
-    opts = options(spec)
+    opts = spec.options
     shape = cluster.shape
     tmp = cluster.root / "scratch" / "jvm-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -131,7 +133,7 @@ def spark_conf(cluster: SparkCluster, spec: dict[str, Any], log_path: Path) -> A
         f"-Djava.io.tmpdir={tmp}",  # BigDL unpacks its native MKL library there
         "-XX:-UsePerfData",  # no /tmp/hsperfdata_* file for a killed JVM to leave behind
     ]
-    conf = create_spark_conf().setMaster(str(cluster.master_url)).setAppName(f"dlscale {spec['run_id']}")
+    conf = create_spark_conf().setMaster(str(cluster.master_url)).setAppName(f"dlscale {spec.run_id}")
     settings = {
         "spark.executor.cores": shape.cores_per_executor,
         "spark.cores.max": shape.total_cores,
@@ -147,7 +149,7 @@ def spark_conf(cluster: SparkCluster, spec: dict[str, Any], log_path: Path) -> A
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.task.maxFailures": 1,
-        "spark.scheduler.maxRegisteredResourcesWaitingTime": f"{int(opts['startup_timeout_s'])}s",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": f"{opts['startup_timeout_s']}s",
     }
     if cluster.mode == "local":
         driver_host = node_address(0)  # loopback, or node 0's address on an emulated network
@@ -176,7 +178,7 @@ def write_executor_ranks(ctx: RunContext, shape: ClusterShape, executors: dict[i
     ``rank_start`` (only that: the driver reports every iteration) into their part files,
     with the executor's PID where it is known (local mode): the process that is that rank.
     """
-    per_node = int(ctx.spec["ranks_per_node"])
+    per_node = ctx.spec.ranks_per_node
     base = socket.gethostname()
     for rank in range(1, ctx.world_size):
         node = rank // per_node
@@ -187,7 +189,7 @@ def write_executor_ranks(ctx: RunContext, shape: ClusterShape, executors: dict[i
                 rank=rank,
                 host=f"{base}/node{node}" if ctx.placement.launcher != "slurm" else f"node{node}",
                 role=f"core of the Spark executor on worker {node}",
-                threads=int(ctx.spec["threads_per_rank"]),
+                threads=ctx.spec.threads_per_rank,
                 **pid,
             )
 
@@ -266,7 +268,7 @@ class LiveLog:
         self.ctx.record_iteration(event["iteration"], input_s=None, **fields, **self.fields)
 
     def check_executors(self) -> None:
-        per_node = int(self.ctx.spec["ranks_per_node"])
+        per_node = self.ctx.spec.ranks_per_node
         for node, pid in sorted(self.executors.items()):
             if not alive(pid):
                 raise RunFailure(
@@ -392,34 +394,31 @@ def _optimize(
     init_engine()
     times = {"spark_cluster_s": float(cluster.startup_s or 0.0), "spark_context_s": time.time() - started}
     held["times"] = times  # kept for the events even if training fails
-    executors = executor_pids(ctx, cluster, float(options(spec)["startup_timeout_s"]))
+    executors = executor_pids(ctx, cluster, spec.options["startup_timeout_s"])
     write_executor_ranks(ctx, shape, executors)
     per_executor = global_batch // shape.workers
-    pipeline = spec.get("input", "memory") == "pipeline"
     rdd = training_rdd(
         sc,
         str(Path(ctx.data_dir).resolve()),  # executors run in their own working dirs
-        spec["model"],
+        spec.model,
         shape.workers,
         per_executor * ctx.total_iterations,
-        int(spec["seed"]),
-        input_workers=max(1, int(spec.get("input_workers", 1))) if pipeline else 0,
+        spec.seed,
+        input_workers=max(1, spec.input_workers) if spec.input == "pipeline" else 0,
     )
-    model = build_model(spec["model"])
-    model.set_seed(int(spec["seed"]))
+    model = build_model(spec.model)
+    model.set_seed(spec.seed)
     optimizer = Optimizer.create(
         model=model,
         training_set=rdd,
-        criterion=criterion(spec["model"]),
-        optim_method=SGD(
-            learningrate=float(spec["learning_rate"]), momentum=float(spec["momentum"]), dampening=0.0
-        ),
+        criterion=criterion(spec.model),
+        optim_method=SGD(learningrate=spec.learning_rate, momentum=spec.momentum, dampening=0.0),
         end_trigger=MaxIteration(ctx.total_iterations),
         batch_size=global_batch,
     )
     print(
-        f"[bigdl] training {spec['model']}: {shape.workers} executor(s) x {shape.cores_per_executor} core(s),"
-        f" global batch {global_batch}, input {spec.get('input', 'memory')}; cluster up in"
+        f"[bigdl] training {spec.model}: {shape.workers} executor(s) x {shape.cores_per_executor} core(s),"
+        f" global batch {global_batch}, input {spec.input}; cluster up in"
         f" {times['spark_cluster_s']:.1f} s, SparkContext in {times['spark_context_s']:.1f} s;"
         f" executor pids {executors or 'not visible (SLURM)'}",
         flush=True,
@@ -434,7 +433,6 @@ def _optimize(
 
 def train(ctx: RunContext) -> None:
     spec = ctx.spec
-    opts = options(spec)
     java_version()  # a missing Java is said plainly, before any daemon starts
     shape = cluster_shape(spec, executor_memory(spec))
     global_batch = bigdl_batch(spec, shape)
@@ -448,7 +446,7 @@ def train(ctx: RunContext) -> None:
         root=root,
         shape=shape,
         mode=os.environ.get("DLSCALE_SPARK_MODE", "local"),
-        startup_timeout_s=float(opts["startup_timeout_s"]),
+        startup_timeout_s=spec.options["startup_timeout_s"],
     )
     held: dict[str, Any] = {}
     failure: BaseException | None = None

@@ -8,7 +8,8 @@ when one rank dies, so no rank waits forever in an all-reduce for a dead peer; u
 pycaffe is not pip-installable: it lives in a Caffe build tree (``<home>/python``), found
 in this order: the config's ``caffe.home``; ``DLSCALE_CAFFE_HOME``; the build marker named
 by ``DLSCALE_CAFFE_MARKER`` (the training rule passes the one ``caffe_build`` wrote);
-``caffe-build.json`` beside the framework venvs (where tests and the rule put it).
+the build marker beside the framework venvs (``dlscale.envs.caffe_build_marker``, named by
+what the build depends on: where the tests put it).
 No caffe or MPI import here: this module is loaded when a run is planned.
 """
 
@@ -21,11 +22,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dlscale.envs import caffe_build_marker
 from dlscale.netns import node_argv as netns_argv
 from dlscale.runners.plan import LaunchContext, Plan, Process, slurm_env, srun_argv
 
 MODULE = "dlscale.runners.caffe"
-MARKER_NAME = "caffe-build.json"
 
 
 class CaffeNotFound(RuntimeError):
@@ -50,15 +51,20 @@ def read_marker(marker: str | os.PathLike[str]) -> Path:
         raise CaffeNotFound(f"unreadable Caffe build marker {marker}: {err}") from None
 
 
+def marker_beside_venvs(python: str | os.PathLike[str]) -> Path:
+    """The Caffe build marker beside the framework venvs of ``python`` (``<envs>/caffe/bin/python``)."""
+    return caffe_build_marker(Path(python).absolute().parent.parent.parent, None)
+
+
 def caffe_home(options: Mapping[str, Any], env: Mapping[str, str], python: str) -> Path:
     """Where pycaffe and the caffe tool live (see the module docstring for the order)."""
-    if options.get("home"):
+    if options.get("home"):  # null (the default): the workflow's own build
         return check_home(options["home"])
     if env.get("DLSCALE_CAFFE_HOME"):
         return check_home(env["DLSCALE_CAFFE_HOME"])
     if env.get("DLSCALE_CAFFE_MARKER"):
         return read_marker(env["DLSCALE_CAFFE_MARKER"])
-    beside_venvs = Path(python).absolute().parent.parent.parent / MARKER_NAME
+    beside_venvs = marker_beside_venvs(python)
     if beside_venvs.is_file():
         return read_marker(beside_venvs)
     raise CaffeNotFound(
@@ -83,7 +89,7 @@ def mpirun_argv(ctx: LaunchContext, mpirun: str = "mpirun") -> list[str]:
     """mpirun for n x p ranks on this host: root allowed, oversubscription allowed (emulated
     nodes may exceed the cores), no core binding (the node is shared, threads are pinned by
     count), and the job aborted as soon as one rank fails."""
-    world = int(ctx.spec["world_size"])
+    world = ctx.spec.world_size
     return [
         shutil.which(mpirun) or mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
         "-n", str(world), *ctx.runner_argv(MODULE),
@@ -91,12 +97,12 @@ def mpirun_argv(ctx: LaunchContext, mpirun: str = "mpirun") -> list[str]:
 
 
 def plan(ctx: LaunchContext) -> Plan:
-    options = ctx.spec.get("options", {})
+    options = ctx.spec.options
     home = caffe_home(options, os.environ, ctx.python)
-    world = int(ctx.spec["world_size"])
+    world = ctx.spec.world_size
     if ctx.mode == "slurm":
         env = {**slurm_env(ctx), **caffe_env(home, os.environ)}
-        argv = srun_argv(ctx, f"--mpi={options.get('srun_mpi', 'pmix')}", *ctx.runner_argv(MODULE))
+        argv = srun_argv(ctx, f"--mpi={options['srun_mpi']}", *ctx.runner_argv(MODULE))
         return Plan([Process(f"srun --mpi ({world} ranks)", argv, env, None)], reporting_ranks=world)
     env = {
         **ctx.base_env(),
@@ -105,11 +111,11 @@ def plan(ctx: LaunchContext) -> Plan:
         # on different nodes would: no shared-memory shortcut between "nodes".
         "OMPI_MCA_btl": os.environ.get("OMPI_MCA_btl", "self,tcp"),
         "DLSCALE_MPIRUN": "1",
-        "DLSCALE_RANKS_PER_NODE": str(ctx.spec["ranks_per_node"]),
+        "DLSCALE_RANKS_PER_NODE": str(ctx.spec.ranks_per_node),
         "DLSCALE_MASTER_ADDR": ctx.master_addr,
         "DLSCALE_MASTER_PORT": str(ctx.master_port),
     }
-    argv = mpirun_argv(ctx, str(options.get("mpirun", "mpirun")))
+    argv = mpirun_argv(ctx, options["mpirun"])
     if ctx.emulated:
         # mpirun starts every rank itself: each rank first joins its emulated node's network
         # namespace (dlscale.netns), and reaches mpirun's PMIx server across the emulated

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dlscale.catalog import MODEL_NAMES
 from dlscale.parse.caffe import layer_table
-from dlscale.runners.caffe.models import MODELS, layer_types
+from dlscale.runners.caffe.models import layer_types
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", required=True, type=Path)
-    parser.add_argument("--model", required=True, choices=MODELS)
+    parser.add_argument("--model", required=True, choices=MODEL_NAMES)
     parser.add_argument("--out", required=True, nargs="+", type=Path)
     args = parser.parse_args(argv)
     chart = layer_chart(read_jsonl(args.events), args.model)

@@ -39,16 +39,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-MNIST_MODELS = ("lenet", "autoencoder")
-MODELS = ("lenet", "autoencoder", "alexnet", "resnet50")
+from dlscale import catalog
 
-#: Learnable parameters per model: the torch runner's counts (see module docstring).
-EXPECTED_PARAMETERS = {
-    "lenet": 431_080,
-    "autoencoder": 2_837_314,
-    "alexnet": 61_100_840,
-    "resnet50": 25_557_032,
-}
+#: Learnable parameters per model, the same in every framework (the catalog's counts; the
+#: name stays for dlscale.perfmodel, which imports it).
+EXPECTED_PARAMETERS = catalog.PARAMETERS
 
 #: Layer types whose blobs are statistics, not weights: never updated by the solver.
 STATISTICS_LAYERS = ("BatchNorm",)
@@ -258,7 +253,7 @@ def net_prototxt(model: str, batch: int, data_layer: str = "Input") -> str:
     try:
         builder = _BUILDERS[model]
     except KeyError:
-        raise KeyError(f"unknown model {model!r}; known: {', '.join(MODELS)}") from None
+        raise KeyError(f"unknown model {model!r}; known: {', '.join(_BUILDERS)}") from None
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     if data_layer not in DATA_LAYERS:
@@ -317,8 +312,9 @@ def parameter_count(net: Any) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m dlscale.runners.caffe.models MODEL BATCH``: print the net's prototxt."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] not in MODELS or not args[1].isdigit():
-        print(f"usage: python -m dlscale.runners.caffe.models {{{'|'.join(MODELS)}}} BATCH", file=sys.stderr)
+    names = catalog.MODEL_NAMES
+    if len(args) != 2 or args[0] not in names or not args[1].isdigit():
+        print(f"usage: python -m dlscale.runners.caffe.models {{{'|'.join(names)}}} BATCH", file=sys.stderr)
         return 2
     sys.stdout.write(net_prototxt(args[0], int(args[1])))
     return 0

@@ -20,10 +20,11 @@ import sys
 from pathlib import Path
 
 from dlscale import atomic
+from dlscale.catalog import MODEL_NAMES
 from dlscale.events import dumps
 from dlscale.parse import caffe as caffe_parse
 from dlscale.runners.caffe.launcher import caffe_home
-from dlscale.runners.caffe.models import MODELS, net_prototxt
+from dlscale.runners.caffe.models import net_prototxt
 from dlscale.runners.common import thread_environment
 
 
@@ -42,7 +43,7 @@ def run_caffe_time(home: Path, net: Path, iterations: int, threads: int, timeout
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, choices=MODELS)
+    parser.add_argument("--model", required=True, choices=MODEL_NAMES)
     parser.add_argument("--batch", required=True, type=int)
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)

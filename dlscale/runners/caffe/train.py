@@ -29,6 +29,7 @@ from dlscale.runners.caffe.data import Batches, PrefetchFeed
 from dlscale.runners.caffe.data import preprocess as preprocess  # re-exported: tests and captures use it
 from dlscale.runners.caffe.models import LOSS_SCALE, net_prototxt
 from dlscale.runners.common import RunContext
+from dlscale.runspec import RunSpec
 
 
 def versions() -> dict[str, str]:
@@ -50,38 +51,37 @@ def versions() -> dict[str, str]:
     }
 
 
-def solver_prototxt(net_path: Path, spec: dict[str, Any]) -> str:
+def solver_prototxt(net_path: Path, spec: RunSpec) -> str:
     """A fixed-rate SGD solver (no test net, no snapshots) over the net file."""
-    display = int(spec["options"].get("log_every", 0))
     return "\n".join(
         [
             f'net: "{net_path}"',
             'type: "SGD"',
-            f"base_lr: {float(spec['learning_rate'])!r}",
+            f"base_lr: {spec.learning_rate!r}",
             'lr_policy: "fixed"',
-            f"momentum: {float(spec['momentum'])!r}",
+            f"momentum: {spec.momentum!r}",
             "weight_decay: 0",
-            f"max_iter: {int(spec['warmup']) + int(spec['iterations'])}",
-            f"display: {display}",
+            f"max_iter: {spec.total_iterations}",
+            f"display: {spec.options['log_every']}",
             "snapshot: 0",
             "snapshot_after_train: false",
-            f"random_seed: {int(spec['seed'])}",
+            f"random_seed: {spec.seed}",
             "solver_mode: CPU",
             "",
         ]
     )
 
 
-def make_solver(spec: dict[str, Any], batch: int, directory: Path, data_layer: str = "Input") -> Any:
-    """A pycaffe SGDSolver for ``spec['model']`` at a per-rank ``batch``; files go in ``directory``.
+def make_solver(spec: RunSpec, batch: int, directory: Path, data_layer: str = "Input") -> Any:
+    """A pycaffe SGDSolver for ``spec.model`` at a per-rank ``batch``; files go in ``directory``.
 
     ``data_layer``: the net's first layer, ``Input`` or ``MemoryData`` (``models.net_prototxt``).
     """
     import caffe
 
     caffe.set_mode_cpu()
-    net_path = directory / f"{spec['model']}.prototxt"
-    net_path.write_text(net_prototxt(spec["model"], batch, data_layer))
+    net_path = directory / f"{spec.model}.prototxt"
+    net_path.write_text(net_prototxt(spec.model, batch, data_layer))
     solver_path = directory / "solver.prototxt"
     solver_path.write_text(solver_prototxt(net_path, spec))
     return caffe.SGDSolver(str(solver_path))
@@ -106,12 +106,9 @@ def train(ctx: RunContext) -> None:
             f"MPI says rank {comm.Get_rank()} of {comm.Get_size()}, placement says"
             f" {ctx.rank} of {ctx.world_size}: started without mpirun/srun --mpi?"
         )
-    batch, seed, model = int(spec["batch"]), int(spec["seed"]), spec["model"]
+    batch, seed, model = spec.batch, spec.seed, spec.model
     loss_scale = LOSS_SCALE.get(model, 1.0)
-    mode = spec.get("input", "memory")
-    if mode not in ("memory", "pipeline"):
-        raise ValueError(f"unknown input {mode!r} (expected memory or pipeline)")
-    pipeline = mode == "pipeline"
+    pipeline = spec.input == "pipeline"
     batches = None if pipeline else Batches(ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model)
     with tempfile.TemporaryDirectory(prefix="caffe-") as tmp:
         solver = make_solver(spec, batch, Path(tmp), "MemoryData" if pipeline else "Input")

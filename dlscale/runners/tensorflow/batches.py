@@ -28,8 +28,7 @@ from typing import Any
 import numpy as np
 
 from dlscale.data.shards import IndexBatches, ShardSet
-
-MNIST_MODELS = ("lenet", "autoencoder")
+from dlscale.runspec import RunSpec
 
 
 def _check_part(size: int, part: int, parts: int, batch: int) -> None:
@@ -159,14 +158,11 @@ class PipelineFeed:
 
 
 def feed(
-    tf: Any, spec: dict[str, Any], data_dir: str, part: int, parts: int, normalised: bool = True
+    tf: Any, spec: RunSpec, data_dir: str, part: int, parts: int, normalised: bool = True
 ) -> MemoryFeed | PipelineFeed:
     """The feed the run spec asks for (``input``: memory, the default, or pipeline)."""
-    batch, seed, model = int(spec["batch"]), int(spec["seed"]), spec["model"]
-    mode = spec.get("input", "memory")
-    if mode == "pipeline":
-        workers = int(spec.get("input_workers", 1))
-        return PipelineFeed(tf, data_dir, part, parts, batch, seed, model, workers, normalised)
-    if mode != "memory":
-        raise ValueError(f"unknown input {mode!r} (expected memory or pipeline)")
-    return MemoryFeed(tf, Batches(data_dir, part, parts, batch, seed), model, normalised)
+    if spec.input == "pipeline":
+        return PipelineFeed(
+            tf, data_dir, part, parts, spec.batch, spec.seed, spec.model, spec.input_workers, normalised
+        )
+    return MemoryFeed(tf, Batches(data_dir, part, parts, spec.batch, spec.seed), spec.model, normalised)

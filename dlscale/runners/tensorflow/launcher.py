@@ -25,24 +25,23 @@ SERVER = "dlscale.runners.tensorflow.server"
 
 def tf_env(ctx: LaunchContext) -> dict[str, str]:
     """TensorFlow's settings for every process of the run (explicit, recorded in versions)."""
-    options = ctx.spec["options"]
-    threads = int(ctx.spec["threads_per_rank"])
+    options = ctx.spec.options
     return {
         "KERAS_HOME": str(ctx.work_dir / "keras"),  # keep ~/.keras out of the home directory
         "TF_ENABLE_ONEDNN_OPTS": "1",
         "TF_CPP_MIN_LOG_LEVEL": "1",
-        "DLSCALE_TF_STRATEGY": str(options.get("strategy", "mwms")),
-        steps.ENV_INTRA: str(options.get("intra_op_threads") or threads),
-        steps.ENV_INTER: str(options.get("inter_op_threads") or 2),
+        "DLSCALE_TF_STRATEGY": options["strategy"],
+        # intra_op_threads has no default: absent, the pool is the rank's threads.
+        steps.ENV_INTRA: str(options.get("intra_op_threads") or ctx.spec.threads_per_rank),
+        steps.ENV_INTER: str(options["inter_op_threads"]),
     }
 
 
 def plan(ctx: LaunchContext) -> Plan:
-    strategy = ctx.spec["options"].get("strategy", "mwms")
-    if strategy == "ps":
+    if ctx.spec.options["strategy"] == "ps":
         return ps_plan(ctx)
     base = per_rank_plan(ctx, RUNNER)
-    world = int(ctx.spec["world_size"])
+    world = ctx.spec.world_size
     extra = tf_env(ctx)
     if world > 1 and ctx.mode == "local":
         hosts = [ctx.address_of(rank) for rank in range(world)]
@@ -62,18 +61,18 @@ def ps_plan(ctx: LaunchContext) -> Plan:
             " inside a SLURM allocation use strategy mwms"
         )
     spec = ctx.spec
-    workers = int(spec["world_size"])
-    num_ps = int(spec["options"].get("num_ps", 1))
+    workers = spec.world_size
+    num_ps = spec.options["num_ps"]
     # On an emulated interconnect each task sits on a node: the chief on node 0, worker i
     # on rank i's node, parameter server j on node j mod n (spread, as on a cluster).
-    nodes = int(spec["nodes"])
+    nodes = spec.nodes
     task_nodes = [0, *(ctx.node_of(rank) for rank in range(workers)), *(j % nodes for j in range(num_ps))]
     hosts = [ctx.node_addresses[node % len(ctx.node_addresses)] for node in task_nodes]
     cluster = cluster_mod.ps_cluster(workers, num_ps, cluster_mod.free_ports(1 + workers + num_ps), hosts)
     common = {**ctx.base_env(), **tf_env(ctx), cluster_mod.ENV_CLUSTER: json.dumps(cluster)}
     chief_env = {
         **common,
-        **placement.local_rank_env(0, spec["nodes"], spec["ranks_per_node"], ctx.master_port),
+        **placement.local_rank_env(0, spec.nodes, spec.ranks_per_node, ctx.master_port),
     }
     processes = [Process("chief", ctx.runner_argv(RUNNER), chief_env, rank=0)]
     task = 0

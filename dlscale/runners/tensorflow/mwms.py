@@ -56,10 +56,9 @@ def make_strategy(tf: Any, ctx: RunContext) -> Any:
     """The MWMS of this worker, its TF_CONFIG built from the plan's cluster or the placement."""
     cluster = cluster_mod.cluster_of(os.environ, ctx.placement)
     os.environ["TF_CONFIG"] = json.dumps(cluster_mod.tf_config(cluster, "worker", ctx.rank))
-    timeout = float(ctx.spec["options"].get("collective_timeout_s", 300))
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
-        timeout_seconds=timeout,
+        timeout_seconds=ctx.spec.options["collective_timeout_s"],
     )
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
@@ -71,14 +70,14 @@ def train(ctx: RunContext, tf: Any) -> None:
     world = ctx.world_size
     distributed = world > 1
     strategy = make_strategy(tf, ctx) if distributed else None
-    tf.keras.utils.set_random_seed(int(spec["seed"]))
-    batch = int(spec["batch"])
+    tf.keras.utils.set_random_seed(spec.seed)
+    batch = spec.batch
     batches = batches_mod.feed(tf, spec, str(ctx.data_dir), ctx.rank, world)
 
-    model = build_model(spec["model"], batches.image_shape)
+    model = build_model(spec.model, batches.image_shape)
     variables = list(model.trainable_variables)
-    sgd = steps.SGD(tf, variables, float(spec["learning_rate"]), float(spec["momentum"]))
-    loss_of = steps.loss_function(tf, spec["model"])
+    sgd = steps.SGD(tf, variables, spec.learning_rate, spec.momentum)
+    loss_of = steps.loss_function(tf, spec.model)
     size = sum(steps.size_of(v.shape) for v in variables)
     x_spec = tf.TensorSpec([batch, *batches.image_shape], tf.float32)
     y_spec = tf.TensorSpec([batch], tf.int64)

@@ -41,6 +41,7 @@ from dlscale.runners.common import RunContext
 from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import steps
+from dlscale.runspec import RunSpec
 
 
 def make_coordinator(tf: Any) -> tuple[Any, Any, dict[str, list[str]]]:
@@ -62,13 +63,13 @@ def make_coordinator(tf: Any) -> tuple[Any, Any, dict[str, list[str]]]:
 class Replica:
     """A model, its variables, its SGD and its loss, built under whatever scope is active."""
 
-    def __init__(self, tf: Any, spec: dict[str, Any], shape: tuple[int, ...]):
+    def __init__(self, tf: Any, spec: RunSpec, shape: tuple[int, ...]):
         from dlscale.runners.tensorflow.models import build_model
 
-        self.model = build_model(spec["model"], shape)
+        self.model = build_model(spec.model, shape)
         self.variables = list(self.model.trainable_variables)
-        self.sgd = steps.SGD(tf, self.variables, float(spec["learning_rate"]), float(spec["momentum"]))
-        self.loss_of = steps.loss_function(tf, spec["model"])
+        self.sgd = steps.SGD(tf, self.variables, spec.learning_rate, spec.momentum)
+        self.loss_of = steps.loss_function(tf, spec.model)
         self.size = sum(steps.size_of(v.shape) for v in self.variables)
 
 
@@ -81,17 +82,17 @@ def train(ctx: RunContext, tf: Any) -> None:
         done.touch()  # the servers may leave now
 
 
-def _train(ctx: RunContext, tf: Any, spec: dict[str, Any]) -> None:
+def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
     strategy, coordinator, cluster = make_coordinator(tf)
     workers = len(cluster["worker"])
-    batch = int(spec["batch"])
+    batch = spec.batch
     # One feed per worker, uint8 (the worker normalises): from memory, or one tf.data
     # pipeline per part under input: pipeline, all on the chief, which feeds the workers.
     parts = [
         batches_mod.feed(tf, spec, str(ctx.data_dir), i, workers, normalised=False) for i in range(workers)
     ]
-    mean, std, model_name = parts[0].mean, parts[0].std, spec["model"]
-    tf.keras.utils.set_random_seed(int(spec["seed"]))
+    mean, std, model_name = parts[0].mean, parts[0].std, spec.model
+    tf.keras.utils.set_random_seed(spec.seed)
     with strategy.scope():
         shared = Replica(tf, spec, parts[0].image_shape)  # variables on the parameter servers
     local = Replica(tf, spec, parts[0].image_shape)  # the chief's own replica, for compute_s

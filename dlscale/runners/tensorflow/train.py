@@ -47,7 +47,7 @@ def versions() -> dict[str, str]:
 
 def train(ctx: RunContext) -> None:
     tf = import_tensorflow()
-    strategy = ctx.spec["options"].get("strategy", "mwms")
+    strategy = ctx.spec.options["strategy"]
     if strategy == "mwms":
         from dlscale.runners.tensorflow import mwms
 

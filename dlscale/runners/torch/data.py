@@ -14,8 +14,6 @@ import numpy as np
 from dlscale.data.shards import IndexBatches, ShardSet
 from dlscale.runners.common import RunContext
 
-MNIST_MODELS = ("lenet", "autoencoder")
-
 
 class Batches:
     """Endless mini-batches from this rank's own part of the shards, reshuffled per epoch.
@@ -34,18 +32,20 @@ class Batches:
         shards = ShardSet(ctx.data_dir, verify=True)  # a corrupted shard fails the run, loudly
         start, stop = shards.rank_range(ctx.rank, ctx.world_size)
         self.mean, self.std = float(shards.mean), float(shards.std)
-        self.batch = int(ctx.spec["batch"])
-        self.model = ctx.spec["model"]
-        self.channels_last = bool(ctx.spec["options"].get("channels_last", True))
+        spec = ctx.spec
+        self.batch = spec.batch
+        self.model = spec.model
+        # channels_last is for the CNNs on ImageNet-sized input, not the MNIST-sized models.
+        self.channels_last = spec.options["channels_last"] and not spec.mnist_sized
         if stop - start < self.batch:
             raise ValueError(
                 f"rank {ctx.rank} holds {stop - start} samples, fewer than its batch of {self.batch}:"
                 " make the dataset larger or the batch smaller"
             )
-        self.indices = IndexBatches(stop - start, self.batch, int(ctx.spec["seed"]) + ctx.rank)
+        self.indices = IndexBatches(stop - start, self.batch, spec.seed + ctx.rank)
         self.loader: Any = None
-        if ctx.spec.get("input", "memory") == "pipeline":
-            workers = int(ctx.spec.get("input_workers", 1))
+        if spec.input == "pipeline":
+            workers = spec.input_workers
             loader = torch.utils.data.DataLoader(
                 _ShardBatches(self, shards, start),
                 batch_size=None,  # the sampler yields whole batches of indices
@@ -55,7 +55,7 @@ class Batches:
                 worker_init_fn=_worker_init,
                 # Its own generator: the loader's seed draw must not move the global RNG
                 # that initialises the model (both modes start from the same weights).
-                generator=torch.Generator().manual_seed(int(ctx.spec["seed"]) + ctx.rank),
+                generator=torch.Generator().manual_seed(spec.seed + ctx.rank),
             )
             self.loader = iter(loader)  # forks the workers now, before any collective starts
         else:
@@ -67,7 +67,7 @@ class Batches:
         if self.model == "autoencoder":
             return x  # the autoencoder reconstructs raw [0, 1] pixels
         x = x.sub_(self.mean).div_(self.std)
-        if self.channels_last and self.model not in MNIST_MODELS:
+        if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
 

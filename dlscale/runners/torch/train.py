@@ -19,7 +19,7 @@ from datetime import timedelta
 import numpy as np
 
 from dlscale.runners.common import RunContext
-from dlscale.runners.torch.data import MNIST_MODELS, Batches
+from dlscale.runners.torch.data import Batches
 
 
 def versions() -> dict[str, str]:
@@ -79,13 +79,13 @@ def train(ctx: RunContext) -> None:
 
     spec = ctx.spec
     tune_allocator()
-    torch.set_num_threads(int(spec["threads_per_rank"]))
-    torch.manual_seed(int(spec["seed"]))
+    torch.set_num_threads(spec.threads_per_rank)
+    torch.manual_seed(spec.seed)
     distributed = ctx.world_size > 1
     batches = Batches(ctx, torch)
 
-    model = build_model(spec["model"])
-    if spec["options"].get("channels_last", True) and spec["model"] not in MNIST_MODELS:
+    model = build_model(spec.model)
+    if batches.channels_last:
         model = model.to(memory_format=torch.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
     # One flat gradient buffer; every parameter's .grad is a view into it, so the
@@ -107,18 +107,18 @@ def train(ctx: RunContext) -> None:
             init_method=rendezvous(ctx),
             rank=where.rank,
             world_size=where.world_size,
-            timeout=timedelta(seconds=int(spec["options"].get("timeout_s", 300))),
+            timeout=timedelta(seconds=spec.options["timeout_s"]),
         )
         ddp = DistributedDataParallel(model, forward_sync_buffers=False)
         forward, no_sync = ddp, ddp.no_sync
     else:
         forward, no_sync = model, None
 
-    if spec["model"] == "autoencoder":
+    if spec.model == "autoencoder":
         loss_fn = torch.nn.BCEWithLogitsLoss()
     else:
         loss_fn = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(params, lr=float(spec["learning_rate"]), momentum=float(spec["momentum"]))
+    optimizer = torch.optim.SGD(params, lr=spec.learning_rate, momentum=spec.momentum)
     model.train()
 
     try:
@@ -151,7 +151,7 @@ def train(ctx: RunContext) -> None:
             t4 = time.perf_counter()
             ctx.record_iteration(
                 iteration,
-                samples=int(spec["batch"]),
+                samples=spec.batch,
                 step_s=t4 - t0,
                 compute_s=(t1 - t0) + (t4 - t3),
                 comm_s=(t3 - t2) if distributed else 0.0,
