@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,9 +170,11 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
     """
     if not isinstance(config, dict):
         raise ConfigError(f"config must be a mapping of keys to values, got {type(config).__name__}")
+    _refuse_shared_values(config)
+    _refuse_lossy_numbers(config)
     study = copy.deepcopy(config)
     _fill_defaults(study, schema)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _VALIDATOR(schema)
     errors = sorted(validator.iter_errors(study), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
         err = errors[0]
@@ -182,6 +186,13 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
             raise ConfigError(
                 f"config key '{prefix}{unknown[0]}' is not a known key (known here: {', '.join(known)})"
             )
+        if "propertyNames" in err.schema_path:
+            # A per-model or per-framework map with a name the catalog does not know.
+            where = _key_path(err.absolute_path)
+            known = ", ".join(map(str, err.validator_value)) if err.validator == "enum" else ""
+            raise ConfigError(
+                f"config key '{where}.{err.instance}' is not a known key" + (f" (known here: {known})" if known else "")
+            )
         if err.validator == "oneOf" and err.context:
             # "not valid under any of the given schemas" says nothing; the branch that
             # matches the value's type says what is wrong (e.g. the allowed names).
@@ -189,6 +200,82 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
         raise ConfigError(f"config key '{_key_path(err.absolute_path)}': {err.message}")
     _check_semantics(study, Path(base_dir))
     return study
+
+
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    """An integer is an int: JSON Schema also calls 2.0 an integer, which would become the
+    run id ``n2.0x1``; YAML's ``true`` is not an integer either."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_VALIDATOR = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+)
+
+
+def _walk(value: Any, path: tuple[Any, ...] = ()) -> Any:
+    """Every (path, value) of a loaded config, containers included, depth first."""
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _walk(item, (*path, index))
+
+
+def _refuse_shared_values(config: dict[str, Any]) -> None:
+    """Refuse YAML aliases (``*name``) before anything expands them.
+
+    YAML loads an alias as the same Python object in several places; nested aliases (a
+    "billion laughs" document) are a few lines of text that expand to gigabytes when
+    copied or validated (seen: 54 s and 3.3 GB before a MemoryError). A study config has
+    no use for them, so a container met twice is an error, found in time linear in the
+    text, before any copy.
+    """
+    seen: dict[int, tuple[Any, ...]] = {}
+    queue: deque[tuple[tuple[Any, ...], Any]] = deque([((), config)])
+    while queue:  # breadth first: the shallowest repeat is the one named
+        path, value = queue.popleft()
+        if not isinstance(value, dict | list):
+            continue
+        if id(value) in seen:
+            raise ConfigError(
+                f"config key '{_key_path(path)}': YAML aliases (*name) are not allowed in a study"
+                f" config (the same value as '{_key_path(seen[id(value)])}'); write the value out"
+            )
+        seen[id(value)] = path
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        queue.extend(((*path, key), item) for key, item in items)
+
+
+def _refuse_lossy_numbers(config: dict[str, Any]) -> None:
+    """Numbers are finite: ``.nan`` or ``.inf`` as a learning rate is a typo, not a study."""
+    for path, value in _walk(config):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config key '{_key_path(path)}': {value} is not a finite number")
+
+
+#: How many times the host's cores a local study may ask for (ranks x threads): the
+#: network-validation study and the fault suite run 8 single-thread ranks on this 2-core
+#: machine (4x) and finish (slowly, as emulated nodes do); past that a typo such as
+#: ``nodes: [100000]`` would start that many processes on one host.
+LOCAL_OVERSUBSCRIPTION = 4
+
+
+def check_local_capacity(study: dict[str, Any], cores: int) -> None:
+    """On the local profile every rank of a run is a process on this host: refuse a study
+    whose largest run asks for more than LOCAL_OVERSUBSCRIPTION x the host's cores."""
+    limit = LOCAL_OVERSUBSCRIPTION * cores
+    largest = max(study["nodes"]) * study["ranks_per_node"] * study["threads_per_rank"]
+    if largest > limit:
+        raise ConfigError(
+            f"config key 'nodes': the largest run ({max(study['nodes'])} nodes x"
+            f" {study['ranks_per_node']} ranks_per_node x {study['threads_per_rank']} threads_per_rank"
+            f" = {largest} threads) is more than {LOCAL_OVERSUBSCRIPTION} x this host's {cores} cores"
+            f" ({limit}) on the local profile; use a cluster profile (profiles/slurm) for it"
+        )
 
 
 def _branch_error(err: jsonschema.ValidationError) -> jsonschema.ValidationError:

@@ -27,6 +27,18 @@ try:
 except dlstudy.ConfigError as err:
     raise WorkflowError(f"invalid study configuration: {err}") from None
 
+
+onstart:
+    # Every rank of a local run is a process on this host. Checked once the executor is
+    # known (after the DAG, before any job; never in a dry run, so that a cluster study
+    # can be planned anywhere).
+    if workflow.executor_plugin.name == "local":
+        try:
+            dlstudy.check_local_capacity(STUDY, os.cpu_count() or 1)
+        except dlstudy.ConfigError as err:
+            raise WorkflowError(f"invalid study configuration: {err}") from None
+
+
 from dlscale import preflight
 
 try:

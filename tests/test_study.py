@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlscale.study import ConfigError, Run, expand_runs, run_spec, spec_sha256, validate_config
+from dlscale.study import ConfigError, Run, expand_runs, run_spec, validate_config
 
 
 def test_default_config_is_valid(repo, schema):
@@ -121,9 +121,9 @@ def test_spec_changes_only_with_what_changes_the_run(schema):
     run = expand_runs(base)[0]
     other = copy.deepcopy(base)
     other["models"] = ["lenet", "alexnet"]  # adding a model must not invalidate lenet's runs
-    assert spec_sha256(run_spec(base, run)) == spec_sha256(run_spec(other, run))
+    assert run_spec(base, run).sha256 == run_spec(other, run).sha256
     other["iterations"]["lenet"] = 7
-    assert spec_sha256(run_spec(base, run)) != spec_sha256(run_spec(other, run))
+    assert run_spec(base, run).sha256 != run_spec(other, run).sha256
 
 
 @settings(max_examples=200, deadline=None)
@@ -175,10 +175,8 @@ def test_networks_multiply_the_matrix_and_mark_emulated_run_ids(schema, monkeypa
         assert Run.from_run_id(run.run_id) == run
     host, emulated = run_spec(study, runs[1]), run_spec(study, runs[3])
     # The host network adds nothing to a spec, so adding the option redid no existing run.
-    assert "network" not in host and emulated["network"] == "emulated-1gbe"
-    assert spec_sha256(host) == spec_sha256(
-        run_spec(validate_config({"frameworks": ["torch"], "models": ["lenet"]}, schema), runs[1])
-    )
+    assert "network" not in host.to_dict() and emulated.to_dict()["network"] == "emulated-1gbe"
+    assert host.sha256 == run_spec(validate_config({"frameworks": ["torch"], "models": ["lenet"]}, schema), runs[1]).sha256
 
 
 @pytest.mark.parametrize(
@@ -208,3 +206,72 @@ def test_schema_lists_exactly_the_emulable_networks(schema):
     from dlscale.networks import network_choices
 
     assert schema["$defs"]["network_name"]["enum"] == network_choices()
+
+
+# --- hostile or careless configs (issue 17): each fails before any job, naming the key ---
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "message"),
+    [
+        ({"nodes": [2.0]}, "nodes[0]", "2.0 is not of type 'integer'"),
+        ({"repeats": 2.0}, "repeats", "2.0 is not of type 'integer'"),
+        ({"repeats": True}, "repeats", "True is not of type 'integer'"),
+        ({"learning_rate": {"lenet": float("nan")}}, "learning_rate.lenet", "nan is not a finite number"),
+        ({"iterations": {"lenet": float("inf")}}, "iterations.lenet", "inf is not a finite number"),
+        ({"iterations": {"lenet": 10**9}}, "iterations.lenet", "is greater than the maximum"),
+        ({"nodes": [1, 2**21]}, "nodes[1]", "is greater than the maximum"),
+        ({"run_timeout_min": 10**6}, "run_timeout_min", "is greater than the maximum"),
+    ],
+)
+def test_numbers_are_what_they_claim(schema, config, key, message):
+    with pytest.raises(ConfigError) as err:
+        validate_config(config, schema)
+    assert f"config key '{key}'" in str(err.value) and message in str(err.value)
+
+
+def test_yaml_aliases_are_refused_before_they_expand(schema):
+    """A billion-laughs document: nine levels of ten aliases each would be 10^9 values."""
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    for level in range(1, 10):
+        lines.append(f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * 10)}]")
+    lines.append("nodes: *a9")
+    document = yaml.safe_load("\n".join(lines))
+    config = {"nodes": document["nodes"]}
+    with pytest.raises(ConfigError, match=r"config key 'nodes\[1\]': YAML aliases"):
+        validate_config(config, schema)
+
+
+def test_local_profile_refuses_more_threads_than_the_host_by_far(schema):
+    from dlscale.study import LOCAL_OVERSUBSCRIPTION, check_local_capacity
+
+    study = validate_config({"nodes": [1, 100000]}, schema)
+    with pytest.raises(ConfigError, match=r"config key 'nodes': the largest run \(100000 nodes"):
+        check_local_capacity(study, cores=2)
+    fits = validate_config({"nodes": [1, 2 * LOCAL_OVERSUBSCRIPTION]}, schema)
+    check_local_capacity(fits, cores=2)  # 8 ranks on 2 cores: what the validation study runs
+
+
+def test_a_local_study_too_big_for_the_host_fails_before_any_job(tmp_path, repo):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    study = {"frameworks": ["torch"], "models": ["lenet"], "nodes": [1, 100000], "envs_dir": str(tmp_path / "envs")}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    cmd = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"), "--directory", str(tmp_path),
+        "--configfile", str(tmp_path / "study.yaml"), "--cores", "2",
+    ]
+    # Its own session, so that a regression (jobs started after all) is stopped whole.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    assert "config key 'nodes': the largest run (100000 nodes" in output
+    assert not (tmp_path / "envs").exists() and not (tmp_path / "results" / "runs").exists()
