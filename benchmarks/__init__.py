@@ -4,10 +4,13 @@ Every figure here is a ratio of two things measured side by side in one run (A/B
 alternated, so that a noisy neighbour on a shared node hurts both arms alike), reported as
 the median with min/max over repeats. Benchmarks report; tests never assert timings.
 
-Modules with one job each: ``stats`` (pure arithmetic), ``registry`` (what each framework
-plugs in), ``harness_overhead`` / ``compute_efficiency`` / ``comm_efficiency`` /
+Modules with one job each: ``stats`` (pure arithmetic), ``common`` (driver-side helpers and
+``FrameworkBench``, what a framework plugs in), ``<framework>_bench`` (each framework's
+entry, declared in its own module), ``registry`` (collects the entries by the catalog's
+framework names), ``harness_overhead`` / ``compute_efficiency`` / ``comm_efficiency`` /
 ``workflow_scale`` / ``startup`` (one benchmark each, one csv each), ``summary`` and
-``figures`` (the markdown summary and charts). Worker scripts that run inside a framework's
-own venv (``torch_worker``, ``mpi_allreduce``) and the plain TCP stream (``tcp_stream``)
-import nothing from the workflow venv. Importing this package imports no framework.
+``figures`` (the markdown summary and charts). What runs inside a framework's own venv
+(``<framework>_worker``, ``mpi_allreduce``, ``tcp_stream``; one command line for all:
+``worker_cli``) imports nothing from the workflow venv. Importing this package imports no
+framework.
 """

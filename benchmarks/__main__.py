@@ -27,11 +27,11 @@ from benchmarks import (
     torch_bench,
     workflow_scale,
 )
-from benchmarks.common import REPO, default_study, framework_python
+from benchmarks.common import REPO, default_study, framework_python, write_csv
 from benchmarks.data import datasets
 from benchmarks.registry import covered
+from dlscale import atomic, catalog
 from dlscale.launch import git_sha
-from dlscale.study import IMPLEMENTED_FRAMEWORKS, MODELS
 
 BENCHMARKS = ("training", "comm", "startup", "scale")
 
@@ -47,8 +47,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=REPO / "results" / "bench")
     parser.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
-    parser.add_argument("--frameworks", nargs="+", default=list(IMPLEMENTED_FRAMEWORKS))
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument(
+        "--frameworks", nargs="+", choices=catalog.FRAMEWORK_NAMES, default=list(catalog.FRAMEWORK_NAMES)
+    )
+    parser.add_argument("--models", nargs="+", choices=catalog.MODEL_NAMES, default=list(catalog.MODEL_NAMES))
     return parser.parse_args(argv)
 
 
@@ -78,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             errors.append(f"{name}: {type(err).__name__}: {err}")
 
-    flops = compute_efficiency.flops_table(torch_bench.flops(framework_python("torch"), list(MODELS)))
-    flops.to_csv(out / "flops.csv", index=False)
+    flops = compute_efficiency.flops_table(
+        torch_bench.flops(framework_python("torch"), list(catalog.MODEL_NAMES))
+    )
+    write_csv(flops, out / "flops.csv")
     data = datasets(out / "data") if {"training", "startup"} & set(args.only) else {}
 
     measured: dict[str, object] = {}
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     info["wall_s"] = round(time.time() - started, 1)
     if errors:
         info["errors"] = errors
-    (out / "run_info.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+    atomic.write_text(out / "run_info.json", json.dumps(info, indent=2))
     path = summary.write(out)
     try:
         written = figures.write(out)

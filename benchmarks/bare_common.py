@@ -1,28 +1,26 @@
-"""Helpers the bare-loop workers share; standard library + numpy only (any framework venv).
+"""Helpers the bare-loop arms share; standard library + numpy only (any framework venv).
 
-A bare worker (``benchmarks.<fw>_worker bare``) trains the model in the framework's
+A bare arm (``bare`` in ``benchmarks.<fw>_worker``) trains the model in the framework's
 plainest loop on one fixed batch (prepared as the runner prepares its batches), stamps
-the end of every iteration (wall and process CPU time) and then measures a float32 matmul
-peak with the same threads, printing one JSON line each.
+the end of every iteration (wall and process CPU time); the peak arm measures a float32
+matmul peak with the same threads.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from dlscale.runspec import RunSpec
 
-def emit(**fields: Any) -> None:
-    print(json.dumps(fields), flush=True)
 
-
-def first_batch(data: Path, model: str, batch: int) -> tuple[np.ndarray, np.ndarray, float, float]:
+def first_batch(data: Path, batch: int) -> tuple[np.ndarray, np.ndarray, float, float]:
     """The first ``batch`` samples of the shard set (uint8 NHWC, int64 labels), mean, std."""
     from dlscale.data.shards import ShardSet
 
@@ -54,6 +52,17 @@ def timed_loop(step: Callable[[], Any], total: int) -> tuple[list[float], list[f
 def intervals_throughput(batch: int, stamps: list[float], first: int) -> float:
     gaps = [b - a for a, b in zip(stamps[first:-1], stamps[first + 1 :], strict=True)]
     return batch / statistics.median(gaps) if gaps and statistics.median(gaps) > 0 else float("nan")
+
+
+def bare_loop(spec: RunSpec, step: Callable[[], Any]) -> dict[str, float]:
+    """Run ``step`` for the spec's warm-up + timed iterations; the bare arm's throughputs
+    (wall and CPU time), from the end of the last warm-up iteration on, as the runner arm's."""
+    stamps, cpu = timed_loop(step, spec.total_iterations)
+    first = spec.warmup - 1
+    return {
+        "samples_per_s": intervals_throughput(spec.batch, stamps, first),
+        "samples_per_cpu_s": intervals_throughput(spec.batch, cpu, first),
+    }
 
 
 def matmul_peak(matmul: Callable[[int], Callable[[], Any]], sizes: tuple[int, ...] = (1024, 2048),

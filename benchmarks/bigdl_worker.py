@@ -1,4 +1,5 @@
-"""The bare BigDL loop, inside the BigDL venv (``python -m benchmarks.bigdl_worker bare``).
+"""The bare BigDL loop, inside the BigDL venv (``python -m benchmarks.bigdl_worker bare``;
+arguments and output: benchmarks.worker_cli).
 
 BigDL's plainest training loop on the runner's model, batch and loss: a SparkContext on
 ``local[C]`` (driver and executor in one JVM, no standalone master or worker, C = the
@@ -17,25 +18,27 @@ alternates them with the runner's).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bare_common import emit, matmul_peak, numpy_matmul
-from benchmarks.bigdl_bench import log_rates
+from benchmarks import worker_cli
+from benchmarks.bare_common import matmul_peak, numpy_matmul
+from benchmarks.stats import log_rates
+from dlscale.runspec import RunSpec
 
 
-def local_conf(spec: dict[str, Any], work: Path, log_path: Path) -> Any:
+def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
     """A local-mode SparkConf with the runner's log4j2 file and JVM flags (no cluster)."""
     from bigdl.dllib.utils.common import create_spark_conf
 
-    from dlscale.runners.bigdl.train import LOG4J2, options
+    from dlscale.runners.bigdl.train import LOG4J2
 
-    cores = int(spec["ranks_per_node"]) * int(spec["threads_per_rank"])
+    cores = spec.ranks_per_node * spec.threads_per_rank
     tmp = work / "jvm-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     java = [
@@ -45,9 +48,9 @@ def local_conf(spec: dict[str, Any], work: Path, log_path: Path) -> Any:
         f"-Djava.io.tmpdir={tmp}",
         "-XX:-UsePerfData",
     ]
-    conf = create_spark_conf().setMaster(f"local[{cores}]").setAppName(f"dlscale bench bare {spec['model']}")
+    conf = create_spark_conf().setMaster(f"local[{cores}]").setAppName(f"dlscale bench bare {spec.model}")
     settings = {
-        "spark.driver.memory": options(spec)["driver_memory"],
+        "spark.driver.memory": spec.options["driver_memory"],
         "spark.driver.extraJavaOptions": " ".join(java),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
@@ -61,7 +64,7 @@ def local_conf(spec: dict[str, Any], work: Path, log_path: Path) -> Any:
     return conf
 
 
-def bare(spec: dict[str, Any], data: Path) -> dict[str, float]:
+def bare(spec: RunSpec, data: Path) -> dict[str, float]:
     from bigdl.dllib.optim.optimizer import SGD, MaxIteration, Optimizer
     from bigdl.dllib.utils.common import init_engine
     from pyspark import SparkContext
@@ -71,8 +74,7 @@ def bare(spec: dict[str, Any], data: Path) -> dict[str, float]:
     from dlscale.runners.bigdl.models import build_model, criterion
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # Spark's Python workers: this venv, as the runner's
-    name, batch = spec["model"], int(spec["global_batch"])
-    total = int(spec["warmup"]) + int(spec["iterations"])
+    name, batch, total = spec.model, spec.global_batch, spec.total_iterations
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-bigdl-") as tmp:
         work = Path(tmp)
         log_path = work / "driver.log"
@@ -80,16 +82,14 @@ def bare(spec: dict[str, Any], data: Path) -> dict[str, float]:
         sc = SparkContext(conf=local_conf(spec, work, log_path))
         try:
             init_engine()
-            rdd = training_rdd(sc, str(Path(data).resolve()), name, 1, batch * total, int(spec["seed"]))
+            rdd = training_rdd(sc, str(Path(data).resolve()), name, 1, batch * total, spec.seed)
             model = build_model(name)
-            model.set_seed(int(spec["seed"]))
+            model.set_seed(spec.seed)
             optimizer = Optimizer.create(
                 model=model,
                 training_set=rdd,
                 criterion=criterion(name),
-                optim_method=SGD(
-                    learningrate=float(spec["learning_rate"]), momentum=float(spec["momentum"]), dampening=0.0
-                ),
+                optim_method=SGD(learningrate=spec.learning_rate, momentum=spec.momentum, dampening=0.0),
                 end_trigger=MaxIteration(total),
                 batch_size=batch,
             )
@@ -102,30 +102,19 @@ def bare(spec: dict[str, Any], data: Path) -> dict[str, float]:
     if len(events) != total:
         raise RuntimeError(f"BigDL logged {len(events)} iterations, expected {total}")
     return {
-        **log_rates(events, int(spec["warmup"]), batch),
+        **log_rates(events, spec.warmup, batch),
         "process_to_optimize_s": ready - started,
         "optimize_wall_s": done - ready,
     }
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    bare_p = sub.add_parser("bare")
-    bare_p.add_argument("--spec-json", required=True)
-    bare_p.add_argument("--data", required=True, type=Path)
-    bare_p.add_argument("--peak", action="store_true", help="then measure numpy's matmul peak")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    spec = json.loads(args.spec_json)
-    emit(arm="bare", **bare(spec, args.data))
+def bare_and_peak(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    yield {"arm": "bare", **bare(args.spec, args.data)}
     if args.peak:
-        emit(arm="peak", **matmul_peak(numpy_matmul))
-    return 0
+        yield {"arm": "peak", **matmul_peak(numpy_matmul)}
 
+
+COMMANDS = {"bare": bare_and_peak}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    worker_cli.run(COMMANDS, __doc__)

@@ -1,5 +1,7 @@
-"""Benchmark work inside the Caffe venv (``python -m benchmarks.caffe_worker``; pycaffe on
-PYTHONPATH, as dlscale.runners.caffe.launcher.caffe_env sets it).
+"""Benchmark work inside the Caffe venv (``python -m benchmarks.caffe_worker``; pycaffe made
+importable by the driver as a Caffe run's, by dlscale.runners.caffe.launcher.caffe_env).
+
+Sub-commands (arguments and output: benchmarks.worker_cli):
 
 * ``training``: the runner's own loop (``dlscale.runners.caffe.train.train`` as a lone MPI
   rank, in this process) against a bare loop and the matmul peak, rotated per repeat.
@@ -13,56 +15,43 @@ PYTHONPATH, as dlscale.runners.caffe.launcher.caffe_env sets it).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from benchmarks.bare_common import (
-    emit,
-    first_batch,
-    intervals_throughput,
-    matmul_peak,
-    normalised,
-    numpy_matmul,
-    timed_loop,
-)
+from benchmarks import worker_cli
+from benchmarks.bare_common import bare_loop, first_batch, matmul_peak, normalised, numpy_matmul
+from benchmarks.runner_arm import rotate_arms, runner_arm
+from dlscale.runspec import RunSpec
 
 
-def bare(spec: dict, data: Path) -> dict[str, float]:
+def bare(spec: RunSpec, data: Path) -> dict[str, float]:
     from dlscale.runners.caffe.train import feed, make_solver
 
-    name, batch = spec["model"], int(spec["batch"])
-    images, labels, mean, std = first_batch(data, name, batch)
+    images, labels, mean, std = first_batch(data, spec.batch)
     with tempfile.TemporaryDirectory(prefix="caffe-bench-") as tmp:
-        solver = make_solver(spec, batch, Path(tmp))
-    feed(solver.net, normalised(images, name, mean, std, nchw=True), labels.astype(np.float32))
-    total = int(spec["warmup"]) + int(spec["iterations"])
-    stamps, cpu = timed_loop(lambda: solver.step(1), total)
-    first = int(spec["warmup"]) - 1
-    return {"samples_per_s": intervals_throughput(batch, stamps, first),
-            "samples_per_cpu_s": intervals_throughput(batch, cpu, first)}  # fmt: skip
+        solver = make_solver(spec, spec.batch, Path(tmp))
+    feed(solver.net, normalised(images, spec.model, mean, std, nchw=True), labels.astype(np.float32))
+    return bare_loop(spec, lambda: solver.step(1))
 
 
-def training(args: argparse.Namespace) -> None:
+def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """Runner (dlscale.runners.caffe.train.train as a lone MPI rank, in this process) vs
     bare vs peak. The runner finalizes MPI when it is done, which a process can do once:
-    here that one call waits until every arm has run (MPI is finalized at exit)."""
-    import tempfile
-
-    from benchmarks.runner_arm import rotate_arms, runner_arm
+    here that one call waits until every arm has run (MPI is finalized at the end)."""
     from dlscale.runners.caffe import parallel
     from dlscale.runners.caffe import train as runner
 
+    spec: RunSpec = args.spec
     finalize = parallel.finish
     parallel.finish = lambda comm, mpi: None
-    spec = json.loads(args.spec_json)
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-caffe-") as tmp:
-        rotate_arms(spec, args.repeats, {
+        yield from rotate_arms(spec, args.repeats, {
             "runner": lambda r: runner_arm(runner.train, spec, args.data, Path(tmp), r),
             "bare": lambda r: bare(spec, args.data),
             "peak": lambda r: matmul_peak(numpy_matmul),
@@ -71,7 +60,7 @@ def training(args: argparse.Namespace) -> None:
     finalize(mpi.COMM_WORLD, mpi)
 
 
-def allreduce(args: argparse.Namespace) -> None:
+def allreduce(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     import caffe
 
     from dlscale.runners.caffe.models import learnable_blobs, net_prototxt
@@ -103,37 +92,14 @@ def allreduce(args: argparse.Namespace) -> None:
             sync()
             times.append(time.perf_counter() - t0)
         if comm.Get_rank() == 0:
-            nbytes = sum(int(d.nbytes) for d in diffs)
-            emit(
-                transport="caffe",
-                nbytes=nbytes,
-                seconds=statistics.median(times),
-                blobs=len(diffs),
-                model=model,
-            )
+            yield {"transport": "caffe", "nbytes": sum(int(d.nbytes) for d in diffs),
+                   "seconds": statistics.median(times), "blobs": len(diffs), "model": model}  # fmt: skip
         del net, diffs
     comm.Barrier()
     mpi.Finalize()
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    train_p = sub.add_parser("training")
-    train_p.add_argument("--spec-json", required=True)
-    train_p.add_argument("--data", required=True, type=Path)
-    train_p.add_argument("--repeats", type=int, default=5)
-    ar = sub.add_parser("allreduce")
-    ar.add_argument("--models", nargs="+", required=True)
-    ar.add_argument("--inner", type=int, default=3)
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    {"training": training, "allreduce": allreduce}[args.command](args)
-    return 0
-
+COMMANDS = {"training": training, "allreduce": allreduce}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    worker_cli.run(COMMANDS, __doc__)

@@ -22,9 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.common import REPO, log, run_json_lines, worker_env
+from benchmarks import worker_cli
+from benchmarks.common import REPO, CommJob, FrameworkBench, log, run_json_lines, worker_env, write_csv
 from benchmarks.mpi_env import ensure_mpi, mpirun_argv
-from benchmarks.registry import CommJob, FrameworkBench
 from benchmarks.stats import arm_order, bandwidth, ratio_summary, summarize
 
 RAW_COLUMNS = ("repeat", "transport", "nbytes", "seconds", "bytes_per_s")
@@ -40,41 +40,17 @@ def measure(
 ) -> pd.DataFrame:
     """One row per repeat x transport x size."""
     mpirun, mpi_python = ensure_mpi()
+    reference = worker_cli.arguments("allreduce", inner=inner, sizes=sizes)
+    tcp = [sys.executable, "-m", "benchmarks.tcp_stream", *reference]
+    mpi = [*mpirun_argv(mpirun), str(mpi_python), "-m", "benchmarks.mpi_allreduce", *reference]
     arms: dict[str, Any] = {
-        "tcp": lambda: run_json_lines(
-            [
-                sys.executable,
-                "-m",
-                "benchmarks.tcp_stream",
-                "--inner",
-                str(inner),
-                "--sizes",
-                *map(str, sizes),
-            ],
-            worker_env(1),
-            timeout_s,
-            cwd=REPO,
-        ),
-        "mpi": lambda: run_json_lines(
-            [
-                *mpirun_argv(mpirun),
-                str(mpi_python),
-                "-m",
-                "benchmarks.mpi_allreduce",
-                "--inner",
-                str(inner),
-                "--sizes",
-                *map(str, sizes),
-            ],  # fmt: skip
-            worker_env(1),
-            timeout_s,
-            cwd=REPO,
-        ),
+        "tcp": lambda: run_json_lines(tcp, worker_env(1), timeout_s, cwd=REPO),
+        "mpi": lambda: run_json_lines(mpi, worker_env(1), timeout_s, cwd=REPO),
     }
     limits = {}
     for entry in entries:
         if entry.allreduce is not None:
-            job = CommJob(entry.python(), sizes, inner, timeout_s, dict(models or {}))
+            job = CommJob(entry.name, entry.python(), sizes, inner, timeout_s, dict(models or {}))
             arms[entry.name] = lambda entry=entry, job=job: entry.allreduce(job)
             limits[entry.name] = entry.repeats(repeats, "comm")
     rows = []
@@ -129,8 +105,8 @@ def comm_table(raw: pd.DataFrame, flops: pd.DataFrame, frameworks: list[str]) ->
 
 
 def write(raw: pd.DataFrame, flops: pd.DataFrame, frameworks: list[str], out_dir: Any) -> pd.DataFrame:
-    raw.to_csv(out_dir / "comm_raw.csv", index=False)
+    write_csv(raw, out_dir / "comm_raw.csv")
     table = comm_table(raw, flops, frameworks)
-    table.to_csv(out_dir / "comm_efficiency.csv", index=False)
+    write_csv(table, out_dir / "comm_efficiency.csv")
     log(f"communication: {len(table)} rows")
     return table

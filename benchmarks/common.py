@@ -1,61 +1,146 @@
-"""Driver-side helpers shared by the benchmarks: paths, venvs, data, specs, subprocesses.
+"""Driver-side helpers shared by the benchmarks: paths, venvs, specs, jobs, subprocesses.
 
 The driver runs in the workflow venv; framework work runs in each framework's own venv as
-a subprocess (frameworks pin incompatible numpy/protobuf ranges). Every subprocess gets a
-time limit and its own process group, and is stopped by its group id if it overruns or
-the driver fails, so a benchmark never leaves a rank behind.
+a subprocess (frameworks pin incompatible numpy/protobuf ranges): a worker
+(``python -m benchmarks.<framework>_worker``, its command line built by
+``benchmarks.worker_cli``) or a study run through the real launcher (``launch_run``).
+Every subprocess gets a time limit and its own process group, and is stopped by its group
+id if it overruns or the driver fails, so a benchmark never leaves a rank behind.
+
+What a framework plugs in is a ``FrameworkBench``, declared in its own
+``benchmarks/<framework>_bench.py`` (which imports this module, never the registry);
+``benchmarks.registry`` collects them by the catalog's framework names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from dlscale import study as dlstudy
+from benchmarks import worker_cli
+from benchmarks.stats import summarize
+from dlscale import atomic, catalog
 from dlscale.runners.common import thread_environment
+from dlscale.runspec import RunSpec
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = catalog.REPO_DIR
 ENVS_DIR = Path(os.environ.get("DLSCALE_ENVS_DIR", REPO / ".venvs"))
 CACHE = Path(os.environ.get("DLSCALE_TEST_CACHE", Path.home() / ".cache" / "dlscale-tests"))
-MODELS = dlstudy.MODELS
 
-#: (warm-up, timed) iterations per model in the training benchmarks: enough timed steps
-#: for a stable median, few enough that ``make bench`` stays well inside 20 minutes.
-BENCH_ITERATIONS: dict[str, tuple[int, int]] = {
-    "lenet": (2, 50),
-    "autoencoder": (2, 50),
-    "alexnet": (1, 4),
-    "resnet50": (1, 3),
-}
+#: Warm-up and timed iterations of an MNIST-sized model in the training benchmarks:
+#: enough timed steps for a stable median, few enough that ``make bench`` stays well
+#: inside 20 minutes. ImageNet-sized models: see ``bench_iterations``.
+MNIST_BENCH_ITERATIONS = (2, 50)
 
-
-#: At most this many training repeats per model: a repeat of an ImageNet-shaped model is
+#: At most this many training repeats of an ImageNet-sized model: a repeat of one is
 #: 30-40 s per framework on 2 cores (a ResNet-50 step alone is 2-4 s), and 5 of them for
 #: torch and TensorFlow took 5.5 of the 20 minutes ``make bench`` may take.
-MODEL_MAX_REPEATS: dict[str, int] = {"alexnet": 3, "resnet50": 3}
+IMAGENET_MAX_REPEATS = 3
+
+
+def bench_iterations(model: str) -> tuple[int, int]:
+    """(warm-up, timed) iterations of ``model`` in the training benchmarks.
+
+    MNIST-sized models: ``MNIST_BENCH_ITERATIONS``. ImageNet-sized ones (a step of seconds
+    on one core): one warm-up and a third of the study's iterations, at least 3 (AlexNet 4,
+    ResNet-50 3).
+    """
+    entry = catalog.model(model)
+    if entry.mnist_sized:
+        return MNIST_BENCH_ITERATIONS
+    return 1, max(3, entry.iterations // 3)
+
+
+def training_repeats(model: str, asked: int) -> int:
+    """How many of the ``asked`` training repeats ``model`` gets (``IMAGENET_MAX_REPEATS``)."""
+    return asked if catalog.model(model).mnist_sized else min(asked, IMAGENET_MAX_REPEATS)
 
 
 class BenchError(RuntimeError):
     """A benchmark step failed; the message names the command and the end of its output."""
 
 
-def framework_python(framework: str) -> Path:
-    """A framework venv's python, built from envs/<framework>.txt as the workflow builds it."""
-    from dlscale.envs import build_venv
+# --- what a framework plugs in ----------------------------------------------------------------
 
-    venv = ENVS_DIR / framework
-    marker = venv / "dlscale-env.json"
+
+@dataclass(frozen=True)
+class TrainingJob:
+    python: Path
+    spec: RunSpec
+    data: Path
+    repeats: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class CommJob:
+    framework: str
+    python: Path
+    sizes: list[int]
+    inner: int
+    timeout_s: float
+    models: dict[int, str] = field(default_factory=dict)  # gradient bytes -> model
+
+
+def no_extra_env(python: Path) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class FrameworkBench:
+    """One framework's benchmarks: driver-side functions that run its work as subprocesses
+    of its venv's python and return plain rows.
+
+    * ``training(job)`` -> rows ``{arm: runner|bare|peak, repeat, samples_per_s | peak_flops}``:
+      the runner's single-rank training loop against a bare loop of the same model, batch
+      and threads, plus the matmul peak (``worker_training`` runs them in one worker).
+    * ``allreduce(job)`` -> rows ``{nbytes, seconds}``: the framework's gradient
+      synchronisation of each size between two processes on loopback, as its runner does it.
+    * ``launch_env(python)``: extra environment of a study run of this framework through
+      ``dlscale.launch`` (start-up cost is measured on the real launcher for every framework).
+    """
+
+    name: str
+    training: Callable[[TrainingJob], list[dict[str, Any]]] | None = None
+    allreduce: Callable[[CommJob], list[dict[str, Any]]] | None = None
+    comm_label: str = ""
+    launch_env: Callable[[Path], dict[str, str]] = no_extra_env
+    #: At most this many repeats per benchmark ("training", "comm", "startup"; absent: all
+    #: asked). For frameworks whose every arm is a fresh JVM + Spark start (BigDL: about a
+    #: minute a run on 2 cores), so that ``make bench`` stays inside its 20 minutes; their
+    #: ratios pair the repeats they ran.
+    max_repeats: Mapping[str, int] = field(default_factory=dict)
+
+    def python(self) -> Path:
+        return framework_python(self.name)
+
+    def repeats(self, asked: int, benchmark: str) -> int:
+        """How many of the ``asked`` repeats of ``benchmark`` this framework runs (at least 1)."""
+        cap = self.max_repeats.get(benchmark)
+        return asked if cap is None else max(1, min(asked, cap))
+
+
+# --- venvs, study, specs ------------------------------------------------------------------------
+
+
+def framework_python(framework: str) -> Path:
+    """A framework venv's python (dlscale installed in it), built as the workflow builds it."""
+    from dlscale.envs import build_venv, env_marker
+
+    venv = ENVS_DIR / catalog.framework(framework).env
+    marker = env_marker(ENVS_DIR, framework)
     if not marker.exists():
-        print(f"[bench] building {venv} from envs/{framework}.txt", flush=True)
-        build_venv(venv, REPO / "envs" / f"{framework}.txt", marker)
+        log(f"building {venv} from {catalog.framework(framework).requirements.name}")
+        build_venv(venv, catalog.framework(framework).requirements, marker)
     return venv / "bin" / "python"
 
 
@@ -65,28 +150,118 @@ def default_study() -> dict[str, Any]:
     Benchmarks take batch, threads, learning rate and framework options from it, so what
     they measure is what the study runs.
     """
+    import yaml
+
+    from dlscale import study as dlstudy
+
     with open(REPO / "config.yaml", encoding="utf-8") as handle:
         config = yaml.safe_load(handle)
     return dlstudy.validate_config(config, dlstudy.load_schema(REPO / "schemas" / "config.schema.yaml"), REPO)
 
 
-def bench_spec(study: dict[str, Any], framework: str, model: str, nodes: int = 1) -> dict[str, Any]:
+def bench_spec(
+    study: dict[str, Any],
+    framework: str,
+    model: str,
+    nodes: int = 1,
+    iterations: tuple[int, int] | None = None,
+) -> RunSpec:
     """The spec of a study run of ``model`` (one rank per node; a single rank by default),
-    with the benchmark's iterations."""
+    with the benchmark's (warm-up, timed) ``iterations`` (default: ``bench_iterations``)."""
+    from dlscale import study as dlstudy
+
     run = dlstudy.Run(framework, model, nodes, 1, int(study["batch_per_rank"][model]), 0)
-    spec = dlstudy.run_spec(study, run)
-    spec["warmup"], spec["iterations"] = BENCH_ITERATIONS[model]
-    return spec
+    warmup, timed = iterations or bench_iterations(model)
+    return dataclasses.replace(dlstudy.run_spec(study, run), warmup=warmup, iterations=timed)
 
 
-def worker_env(threads: int, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment of a worker: the repo importable, threads pinned as a rank's are."""
-    env = {**os.environ, **thread_environment(threads), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+# --- workers --------------------------------------------------------------------------------------
+
+
+def worker_env(threads: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment of a worker: threads pinned as a rank's are, traffic on loopback."""
+    env = {**os.environ, **thread_environment(threads), "PYTHONUNBUFFERED": "1"}
     env.update(
         {"GLOO_SOCKET_IFNAME": "lo", "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
     )
     env.update(extra or {})
     return env
+
+
+def worker_command(python: Path | str, framework: str, command: str, **values: Any) -> list[str]:
+    """``python -m benchmarks.<framework>_worker <command> ...`` (run with cwd = the repo)."""
+    return [str(python), "-m", f"benchmarks.{framework}_worker", *worker_cli.arguments(command, **values)]
+
+
+def worker_training(job: TrainingJob, extra_env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Runner vs bare loop vs matmul peak, rotated per repeat in one worker process."""
+    cmd = worker_command(
+        job.python, job.spec.framework, "training", spec=job.spec, data=job.data, repeats=job.repeats
+    )
+    return run_json_lines(cmd, worker_env(job.spec.threads_per_rank, extra_env), job.timeout_s, cwd=REPO)
+
+
+def two_rank_allreduce(job: CommJob, extra_env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Two worker ranks on loopback (a port each) synchronising each size; rank 0's rows."""
+    from dlscale.launch import free_port
+
+    ports = [free_port(), free_port()]
+    cmds = [
+        worker_command(job.python, job.framework, "allreduce", rank=rank, world=2, ports=ports,
+                       inner=job.inner, sizes=job.sizes)
+        for rank in range(2)
+    ]  # fmt: skip
+    return run_ranks_json_lines(cmds, worker_env(1, extra_env), job.timeout_s)
+
+
+# --- study runs through the real launcher -------------------------------------------------------
+
+
+def launch_run(
+    python: Path,
+    spec: RunSpec,
+    data: Path,
+    work: Path,
+    timeout_s: float,
+    extra_env: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One study run through ``python -m dlscale.launch``, as the training rule runs it; its
+    events (run_start, iterations, run_end). A run that did not end ok raises BenchError."""
+    events_path = work / "events.jsonl"
+    cmd = [
+        str(python), "-m", "dlscale.launch", "--spec-json", spec.to_json(), "--data", str(data),
+        "--events", str(events_path), "--python", str(python), "--config-sha256", spec.sha256,
+    ]  # fmt: skip
+    finish(start(cmd, {**os.environ, **(extra_env or {})}, REPO), cmd, timeout_s)
+    events = [json.loads(line) for line in events_path.read_text(encoding="utf-8").splitlines() if line]
+    end = events[-1]
+    if end.get("event") != "run_end" or end.get("status") != "ok":
+        raise BenchError(f"run {spec.run_id} through dlscale.launch failed: {end.get('reason')}")
+    return events
+
+
+def startup_fields(events: list[dict[str, Any]]) -> dict[str, float]:
+    """A finished run's start-up figures from its events (run_start first, run_end last).
+
+    ``to_first_step_s``: launcher start to the start of the first iteration (its end time
+    minus its step); ``startup_s``: the launcher's own start to first timed iteration;
+    ``warmup_s``: the difference (the warm-up iterations).
+    """
+    run_start, run_end = events[0], events[-1]
+    iterations = [e for e in events if e["event"] == "iteration" and e.get("rank", 0) == 0]
+    first = iterations[0]
+    to_first = first["time"] - first["step_s"] - run_start["time"]
+    timed = [e["step_s"] for e in iterations if not e.get("warmup")]
+    return {
+        "startup_s": run_start["startup_s"],
+        "to_first_step_s": to_first,
+        "warmup_s": run_start["startup_s"] - to_first,
+        "median_step_s": summarize(timed).median,
+        "wall_s": run_end["wall_s"],
+    }
+
+
+# --- subprocesses -------------------------------------------------------------------------------
 
 
 def stop_group(proc: subprocess.Popen[Any]) -> None:
@@ -159,6 +334,11 @@ def parse_json_lines(text: str) -> list[dict[str, Any]]:
         if line.startswith("{"):
             rows.append(json.loads(line))
     return rows
+
+
+def write_csv(table: Any, path: Path) -> Path:
+    """A result table as csv, written atomically (``dlscale.atomic``: whole or not at all)."""
+    return atomic.replace_with(path, lambda tmp: table.to_csv(tmp, index=False))
 
 
 def log(message: str) -> None:

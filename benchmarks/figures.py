@@ -1,5 +1,6 @@
-"""Two benchmark figures (altair, html + png like dlscale.figures): training efficiency
-(harness ratio and roofline fraction per model) and communication bandwidth per size."""
+"""Two benchmark figures (altair): training efficiency (harness ratio and roofline fraction
+per model) and communication bandwidth per size, each as html and png, saved atomically by
+the study's own saver (``dlscale.figures.save_chart``)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,24 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
-from dlscale.figures import FRAMEWORK_ORDER, MODEL_ORDER
+from dlscale import catalog
+from dlscale.figures import save_chart
+
+FORMATS = (".html", ".png")
 
 
 def _save(chart: alt.TopLevelMixin, stem: Path) -> list[Path]:
     chart = chart.configure(background="white")
-    out = []
-    for suffix in (".html", ".png"):
-        path = stem.with_suffix(suffix)
-        if suffix == ".html":
-            chart.save(str(path), inline=True)
-        else:
-            chart.save(str(path), scale_factor=2.0)
-        out.append(path)
-    return out
+    paths = [stem.with_suffix(suffix) for suffix in FORMATS]
+    for path in paths:
+        save_chart(chart, path)
+    return paths
 
 
 def _ranged_bars(table: pd.DataFrame, prefix: str, title: str, target: float | None) -> alt.TopLevelMixin:
     data = table.assign(value=table[f"{prefix}_median"], lo=table[f"{prefix}_min"], hi=table[f"{prefix}_max"])
-    x = alt.X("model:N", sort=list(MODEL_ORDER), title=None)
-    colour = alt.Color("framework:N", sort=list(FRAMEWORK_ORDER))
+    x = alt.X("model:N", sort=list(catalog.MODEL_NAMES), title=None)
+    colour = alt.Color("framework:N", sort=list(catalog.FRAMEWORK_NAMES))
     bars = (
         alt.Chart(data)
         .mark_bar(opacity=0.8)

@@ -13,9 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.common import MODEL_MAX_REPEATS, bench_spec, log
-from benchmarks.data import DATASETS
-from benchmarks.registry import FrameworkBench, TrainingJob
+from benchmarks.common import FrameworkBench, TrainingJob, bench_spec, log, training_repeats, write_csv
 from benchmarks.stats import ratio_summary, summarize, verdict
 from dlscale import study as dlstudy
 
@@ -46,9 +44,9 @@ def measure(
         mine = set(dlstudy.models_of(study, entry.name))
         for model in [m for m in models if m in mine]:
             spec = bench_spec(study, entry.name, model)
-            mine_repeats = min(entry.repeats(repeats, "training"), MODEL_MAX_REPEATS.get(model, repeats))
+            mine_repeats = training_repeats(model, entry.repeats(repeats, "training"))
             log(f"training {entry.name}/{model}: runner vs bare vs peak, {mine_repeats} repeats")
-            job = TrainingJob(python, spec, data[DATASETS[model]], mine_repeats, timeout_s)
+            job = TrainingJob(python, spec, data[spec.dataset], mine_repeats, timeout_s)
             for row in entry.training(job):
                 rows.append({"framework": entry.name, **row})
     raw = pd.DataFrame(rows)
@@ -135,8 +133,8 @@ def step_breakdown(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 def write(raw: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
-    raw.to_csv(out_dir / "training_raw.csv", index=False)
+    write_csv(raw, out_dir / "training_raw.csv")
     table = overhead_table(raw)
-    table.to_csv(out_dir / "harness_overhead.csv", index=False)
-    step_breakdown(raw).to_csv(out_dir / "step_breakdown.csv", index=False)
+    write_csv(table, out_dir / "harness_overhead.csv")
+    write_csv(step_breakdown(raw), out_dir / "step_breakdown.csv")
     return table

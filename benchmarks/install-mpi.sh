@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 # Debian's Open MPI (mpirun + headers), installed only when missing. Idempotent.
-# The benchmark uses scripts/install-mpi.sh instead when the project has one.
 set -euo pipefail
 if command -v mpirun >/dev/null 2>&1 && dpkg -s libopenmpi-dev >/dev/null 2>&1; then
   exit 0

@@ -1,4 +1,5 @@
-"""MPI all-reduce of each gradient size (``mpirun -n 2 python -m benchmarks.mpi_allreduce``).
+"""MPI all-reduce of each gradient size (``mpirun -n 2 python -m benchmarks.mpi_allreduce
+allreduce``; arguments and output: benchmarks.worker_cli).
 
 Runs in the small bench-mpi venv (mpi4py + numpy). Per size: one warm-up Allreduce, then
 ``inner`` timed ones, each after a barrier so the time is the transfer, not a peer's lag
@@ -8,20 +9,18 @@ Runs in the small bench-mpi venv (mpi4py + numpy). Per size: one warm-up Allredu
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from benchmarks import worker_cli
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", required=True)
-    parser.add_argument("--inner", type=int, default=3)
-    args = parser.parse_args(argv)
+
+def allreduce(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     comm = MPI.COMM_WORLD
     for nbytes in args.sizes:
         buffer = np.ones(nbytes // 4, dtype=np.float32)
@@ -34,14 +33,10 @@ def main(argv: list[str] | None = None) -> int:
             buffer /= comm.Get_size()
             times.append(time.perf_counter() - t0)
         if comm.Get_rank() == 0:
-            print(
-                json.dumps(
-                    {"transport": "mpi", "nbytes": buffer.nbytes, "seconds": statistics.median(times)}
-                ),
-                flush=True,
-            )
-    return 0
+            yield {"transport": "mpi", "nbytes": buffer.nbytes, "seconds": statistics.median(times)}
 
+
+COMMANDS = {"allreduce": allreduce}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    worker_cli.run(COMMANDS, __doc__)

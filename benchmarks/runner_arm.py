@@ -5,6 +5,7 @@ code path of every study run) as a lone rank, in this process, and times it from
 iteration events: the gaps between successive events cover the whole loop body (next
 batch, step, event writing), which is what the harness costs on top of the step itself.
 CPU time is stamped at every event too (steady on a shared node; see StampedContext).
+``rotate_arms`` runs a worker's arms (runner, bare loop, matmul peak) in rotated order.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,21 @@ from benchmarks.stats import arm_order, median_interval, throughput
 from dlscale import placement as placement_mod
 from dlscale.events import PartWriter
 from dlscale.runners.common import RunContext
+from dlscale.runspec import RunSpec
+
+#: One arm of a repeat: the repeat number in, its measurements out.
+Arm = Callable[[int], Mapping[str, float]]
 
 
 @dataclass
 class StampedContext(RunContext):
-    """The runner's context, also noting this process's CPU time at every iteration event."""
+    """The runner's context, also noting this process's CPU time at every iteration event.
+
+    record_iteration is called at the same point of every iteration, so the CPU time
+    between two calls is what one whole iteration cost this process. On a shared,
+    oversubscribed node that is far steadier than wall time (being descheduled costs
+    wall time, not CPU time), so the benchmark reports both.
+    """
 
     cpu_stamps: list[float] = field(default_factory=list)
 
@@ -34,14 +45,16 @@ class StampedContext(RunContext):
         super().record_iteration(iteration, **fields)
 
 
-def context(spec: dict[str, Any], data: Path, part: Path) -> StampedContext:
-    where = placement_mod.detect({})  # a lone process: rank 0 of 1
+def context(spec: RunSpec, data: Path, part: Path) -> StampedContext:
+    """The context of a lone rank (rank 0 of 1) writing its events to ``part``."""
+    where = placement_mod.detect({})
     return StampedContext(spec=spec, placement=where, data_dir=data, writer=PartWriter(part))
 
 
 def runner_arm(
-    train: Callable[[RunContext], None], spec: dict[str, Any], data: Path, work: Path, repeat: int
+    train: Callable[[RunContext], None], spec: RunSpec, data: Path, work: Path, repeat: int
 ) -> dict[str, float]:
+    """The runner's loop as a study run executes it; timed from its own events' stamps."""
     part = work / f"runner{repeat}.jsonl"
     ctx = context(spec, data, part)
     try:
@@ -50,24 +63,22 @@ def runner_arm(
         ctx.writer.close()
     lines = part.read_text(encoding="utf-8").splitlines()
     events = [e for e in map(json.loads, filter(None, lines)) if e["event"] == "iteration"]
-    warmup, batch = int(spec["warmup"]), int(spec["batch"])
+    first = spec.warmup - 1  # the last warm-up iteration's end starts the clock
     return {
-        "samples_per_s": throughput(batch, median_interval([e["time"] for e in events[warmup - 1 :]])),
-        "samples_per_cpu_s": throughput(batch, median_interval(ctx.cpu_stamps[warmup - 1 :])),
+        "samples_per_s": throughput(spec.batch, median_interval([e["time"] for e in events[first:]])),
+        "samples_per_cpu_s": throughput(spec.batch, median_interval(ctx.cpu_stamps[first:])),
         "self_timed_samples_per_s": throughput(
-            batch, statistics.median(e["step_s"] for e in events[warmup:])
+            spec.batch, statistics.median(e["step_s"] for e in events[spec.warmup :])
         ),
     }
 
 
-def rotate_arms(
-    spec: dict[str, Any], repeats: int, arms: dict[str, Callable[[int], dict[str, float]]]
-) -> None:
-    """Run the arms (runner, bare, peak) in rotated order per repeat; print one JSON row each."""
-    threads = int(spec["threads_per_rank"])
+def rotate_arms(spec: RunSpec, repeats: int, arms: Mapping[str, Arm]) -> Iterator[dict[str, Any]]:
+    """Run the arms in rotated order per repeat; one row per arm and repeat."""
+    if spec.warmup < 1:
+        raise SystemExit("the training benchmark needs warmup >= 1 (the last warm-up stamp starts the clock)")
     for repeat in range(repeats):
         for arm in arm_order(repeat, tuple(arms)):
             result = arms[arm](repeat)
-            row = {"arm": arm, "repeat": repeat, "model": spec["model"], "batch": int(spec["batch"]),
-                   "threads": threads, **result}  # fmt: skip
-            print(json.dumps(row), flush=True)
+            yield {"arm": arm, "repeat": repeat, "model": spec.model, "batch": spec.batch,
+                   "threads": spec.threads_per_rank, **result}  # fmt: skip

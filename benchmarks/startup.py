@@ -10,56 +10,28 @@ these dominate a run's wall time, so the study reports them separately from step
 
 from __future__ import annotations
 
-import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from benchmarks.common import REPO, BenchError, bench_spec, finish, log, start
-from benchmarks.data import DATASETS
-from benchmarks.registry import FrameworkBench
+from benchmarks.common import FrameworkBench, bench_spec, launch_run, log, startup_fields, write_csv
 from benchmarks.stats import summarize
+from dlscale import catalog
+from dlscale.runspec import RunSpec
 
-STARTUP_MODELS = ("lenet",)
+#: Start-up is measured on the smallest model: its steps are short, so start-up stands out.
+STARTUP_MODELS = (min(catalog.MODEL_NAMES, key=catalog.PARAMETERS.__getitem__),)
 STARTUP_COLUMNS = ("startup_s", "to_first_step_s", "warmup_s", "median_step_s", "wall_s")
 
 
-def startup_once(entry: FrameworkBench, spec: dict[str, Any], data: Path, tmp: Path, repeat: int) -> dict:
-    events_path = tmp / f"{entry.name}-{spec['model']}-{repeat}" / "events.jsonl"
-    cmd = [
-        str(entry.python()), "-m", "dlscale.launch", "--spec-json", json.dumps(spec),
-        "--data", str(data), "--events", str(events_path), "--python", str(entry.python()),
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO), **entry.startup_env}
-    finish(start(cmd, env, REPO), cmd, timeout=float(spec["timeout_s"]) + 60)
-    events = [json.loads(line) for line in events_path.read_text(encoding="utf-8").splitlines()]
-    if events[-1].get("status") != "ok":
-        raise BenchError(f"start-up run {spec['run_id']} failed: {events[-1].get('reason')}")
-    return {"framework": entry.name, "model": spec["model"], "repeat": repeat, **startup_fields(events)}
-
-
-def startup_fields(events: list[dict[str, Any]]) -> dict[str, float]:
-    """A finished run's start-up figures from its events (run_start first, run_end last).
-
-    ``to_first_step_s``: launcher start to the start of the first iteration (its end time
-    minus its step); ``startup_s``: the launcher's own start to first timed iteration;
-    ``warmup_s``: the difference (the warm-up iterations).
-    """
-    run_start, run_end = events[0], events[-1]
-    iterations = [e for e in events if e["event"] == "iteration" and e.get("rank", 0) == 0]
-    first = iterations[0]
-    to_first = first["time"] - first["step_s"] - run_start["time"]
-    timed = [e["step_s"] for e in iterations if not e.get("warmup")]
-    return {
-        "startup_s": run_start["startup_s"],
-        "to_first_step_s": to_first,
-        "warmup_s": run_start["startup_s"] - to_first,
-        "median_step_s": summarize(timed).median,
-        "wall_s": run_end["wall_s"],
-    }
+def startup_once(entry: FrameworkBench, spec: RunSpec, data: Path, tmp: Path, repeat: int) -> dict:
+    """One launch of ``spec``; its start-up figures."""
+    python = entry.python()
+    work = tmp / f"{entry.name}-{spec.model}-{repeat}"
+    events = launch_run(python, spec, data, work, spec.timeout_s + 60, entry.launch_env(python))
+    return {"framework": entry.name, "model": spec.model, "repeat": repeat, **startup_fields(events)}
 
 
 def reused_rows(training_raw: pd.DataFrame | None, framework: str, models: tuple[str, ...]) -> list[dict]:
@@ -100,10 +72,9 @@ def measure(
                 if repeat >= entry.repeats(repeats, "startup") or reused[entry.name]:
                     continue
                 for model in models:
-                    spec = bench_spec(study, entry.name, model)
-                    spec["warmup"], spec["iterations"] = int(study["warmup"]), 5
+                    spec = bench_spec(study, entry.name, model, iterations=(int(study["warmup"]), 5))
                     log(f"start-up repeat {repeat + 1}/{repeats}: {entry.name}/{model}")
-                    row = startup_once(entry, spec, data[DATASETS[model]], Path(name), repeat)
+                    row = startup_once(entry, spec, data[spec.dataset], Path(name), repeat)
                     rows.append({**row, "source": "launch"})
     return pd.DataFrame(rows)
 
@@ -128,7 +99,7 @@ def startup_table(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 def write(raw: pd.DataFrame, out_dir: Path) -> pd.DataFrame:
-    raw.to_csv(out_dir / "startup_raw.csv", index=False)
+    write_csv(raw, out_dir / "startup_raw.csv")
     table = startup_table(raw)
-    table.to_csv(out_dir / "startup.csv", index=False)
+    write_csv(table, out_dir / "startup.csv")
     return table

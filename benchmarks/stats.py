@@ -1,6 +1,8 @@
-"""Pure arithmetic of the benchmarks: summaries over repeats, paired ratios, A/B order.
+"""Pure arithmetic of the benchmarks: summaries over repeats, paired ratios, A/B order,
+throughputs from time stamps.
 
-Kept free of I/O and of any framework so that the numbers in the summary are unit-tested.
+Kept free of I/O and of any framework so that the numbers in the summary are unit-tested;
+standard library only, so that workers in any framework's venv use it too.
 """
 
 from __future__ import annotations
@@ -103,3 +105,32 @@ def verdict(value: float, target: float, higher_is_better: bool = True) -> str:
         return "n/a"
     ok = value >= target if higher_is_better else value < target
     return "pass" if ok else "miss"
+
+
+def log_rates(events: Sequence[dict], warmup: int, batch: int) -> dict[str, float]:
+    """Throughputs and per-step split of one run from its iteration events, for a framework
+    timed from its own log (BigDL: millisecond time stamps, no CPU time of ours).
+
+    ``events``: iteration events (0-based ``iteration``, ``time`` = the log line's time
+    stamp, ``step_s`` = the framework's own step seconds, ``compute_s``/``comm_s`` or
+    None). Warm-up iterations are left out; the gaps start at the end of the last warm-up
+    iteration, so a run of W + N iterations gives N gaps. ``samples_per_s``: the global
+    batch over the median gap (the whole loop); ``self_timed_samples_per_s``: over the
+    framework's own median step.
+    """
+    if warmup < 1:
+        raise ValueError("need at least one warm-up iteration (the first gap starts at its end)")
+    ordered = sorted(events, key=lambda e: e["iteration"])
+    timed = [e for e in ordered if e["iteration"] >= warmup]
+    if len(timed) < 2:
+        raise ValueError(f"need at least two timed iterations, got {len(timed)}")
+    stamps = [float(e["time"]) for e in ordered if e["iteration"] >= warmup - 1]
+    step = summarize(e["step_s"] for e in timed).median
+    return {
+        "samples_per_s": throughput(batch, median_interval(stamps)),
+        "samples_per_cpu_s": math.nan,
+        "self_timed_samples_per_s": throughput(batch, step),
+        "step_s": step,
+        "compute_s": summarize(e.get("compute_s") for e in timed).median,
+        "comm_s": summarize(e.get("comm_s") for e in timed).median,
+    }

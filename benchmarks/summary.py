@@ -16,6 +16,7 @@ import pandas as pd
 
 from benchmarks.harness_overhead import TARGET as OVERHEAD_TARGET
 from benchmarks.workflow_scale import AGGREGATE_TARGET_S, PLAN_TARGET_S
+from dlscale import atomic
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -272,6 +273,4 @@ def short_table(out_dir: Path) -> str:
 
 
 def write(out_dir: Path) -> Path:
-    path = out_dir / "summary.md"
-    path.write_text(build(out_dir), encoding="utf-8")
-    return path
+    return atomic.write_text(out_dir / "summary.md", build(out_dir))

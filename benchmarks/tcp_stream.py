@@ -1,21 +1,20 @@
 """The raw loopback bandwidth of this host: a plain TCP stream between two processes.
 
-``python -m benchmarks.tcp_stream --sizes N... --inner K``: a receiver process (forked
-here) accepts one connection on 127.0.0.1; for each size the sender streams N bytes and
-the receiver answers one byte when it has them all; the time to that answer is one
-transfer. Standard library only: it runs in any venv and sets the ceiling the
-frameworks' all-reduce is compared against.
+``python -m benchmarks.tcp_stream allreduce --sizes N... --inner K`` (arguments and output:
+benchmarks.worker_cli): a receiver process (forked here) accepts one connection on
+127.0.0.1; for each size the sender streams N bytes and the receiver answers one byte when
+it has them all; the time to that answer is one transfer. Standard library only (besides
+worker_cli): it sets the ceiling the frameworks' all-reduce is compared against.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import socket
 import statistics
-import sys
 import time
+
+from benchmarks import worker_cli
 
 CHUNK = 4 << 20
 
@@ -65,15 +64,7 @@ def stream(sizes: list[int], inner: int) -> list[dict[str, float]]:
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", required=True)
-    parser.add_argument("--inner", type=int, default=3)
-    args = parser.parse_args(argv)
-    for row in stream(args.sizes, args.inner):
-        print(json.dumps(row), flush=True)
-    return 0
-
+COMMANDS = {"allreduce": lambda args: stream(args.sizes, args.inner)}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    worker_cli.run(COMMANDS, __doc__)

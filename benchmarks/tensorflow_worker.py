@@ -1,13 +1,17 @@
-"""Benchmark work inside the TensorFlow venv (``python -m benchmarks.tf_worker``).
+"""Benchmark work inside the TensorFlow venv (``python -m benchmarks.tensorflow_worker``).
+
+Sub-commands (arguments and output: benchmarks.worker_cli):
 
 * ``training``: the runner's own loop (``dlscale.runners.tensorflow.train.train`` as a lone
   rank, in this process) against a bare loop and the matmul peak, rotated per repeat.
   The bare loop is TensorFlow's plainest training loop on the runner's model, batch and thread
   pools: one ``tf.function`` train step (GradientTape, Keras SGD with momentum) called on
-  one fixed batch; then tf.matmul's float32 peak with the same pools.
+  one fixed batch; then tf.matmul's float32 peak with the same pools. The pools are the
+  runner's: the driver gives this process the launcher's TensorFlow environment, and
+  TensorFlow is imported as the runner imports it.
 * ``allreduce``: one worker of a 2-worker MultiWorkerMirroredStrategy (ring, gRPC on
-  loopback) all-reducing a flat float32 gradient of each size as the runner does
-  (a one-float all-reduce as barrier, then the timed all-reduce).
+  loopback, one port per worker) all-reducing a flat float32 gradient of each size as the
+  runner does (a one-float all-reduce as barrier, then the timed all-reduce).
 """
 
 from __future__ import annotations
@@ -16,50 +20,31 @@ import argparse
 import json
 import os
 import statistics
-import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from benchmarks.bare_common import (
-    emit,
-    first_batch,
-    intervals_throughput,
-    matmul_peak,
-    normalised,
-    timed_loop,
-)
+from benchmarks import worker_cli
+from benchmarks.bare_common import bare_loop, first_batch, matmul_peak, normalised
+from benchmarks.runner_arm import rotate_arms, runner_arm
+from dlscale.runners.tensorflow import train as runner
+from dlscale.runspec import RunSpec
 
 
-def import_tf(intra: int, inter: int):  # noqa: ANN201 - the tensorflow module
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(intra)
-    tf.config.threading.set_inter_op_parallelism_threads(inter)
-    return tf
-
-
-def thread_pools(spec: dict) -> tuple[int, int]:
-    """(intra, inter) op pool sizes, as the TensorFlow launcher gives a rank."""
-    options = spec.get("options", {})
-    return int(options.get("intra_op_threads") or spec["threads_per_rank"]), int(
-        options.get("inter_op_threads") or 2
-    )
-
-
-def bare(spec: dict, data: Path) -> dict[str, float]:
+def bare(spec: RunSpec, data: Path) -> dict[str, float]:
     """The bare loop's throughput (a fresh model and optimizer each call)."""
-    tf = import_tf(*thread_pools(spec))
+    tf = runner.import_tensorflow()
     from dlscale.runners.tensorflow.models import build_model
 
-    name, batch = spec["model"], int(spec["batch"])
-    images, labels, mean, std = first_batch(data, name, batch)
+    name, batch = spec.model, spec.batch
+    images, labels, mean, std = first_batch(data, batch)
     x = tf.constant(normalised(images, name, mean, std, nchw=False))
     y = tf.constant(labels)
-    tf.keras.utils.set_random_seed(int(spec["seed"]))
+    tf.keras.utils.set_random_seed(spec.seed)
     model = build_model(name, tuple(images.shape[1:]))
-    optimizer = tf.keras.optimizers.SGD(float(spec["learning_rate"]), momentum=float(spec["momentum"]))
+    optimizer = tf.keras.optimizers.SGD(spec.learning_rate, momentum=spec.momentum)
     if name == "autoencoder":
         target = tf.reshape(x, [batch, -1])
 
@@ -78,50 +63,31 @@ def bare(spec: dict, data: Path) -> dict[str, float]:
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
 
-    total = int(spec["warmup"]) + int(spec["iterations"])
-    stamps, cpu = timed_loop(step, total)
-    first = int(spec["warmup"]) - 1
-    return {"samples_per_s": intervals_throughput(batch, stamps, first),
-            "samples_per_cpu_s": intervals_throughput(batch, cpu, first)}  # fmt: skip
+    return bare_loop(spec, step)
 
 
-def peak(spec: dict) -> dict[str, float]:
-    tf = import_tf(*thread_pools(spec))
-
-    def tf_matmul(n: int):  # noqa: ANN202
-        a, b = tf.random.normal([n, n]), tf.random.normal([n, n])
-        return lambda: tf.linalg.matmul(a, b).numpy()
-
-    return matmul_peak(tf_matmul)
+def tf_matmul(n: int) -> Callable[[], Any]:
+    tf = runner.import_tensorflow()
+    a, b = tf.random.normal([n, n]), tf.random.normal([n, n])
+    return lambda: tf.linalg.matmul(a, b).numpy()
 
 
-def training(args: argparse.Namespace) -> None:
+def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """Runner (dlscale.runners.tensorflow.train.train, in this process) vs bare vs peak."""
-    import tempfile
-
-    from benchmarks.runner_arm import rotate_arms, runner_arm
-
-    spec = json.loads(args.spec_json)
-    intra, inter = thread_pools(spec)
-    os.environ["DLSCALE_TF_INTRA_OP_THREADS"], os.environ["DLSCALE_TF_INTER_OP_THREADS"] = (
-        str(intra),
-        str(inter),
-    )
-    import_tf(intra, inter)
-    from dlscale.runners.tensorflow import train as runner
-
+    spec: RunSpec = args.spec
+    runner.import_tensorflow()  # the pools are fixed before the first arm, for every arm
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-tf-") as tmp:
-        rotate_arms(spec, args.repeats, {
+        yield from rotate_arms(spec, args.repeats, {
             "runner": lambda r: runner_arm(runner.train, spec, args.data, Path(tmp), r),
             "bare": lambda r: bare(spec, args.data),
-            "peak": lambda r: peak(spec),
+            "peak": lambda r: matmul_peak(tf_matmul),
         })  # fmt: skip
 
 
-def allreduce(args: argparse.Namespace) -> None:
+def allreduce(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     cluster = {"worker": [f"127.0.0.1:{port}" for port in args.ports]}
     os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": args.rank}})
-    tf = import_tf(1, 2)
+    tf = runner.import_tensorflow()
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING, timeout_seconds=300
     )
@@ -151,30 +117,11 @@ def allreduce(args: argparse.Namespace) -> None:
             reduce(flat).numpy()
             times.append(time.perf_counter() - t0)
         if args.rank == 0:
-            emit(transport="tensorflow", nbytes=nbytes // 4 * 4, seconds=statistics.median(times))
+            yield {"transport": "tensorflow", "nbytes": nbytes // 4 * 4, "seconds": statistics.median(times)}
     barrier(tf.constant(0.0))
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    train_p = sub.add_parser("training")
-    train_p.add_argument("--spec-json", required=True)
-    train_p.add_argument("--data", required=True, type=Path)
-    train_p.add_argument("--repeats", type=int, default=5)
-    ar = sub.add_parser("allreduce")
-    ar.add_argument("--rank", type=int, required=True)
-    ar.add_argument("--ports", type=int, nargs="+", required=True)
-    ar.add_argument("--sizes", type=int, nargs="+", required=True)
-    ar.add_argument("--inner", type=int, default=3)
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    {"training": training, "allreduce": allreduce}[args.command](args)
-    return 0
-
+COMMANDS = {"training": training, "allreduce": allreduce}
 
 if __name__ == "__main__":
-    sys.exit(main())
+    worker_cli.run(COMMANDS, __doc__)

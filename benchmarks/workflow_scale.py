@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -27,29 +28,36 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from benchmarks.common import REPO, log
+from benchmarks.common import REPO, log, write_csv
 from benchmarks.stats import summarize, verdict
+from dlscale import catalog
 
 PLAN_SIZES = (100, 1000, 10000)
 PLAN_TARGET_S = 20.0  # for the largest size
 AGGREGATE_RUNS = 1000
 AGGREGATE_TARGET_S = 10.0
 AGG_NODES = (1, 2, 4, 8, 16)
+AGG_WARMUP = 3
+#: The one framework of the generated studies (any would do; torch's runs need no inputs
+#: besides its venv and data).
+FRAMEWORK = "torch"
 
 
 def study_of_size(runs: int, envs_dir: str) -> dict[str, Any]:
-    """A valid study of exactly ``runs`` runs: 4 models x n node counts x r repeats.
+    """A valid study of exactly ``runs`` runs: every catalog model x n node counts x r repeats.
 
-    ``runs`` must be 4 x n x r with n <= r as close as possible (100 = 4x5x5, 1,000 =
-    4x10x25, 10,000 = 4x50x50), so both the node and the repeat axes are exercised.
+    ``runs`` must be models x n x r with n <= r as close as possible (with the 4 models:
+    100 = 4x5x5, 1,000 = 4x10x25, 10,000 = 4x50x50), so both the node and the repeat axes
+    are exercised.
     """
-    if runs % 4:
-        raise ValueError(f"{runs} runs is not a multiple of the 4 models")
-    cells = runs // 4
+    models = list(catalog.MODEL_NAMES)
+    if runs % len(models):
+        raise ValueError(f"{runs} runs is not a multiple of the {len(models)} models")
+    cells = runs // len(models)
     nodes = max(n for n in range(1, int(cells**0.5) + 1) if cells % n == 0)
     return {
-        "frameworks": ["torch"],
-        "models": ["lenet", "autoencoder", "alexnet", "resnet50"],
+        "frameworks": [FRAMEWORK],
+        "models": models,
         "nodes": list(range(1, nodes + 1)),
         "repeats": cells // nodes,
         "envs_dir": envs_dir,
@@ -86,9 +94,26 @@ def plan_once(runs: int, tmp: Path) -> dict[str, float]:
     ]  # fmt: skip
     result = run_measured(cmd, work, work / "dryrun.log", timeout_s=900)
     text = (work / "dryrun.log").read_text(encoding="utf-8", errors="replace")
-    if "train_torch" not in text:
-        raise RuntimeError(f"dry run of {runs} runs planned no training job; see {work / 'dryrun.log'}")
+    planned = planned_jobs(text).get("train")
+    if planned != runs:
+        raise RuntimeError(
+            f"dry run of {runs} runs planned {planned} training jobs; see {work / 'dryrun.log'}"
+        )
     return result
+
+
+def planned_jobs(dry_run_output: str) -> dict[str, int]:
+    """Rule -> job count, from the first "Job stats" table that ``snakemake -n`` prints."""
+    lines = dry_run_output.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "Job stats:"), len(lines))
+    counts: dict[str, int] = {}
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        match = re.fullmatch(r"\s*([A-Za-z_]\w*)\s+(\d+)\s*", line)
+        if match and match.group(1) != "total":
+            counts[match.group(1)] = int(match.group(2))
+    return counts
 
 
 def synthetic_events(run_id: str, nodes: int, iterations: int, warmup: int, rng: random.Random) -> list[dict]:
@@ -99,10 +124,10 @@ def synthetic_events(run_id: str, nodes: int, iterations: int, warmup: int, rng:
         {
             "event": "run_start", "run_id": run_id, "framework": framework, "model": model,
             "nodes": nodes, "ranks_per_node": 1, "batch": int(batch[1:]), "repeat": int(repeat[1:]),
-            "dataset": "mnist" if model in ("lenet", "autoencoder") else "imagenet", "scaling": "weak",
+            "dataset": catalog.model(model).datasets[0], "scaling": "weak",
             "global_batch": int(batch[1:]) * nodes, "world_size": nodes,
             "hosts": [f"vm/node{r}" for r in range(nodes)], "threads_per_rank": 1,
-            "versions": {"torch": "2.13.0"}, "config_sha256": "0" * 64, "git_sha": "bench",
+            "versions": {framework: "0.0"}, "config_sha256": "0" * 64, "git_sha": "bench",
             "launcher": "local", "loadavg": [1.0, 1.0, 1.0], "startup_s": 2.0, "spec": {}, "time": start,
         }
     ]  # fmt: skip
@@ -124,22 +149,21 @@ def synthetic_events(run_id: str, nodes: int, iterations: int, warmup: int, rng:
 
 
 def write_synthetic_study(root: Path, runs: int = AGGREGATE_RUNS) -> list[Path]:
-    """Events of a study of ``runs`` runs shaped like the default one (its iteration counts
-    and warm-up, node counts 1 to 16), spread over 4 models: a realistic aggregation load."""
+    """Events of a study of ``runs`` runs shaped like the default one (its iteration counts,
+    batches and warm-up, node counts 1 to 16), spread over the catalog's models: a realistic
+    aggregation load."""
     from dlscale.events import dumps
 
-    iterations = {"lenet": 100, "autoencoder": 100, "alexnet": 12, "resnet50": 8}
-    batches = {"lenet": 64, "autoencoder": 64, "alexnet": 16, "resnet50": 8}
     rng = random.Random(0)
-    repeats = runs // (len(iterations) * len(AGG_NODES))
+    repeats = runs // (len(catalog.MODELS) * len(AGG_NODES))
     paths = []
-    for model, count in iterations.items():
+    for model in catalog.MODELS.values():
         for nodes in AGG_NODES:
             for repeat in range(repeats):
-                run_id = f"torch/{model}/n{nodes}x1/b{batches[model]}/r{repeat}"
+                run_id = f"{FRAMEWORK}/{model.name}/n{nodes}x1/b{model.batch_per_rank}/r{repeat}"
                 path = root / "runs" / run_id / "events.jsonl"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                events = synthetic_events(run_id, nodes, count, 3, rng)
+                events = synthetic_events(run_id, nodes, model.iterations, AGG_WARMUP, rng)
                 path.write_text("".join(dumps(e) + "\n" for e in events), encoding="utf-8")
                 paths.append(path)
     return paths
@@ -231,10 +255,10 @@ def scale_table(plans: list[dict], aggregations: list[dict]) -> pd.DataFrame:
 
 
 def write(plans: list[dict], aggregations: list[dict], out_dir: Path) -> pd.DataFrame:
-    pd.DataFrame(plans).to_csv(out_dir / "workflow_scale_raw.csv", index=False)
-    pd.DataFrame(aggregations).to_csv(out_dir / "aggregate_raw.csv", index=False)
+    write_csv(pd.DataFrame(plans), out_dir / "workflow_scale_raw.csv")
+    write_csv(pd.DataFrame(aggregations), out_dir / "aggregate_raw.csv")
     table = scale_table(plans, aggregations)
-    table.to_csv(out_dir / "workflow_scale.csv", index=False)
+    write_csv(table, out_dir / "workflow_scale.csv")
     return table
 
 

@@ -1,5 +1,6 @@
-"""The benchmarks' arithmetic and tables (pure functions), plus the FLOP count and the TCP
-stream for real. No timing is asserted anywhere: benchmarks report, tests check correctness."""
+"""The benchmarks' arithmetic and tables (pure functions), their registry and worker command
+line, plus the FLOP count (in the torch venv), the TCP stream and the figures for real. No
+timing is asserted anywhere: benchmarks report, tests check correctness."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import REPO, torch_python
 
-from benchmarks import stats, summary, workflow_scale
+from benchmarks import stats, summary, worker_cli, workflow_scale
 from benchmarks.comm_efficiency import comm_table
 from benchmarks.compute_efficiency import efficiency_table
 from benchmarks.harness_overhead import overhead_table
@@ -121,7 +122,7 @@ def test_generated_studies_have_exactly_the_asked_runs(runs, schema):
 
 
 def test_synthetic_events_aggregate_as_ok_runs(tmp_path):
-    from dlscale import analysis
+    from dlscale import analysis, catalog
 
     paths = workflow_scale.write_synthetic_study(tmp_path, runs=20)
     assert len(paths) == 20
@@ -129,14 +130,10 @@ def test_synthetic_events_aggregate_as_ok_runs(tmp_path):
     assert runs["status"].eq("ok").all(), runs[["run_id", "reason"]]
     assert set(runs["nodes"]) == set(workflow_scale.AGG_NODES)
     lenet = runs[runs["model"].eq("lenet")]
-    assert lenet["timed_iterations"].eq(100).all()
+    assert lenet["timed_iterations"].eq(catalog.model("lenet").iterations).all()
     assert len(iterations) == sum(
-        (n_iter + 3) * nodes
-        for n_iter, nodes in zip(
-            runs["model"].map({"lenet": 100, "autoencoder": 100, "alexnet": 12, "resnet50": 8}),
-            runs["nodes"],
-            strict=True,
-        )
+        (catalog.model(model).iterations + workflow_scale.AGG_WARMUP) * nodes
+        for model, nodes in zip(runs["model"], runs["nodes"], strict=True)
     )
 
 
@@ -174,53 +171,154 @@ def test_tcp_stream_moves_every_byte_on_loopback():
     assert all(r["transport"] == "tcp" and r["seconds"] > 0 for r in rows)
 
 
-FLOPS_CODE = """
+MLP_FLOPS_CODE = """
 import json, torch
 from torch import nn
-from benchmarks.torch_worker import count_flops, model_input
-from dlscale.runners.torch.models import build_model
+from benchmarks.torch_worker import count_flops
 mlp = nn.Sequential(nn.Linear(10, 5), nn.ReLU(), nn.Linear(5, 3))
 x, y = torch.randn(4, 10), torch.randint(0, 3, (4,))
-lenet = build_model("lenet")
-lx, ly, loss = model_input("lenet", 2)
-print(json.dumps({"mlp": count_flops(mlp, x, y, nn.CrossEntropyLoss()) / 4,
-                  "lenet": count_flops(lenet, lx, ly, loss) / 2}))
+print(json.dumps({"mlp": count_flops(mlp, x, y, nn.CrossEntropyLoss()) / 4}))
 """
 
 
 def test_flop_count_matches_hand_counts():
-    """Forward + backward FLOPs (2 per multiply-add) of matmuls and convolutions.
+    """Forward + backward FLOPs (2 per multiply-add) of matmuls and convolutions, counted in
+    the torch venv (dlscale installed there: nothing on PYTHONPATH); LeNet's through the
+    torch worker's real command line (``flops``), as ``make bench`` asks for it.
 
     MLP 10-5-3 per sample: forward 2*(50+15) = 130; backward: weight grads 130, input grad
     of the second layer 30 (the input needs no grad) -> 290. LeNet (Caffe's): forward MACs
     conv1 20*24*24*25 + conv2 50*8*8*500 + ip1 800*500 + ip2 500*10 = 2,293,000 -> 4,586,000
     FLOPs; backward: weight grads 4,586,000 + input grads of all but conv1 4,010,000.
     """
+    from benchmarks import torch_bench
+    from dlscale import catalog
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [str(torch_python()), "-c", FLOPS_CODE],
-        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        [str(torch_python()), "-c", MLP_FLOPS_CODE],
+        env=env,
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    counts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert counts["mlp"] == 290
-    assert counts["lenet"] == 2 * 4_586_000 + 4_010_000
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["mlp"] == 290
+    (lenet,) = torch_bench.flops(torch_python(), ["lenet"], timeout_s=300)
+    assert lenet["model"] == "lenet" and lenet["flops_per_sample"] == 2 * 4_586_000 + 4_010_000
+    assert (
+        lenet["parameters"] == catalog.PARAMETERS["lenet"]
+        and lenet["gradient_bytes"] == 4 * lenet["parameters"]
+    )
 
 
 def test_every_framework_has_a_benchmark_entry_and_comm_jobs_know_their_models():
-    from benchmarks.registry import FRAMEWORKS, CommJob, covered
-    from dlscale.study import IMPLEMENTED_FRAMEWORKS
+    from benchmarks.common import CommJob
+    from benchmarks.registry import FRAMEWORKS, covered
+    from dlscale import catalog
 
-    found, missing = covered(list(IMPLEMENTED_FRAMEWORKS))
-    assert missing == [] and {e.name for e in found} == set(IMPLEMENTED_FRAMEWORKS)
+    found, missing = covered(catalog.FRAMEWORK_NAMES)
+    assert missing == [] and [e.name for e in found] == list(catalog.FRAMEWORK_NAMES)
+    assert list(FRAMEWORKS) == list(catalog.FRAMEWORK_NAMES)  # keyed and ordered by the catalog
     assert all(e.training and e.allreduce for e in found)
-    assert CommJob("python", [4], 1, 1.0).models == {}
+    assert CommJob("torch", "python", [4], 1, 1.0).models == {}
     # BigDL's arms are a JVM start each: capped repeats, never zero
     bigdl = FRAMEWORKS["bigdl"]
     assert bigdl.repeats(5, "training") == bigdl.max_repeats["training"] and bigdl.repeats(1, "comm") == 1
     assert FRAMEWORKS["torch"].repeats(5, "training") == 5
+
+
+def test_a_catalog_framework_without_a_bench_module_is_reported_not_covered(monkeypatch):
+    from benchmarks import registry
+    from dlscale import catalog
+
+    first, *others = catalog.FRAMEWORK_NAMES
+    found, missing = registry.covered(catalog.FRAMEWORK_NAMES, {n: registry.FRAMEWORKS[n] for n in others})
+    assert missing == [first] and [e.name for e in found] == others
+    # what the registry does for a framework whose benchmarks/<name>_bench.py does not exist
+    monkeypatch.setattr(registry, "bench_module", lambda framework: f"benchmarks.{framework}_no_such_bench")
+    assert registry._entry(first) is None
+
+
+def test_bench_modules_never_import_the_registry():
+    """No import circle: the registry imports the bench modules, they import common."""
+    import ast
+
+    from dlscale import catalog
+
+    for framework in catalog.FRAMEWORK_NAMES:
+        tree = ast.parse((REPO / "benchmarks" / f"{framework}_bench.py").read_text(encoding="utf-8"))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert "benchmarks.registry" not in imported, framework
+
+
+def test_worker_command_lines_round_trip(tmp_path, capsys):
+    """The driver builds a worker's arguments from the table the worker parses them with."""
+    from benchmarks.common import bench_spec, default_study, worker_command
+
+    spec = bench_spec(default_study(), "torch", "lenet")
+    cmd = worker_command("py", "torch", "training", spec=spec, data=tmp_path, repeats=2)
+    assert cmd[:4] == ["py", "-m", "benchmarks.torch_worker", "training"]
+    args = worker_cli.parse_args(["training"], cmd[3:])
+    assert args.spec == spec and args.data == tmp_path and args.repeats == 2
+    ranks = worker_cli.arguments("allreduce", rank=1, ports=[5, 6], sizes=[4, 8])
+    args = worker_cli.parse_args(["allreduce"], ranks)
+    assert (args.rank, args.world, args.ports, args.sizes, args.inner) == (1, 2, [5, 6], [4, 8], 3)
+    assert worker_cli.arguments("bare", peak=True)[-1] == "--peak" and "--peak" not in worker_cli.arguments(
+        "bare", peak=False
+    )
+    with pytest.raises(TypeError, match="no option 'repeats'"):
+        worker_cli.arguments("flops", repeats=1)
+
+    def rows(args):
+        yield {"model": args.models[0], "n": 1}
+        print("progress, not a row")
+
+    assert worker_cli.main({"flops": rows}, ["flops", "--models", "lenet"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert json.loads(out[0]) == {"model": "lenet", "n": 1}
+    from benchmarks.common import parse_json_lines
+
+    assert parse_json_lines("\n".join(out)) == [{"model": "lenet", "n": 1}]
+
+
+def test_bench_iterations_and_repeats_follow_the_catalog():
+    from benchmarks.common import (
+        IMAGENET_MAX_REPEATS,
+        MNIST_BENCH_ITERATIONS,
+        bench_iterations,
+        training_repeats,
+    )
+    from dlscale import catalog
+
+    for name, model in catalog.MODELS.items():
+        warmup, timed = bench_iterations(name)
+        assert warmup >= 1 and timed >= 3
+        if model.mnist_sized:
+            assert (warmup, timed) == MNIST_BENCH_ITERATIONS and training_repeats(name, 5) == 5
+        else:
+            assert timed <= model.iterations and training_repeats(name, 5) == IMAGENET_MAX_REPEATS
+    assert bench_iterations("alexnet") == (1, 4) and bench_iterations("resnet50") == (1, 3)
+
+
+def test_planned_jobs_read_from_a_dry_run():
+    text = "Building DAG of jobs...\nJob stats:\njob      count\n-----  -------\nall          1\ntrain      100\ntotal      101\n"
+    assert workflow_scale.planned_jobs(text) == {"all": 1, "train": 100}
+
+
+def test_figures_are_saved_whole_as_html_and_png(tmp_path):
+    from benchmarks import figures
+
+    overhead_table(_raw()).to_csv(tmp_path / "harness_overhead.csv", index=False)
+    flops = pd.DataFrame({"model": ["lenet"], "flops_per_sample": [2e8]})
+    efficiency_table(_raw(), flops).to_csv(tmp_path / "compute_efficiency.csv", index=False)
+    written = figures.write(tmp_path)
+    assert [p.name for p in written] == ["training.html", "training.png"]
+    assert all(p.stat().st_size > 0 for p in written)
+    assert (tmp_path / "training.png").read_bytes()[:4] == b"\x89PNG"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
 def test_comm_table_pairs_a_framework_with_fewer_repeats_on_its_own_repeats():
@@ -245,7 +343,7 @@ def _bigdl_events(warmup: int, steps: list[float], gap: float = 0.05) -> list[di
 
 
 def test_bigdl_log_rates_from_iteration_events():
-    from benchmarks.bigdl_bench import log_rates
+    from benchmarks.stats import log_rates
 
     events = _bigdl_events(2, [5.0, 1.0, 0.45, 0.45, 0.45, 0.95])
     rates = log_rates(list(reversed(events)), warmup=2, batch=64)  # order does not matter
@@ -281,7 +379,8 @@ def test_step_breakdown_splits_bigdl_iterations_only():
 
 
 def test_startup_fields_and_reuse_of_launcher_runner_arms():
-    from benchmarks.startup import reused_rows, startup_fields, startup_table
+    from benchmarks.common import startup_fields
+    from benchmarks.startup import reused_rows, startup_table
 
     events = [
         {"event": "run_start", "time": 10.0, "startup_s": 31.0},
@@ -325,15 +424,29 @@ def test_bare_loop_helpers(tmp_path):
 
 def test_runner_arm_times_a_runner_from_its_events(tmp_path):
     """The framework-neutral runner arm, on a stand-in train(ctx) that records iterations."""
-    from benchmarks.runner_arm import runner_arm
+    from benchmarks.common import bench_spec, default_study
+    from benchmarks.runner_arm import rotate_arms, runner_arm
 
-    spec = {"model": "lenet", "batch": 8, "warmup": 1, "iterations": 4, "threads_per_rank": 1}
+    spec = bench_spec(default_study(), "torch", "lenet", iterations=(1, 4))
+    seen = []
 
     def train(ctx):
+        seen.append(ctx.spec)
         for i in range(ctx.total_iterations):
-            ctx.record_iteration(i, samples=8, step_s=0.001, compute_s=0.001, comm_s=0.0, loss=1.0)
+            ctx.record_iteration(i, samples=spec.batch, step_s=0.001, compute_s=0.001, comm_s=0.0, loss=1.0)
 
     row = runner_arm(train, spec, tmp_path, tmp_path, 0)
+    assert seen == [spec]  # the runner receives the RunSpec itself
     assert set(row) == {"samples_per_s", "samples_per_cpu_s", "self_timed_samples_per_s"}
-    assert row["self_timed_samples_per_s"] == pytest.approx(8000.0)
+    assert row["self_timed_samples_per_s"] == pytest.approx(spec.batch / 0.001)
     assert row["samples_per_s"] > 0
+    rows = list(rotate_arms(spec, 2, {"a": lambda r: {"x": r}, "b": lambda r: {"x": -r}}))
+    assert [(r["arm"], r["repeat"], r["x"]) for r in rows] == [
+        ("a", 0, 0),
+        ("b", 0, 0),
+        ("b", 1, -1),
+        ("a", 1, 1),
+    ]
+    assert {(r["model"], r["batch"], r["threads"]) for r in rows} == {
+        ("lenet", spec.batch, spec.threads_per_rank)
+    }
