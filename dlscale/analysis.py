@@ -31,20 +31,37 @@ How a run's numbers are made (the definitions the figures and the report rely on
 * A failed run (``run_end`` status failed, or an "ok" run with no timed iterations, or a
   file that breaks the structure) is a row with status ``failed``, its reason, and NaN in
   every measured column: never a number counted from half a run.
+* Contention: a run_end (or run_start) may carry ``"contention": {"other_busy_share",
+  "steal_share", "contended"}`` from the launcher's probe (``dlscale.contention``); the
+  runs table has those columns (NaN and not contended for files without it). A contended
+  run keeps its numbers but is ``flag``-ged, never serves as a speedup baseline while an
+  uncontended run of its group can, and is left out of the cells and findings
+  (``dlscale.verdicts``, which summarises repeats with intervals and answers the study's
+  questions).
+
+``aggregate(paths)`` builds every table (runs, iterations, cells, findings, claims) and
+``write_outputs`` writes them: the workflow's aggregate rule and
+``python -m dlscale.analysis RUNS_DIR --out DIR`` (run folders copied from a cluster) both
+go through these two functions, so they give the same tables.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dlscale import atomic
+from dlscale.contention import CONTENDED_SHARE
 from dlscale.events import read_events
 from dlscale.networks import HOST
 
@@ -89,6 +106,10 @@ RUN_COLUMNS: tuple[str, ...] = (
     "wall_s",
     "threads_per_rank",
     "loadavg_1m",
+    "other_busy_share",
+    "steal_share",
+    "contended",
+    "flag",
     "hosts",
     "versions",
     "git_sha",
@@ -150,23 +171,6 @@ ITERATION_COLUMNS: tuple[str, ...] = (
     "host",
 )
 
-FINDINGS_COLUMNS: tuple[str, ...] = (
-    "model",
-    "network",
-    "frameworks",
-    "node_counts",
-    "fastest_compute",
-    "fastest_compute_throughput",
-    "fastest_compute_nodes",
-    "best_communication",
-    "best_communication_exposed_share",
-    "best_communication_nodes",
-    "best_scaling",
-    "best_scaling_efficiency",
-    "best_scaling_nodes",
-    "best_scaling_baseline_nodes",
-)
-
 #: Runs compared for speedup share these (plus the batch key, see ``add_speedup``).
 SPEEDUP_GROUP: tuple[str, ...] = ("framework", "model", "dataset", "scaling", "network", "ranks_per_node")
 
@@ -174,6 +178,16 @@ SPEEDUP_GROUP: tuple[str, ...] = ("framework", "model", "dataset", "scaling", "n
 HOST_NETWORK = HOST
 
 NEEDS_TWO_NODE_COUNTS = "n/a (needs >= 2 node counts)"
+
+#: With one rank nothing is communicated, so an exposed "communication" share of the step
+#: above this is a fixed per-iteration overhead of the framework, not communication. On the
+#: demo study (results/runs, 1 node x 1 rank, 100 timed iterations each) torch (LeNet,
+#: AutoEncoder, AlexNet) and TensorFlow (LeNet, AutoEncoder) show 0.000: their whole step
+#: is compute; BigDL shows 0.66 (LeNet: 92 ms compute, 180 ms "communication") and 0.87
+#: (AutoEncoder) from Spark's per-iteration scheduling and block-manager round trip. 0.10
+#: sits far from both: timer jitter of frameworks that measure cannot reach it, and a
+#: tenth of the step is already enough to distort an efficiency.
+FIXED_OVERHEAD_SHARE = 0.10
 
 _EVENT_FIELDS = ("rank", "iteration", "warmup", "samples", "step_s", "compute_s", "comm_s", "input_s", "loss")
 
@@ -185,6 +199,16 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
     global_batch = start.get("global_batch")
     loadavg = start.get("loadavg") or [None]
     hosts = start.get("hosts") or []
+    probe = end.get("contention") or start.get("contention") or {}
+    share = _number(probe.get("other_busy_share"))
+    steal = _number(probe.get("steal_share"))
+    contended = probe.get("contended")
+    if contended is None:
+        contended = (
+            bool(share + (0.0 if np.isnan(steal) else steal) >= CONTENDED_SHARE)
+            if not np.isnan(share)
+            else False
+        )
     return {
         "run_id": start["run_id"],
         "framework": start["framework"],
@@ -204,6 +228,9 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
         "wall_s": float(end["time"]) - float(start["time"]),
         "threads_per_rank": start.get("threads_per_rank"),
         "loadavg_1m": loadavg[0] if loadavg else None,
+        "other_busy_share": share,
+        "steal_share": steal,
+        "contended": bool(contended),
         "hosts": ";".join(str(h) for h in hosts),
         "_hosts": list(hosts),
         "versions": json.dumps(start.get("versions") or {}, sort_keys=True),
@@ -212,6 +239,13 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
         "started": float(start["time"]),
         "events_path": str(path),
     }
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value) if value is not None else float("nan")
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _empty_iterations() -> pd.DataFrame:
@@ -263,6 +297,7 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
     runs["iteration_events"] = np.asarray(counts, dtype="int64")
     runs = _decide_status(runs)
     runs = add_speedup(runs)
+    runs["flag"] = run_flags(runs)
     runs["started_utc"] = pd.to_datetime(runs["started"], unit="s", utc=True)
     runs = runs.reset_index(drop=True)[list(RUN_COLUMNS)]
 
@@ -391,8 +426,39 @@ def _decide_status(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _batch_key(runs: pd.DataFrame) -> pd.Series:
+def batch_key(runs: pd.DataFrame) -> pd.Series:
+    """The batch that stays fixed: per rank under weak scaling, global under strong."""
     return runs["global_batch"].where(runs["scaling"].eq("strong"), runs["batch_per_rank"])
+
+
+def run_flags(runs: pd.DataFrame) -> pd.Series:
+    """Why a run's numbers should not be taken at face value (None when nothing is wrong).
+
+    ``contended``: the host's CPUs were busy with other work during the run (its
+    contention probe's ``other_busy_share``); one rank with an exposed "communication"
+    share above ``FIXED_OVERHEAD_SHARE``: fixed per-iteration overhead, nothing is
+    communicated with one rank. Cell-level flags (superlinear efficiency) are in
+    ``dlscale.verdicts``.
+    """
+    flags: list[str | None] = []
+    contended = runs["contended"] if "contended" in runs else pd.Series(False, index=runs.index)
+    for index in runs.index:
+        row = runs.loc[index]
+        reasons = []
+        if bool(contended.loc[index]):
+            share = row.get("other_busy_share", np.nan)
+            reasons.append(
+                f"contended: other work took {share:.0%} of the host's CPUs during the run"
+                if pd.notna(share)
+                else "contended: the host was busy with other work during the run"
+            )
+        exposed = row.get("exposed_comm_share", np.nan)
+        if row.get("world_size") == 1 and pd.notna(exposed) and exposed > FIXED_OVERHEAD_SHARE:
+            reasons.append(
+                f"fixed overhead: exposed 'communication' is {exposed:.0%} of the step with one rank"
+            )
+        flags.append("; ".join(reasons) or None)
+    return pd.Series(flags, index=runs.index, dtype=object)
 
 
 def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
@@ -405,7 +471,9 @@ def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
     fixed) and the global batch under strong scaling. The baseline is the smallest node
     count among the group's ok runs (a failed 1-node run makes the next count the
     baseline rather than leaving the group without one), and its throughput is the median
-    over the ok baseline repeats.
+    over the ok baseline repeats. Contended runs (column ``contended``) take no part in
+    the baseline while the group has an uncontended ok run: a baseline slowed by other
+    work is what makes efficiencies above 1.
 
     ``speedup = throughput / baseline throughput`` and
     ``efficiency = speedup / (nodes / baseline_nodes)``. Throughput (global samples per
@@ -422,9 +490,13 @@ def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
     if not ok.any():
         return out
     okr = out.loc[ok]
-    keys = [okr[name].astype(object).fillna("") for name in SPEEDUP_GROUP] + [_batch_key(okr)]
-    baseline_nodes = okr["nodes"].groupby(keys, dropna=False).transform("min")
-    at_baseline = okr["throughput"].where(okr["nodes"].eq(baseline_nodes))
+    keys = [okr[name].astype(object).fillna("") for name in SPEEDUP_GROUP] + [batch_key(okr)]
+    contended = okr["contended"] if "contended" in okr else pd.Series(False, index=okr.index)
+    clean = ~contended.astype(object).where(contended.notna(), False).astype(bool)
+    has_clean = clean.groupby(keys, dropna=False).transform("any")
+    basis = clean | ~has_clean
+    baseline_nodes = okr["nodes"].where(basis).groupby(keys, dropna=False).transform("min")
+    at_baseline = okr["throughput"].where(basis & okr["nodes"].eq(baseline_nodes))
     baseline_tp = at_baseline.groupby(keys, dropna=False).transform("median")
     speedup = okr["throughput"] / baseline_tp
     out.loc[ok, "baseline_nodes"] = baseline_nodes.astype("float64")
@@ -433,97 +505,64 @@ def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _pick(table: pd.DataFrame, column: str, better: Callable[[pd.Series], Any]) -> tuple[str, float] | None:
-    """Median of ``column`` per framework; return the best framework and its value.
+def findings(runs: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The study's three questions answered per model, network and set-up, with verdicts.
 
-    Ties go to the alphabetically first framework so the answer is stable.
+    ``dlscale.verdicts.findings`` on the cells of ``runs`` (``dlscale.verdicts.cells``,
+    computed here when not given): a winner only where its interval separates it from
+    the others, flagged values never crowned, contended runs left out.
     """
-    medians = table.groupby("framework")[column].median().dropna().sort_index()
-    if medians.empty:
-        return None
-    name = better(medians)
-    return str(name), float(medians[name])
+    from dlscale import verdicts
+
+    return verdicts.findings(verdicts.cells(runs) if cells is None else cells)
 
 
-def findings(runs: pd.DataFrame) -> pd.DataFrame:
-    """Answer the study's three questions per model (and network), from ok runs only.
+#: The tables ``aggregate`` makes -> their file names (also the aggregate rule's output names).
+OUTPUT_FILES: Mapping[str, str] = {
+    "runs_csv": "runs.csv",
+    "runs_parquet": "runs.parquet",
+    "iterations_parquet": "iterations.parquet",
+    "cells_csv": "cells.csv",
+    "findings_csv": "findings.csv",
+    "claims_csv": "claims.csv",
+}
 
-    * ``fastest_compute``: the framework with the highest median throughput at the
-      model's smallest node count (computing speed, as the original study measured it on
-      one node).
-    * ``best_communication``: the lowest median exposed-communication share of the step
-      at the model's largest node count (where communication matters most). With a single
-      rank there is nothing to communicate, so that case is ``n/a``.
-    * ``best_scaling``: the highest median efficiency at the model's largest node count,
-      among frameworks that also have an ok baseline at a smaller node count (an
-      efficiency measured against itself is 1 by definition and proves nothing). With one
-      node count the answer is ``"n/a (needs >= 2 node counts)"``.
 
-    Every question is answered even with one framework (it is then the answer), so a
-    small study still gets a table. Values are NaN where the answer is ``n/a``.
-    """
-    rows: list[dict[str, Any]] = []
-    if runs.empty:
-        return pd.DataFrame({name: pd.Series(dtype=object) for name in FINDINGS_COLUMNS})
-    ok = runs[runs["status"].eq("ok")]
-    network_of = runs["network"] if "network" in runs else pd.Series("host", index=runs.index)
-    # One answer per model and network: runs on an emulated interconnect answer the same
-    # questions on that network, never mixed into the host's medians.
-    pairs = sorted({(m, n) for m, n in zip(runs["model"], network_of, strict=True) if isinstance(m, str)})
-    pairs.sort(key=lambda pair: (pair[0], pair[1] != "host", pair[1]))
-    for model, network in pairs:
-        mine = ok[ok["model"].eq(model) & network_of.loc[ok.index].eq(network)]
-        row: dict[str, Any] = {name: np.nan for name in FINDINGS_COLUMNS}
-        row["model"] = model
-        row["network"] = network
-        if mine.empty:
-            for question in ("fastest_compute", "best_communication", "best_scaling"):
-                row[question] = "n/a (no ok runs)"
-            row["frameworks"] = ""
-            row["node_counts"] = ""
-            rows.append(row)
-            continue
-        node_counts = sorted(int(n) for n in mine["nodes"].unique())
-        row["frameworks"] = ";".join(sorted(mine["framework"].unique()))
-        row["node_counts"] = ";".join(str(n) for n in node_counts)
-        smallest, largest = node_counts[0], node_counts[-1]
+@dataclass(frozen=True)
+class Tables:
+    """Everything one aggregation makes."""
 
-        fastest = _pick(mine[mine["nodes"].eq(smallest)], "throughput", lambda s: s.idxmax())
-        if fastest:
-            row["fastest_compute"], row["fastest_compute_throughput"] = fastest
-            row["fastest_compute_nodes"] = smallest
-        else:
-            row["fastest_compute"] = "n/a (no throughput)"
+    runs: pd.DataFrame
+    iterations: pd.DataFrame
+    cells: pd.DataFrame
+    findings: pd.DataFrame
+    claims: pd.DataFrame
 
-        at_largest = mine[mine["nodes"].eq(largest)]
-        multi_rank = at_largest[at_largest["world_size"].gt(1)]
-        best_comm = _pick(multi_rank, "exposed_comm_share", lambda s: s.idxmin())
-        if best_comm:
-            row["best_communication"], row["best_communication_exposed_share"] = best_comm
-            row["best_communication_nodes"] = largest
-        elif multi_rank.empty:
-            row["best_communication"] = "n/a (needs > 1 rank)"
-        else:
-            row["best_communication"] = "n/a (no compute/communication split)"
 
-        if len(node_counts) < 2:
-            row["best_scaling"] = NEEDS_TWO_NODE_COUNTS
-        else:
-            scaled = at_largest[at_largest["baseline_nodes"].lt(largest)]
-            best_scale = _pick(scaled, "efficiency", lambda s: s.idxmax())
-            if best_scale:
-                row["best_scaling"], row["best_scaling_efficiency"] = best_scale
-                row["best_scaling_nodes"] = largest
-                base = scaled.loc[scaled["framework"].eq(best_scale[0]), "baseline_nodes"]
-                row["best_scaling_baseline_nodes"] = int(base.min())
-            else:
-                row["best_scaling"] = f"n/a (no framework has a smaller baseline than {largest} nodes)"
-        rows.append(row)
-    table = pd.DataFrame(rows, columns=list(FINDINGS_COLUMNS))
-    for name in FINDINGS_COLUMNS:
-        if name.endswith("_nodes"):
-            table[name] = table[name].astype("Int64")
-    return table
+def aggregate(paths: Iterable[str | os.PathLike[str]]) -> Tables:
+    """Events files -> every table. Files are read in sorted order, so the tables do not
+    depend on the order the paths come in (a rule's input list, a directory walk)."""
+    from dlscale import verdicts
+
+    runs, iterations = load_events(sorted(paths, key=str))
+    cells = verdicts.cells(runs)
+    return Tables(runs, iterations, cells, verdicts.findings(cells), verdicts.claims(cells))
+
+
+def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]]) -> list[Path]:
+    """Write the tables named in ``targets`` (keys of ``OUTPUT_FILES``), each atomically."""
+    unknown = sorted(set(targets) - set(OUTPUT_FILES))
+    if unknown:
+        raise KeyError(f"unknown output(s) {', '.join(unknown)}; expected {', '.join(OUTPUT_FILES)}")
+    writers = {
+        "runs_csv": lambda tmp: tables.runs.to_csv(tmp, index=False),
+        "runs_parquet": lambda tmp: tables.runs.to_parquet(tmp, index=False),
+        "iterations_parquet": lambda tmp: tables.iterations.to_parquet(tmp, index=False),
+        "cells_csv": lambda tmp: tables.cells.to_csv(tmp, index=False),
+        "findings_csv": lambda tmp: tables.findings.to_csv(tmp, index=False),
+        "claims_csv": lambda tmp: tables.claims.to_csv(tmp, index=False),
+    }
+    return [atomic.replace_with(target, writers[name]) for name, target in targets.items()]
 
 
 def write_tables(
@@ -535,11 +574,22 @@ def write_tables(
     iterations_parquet: str | os.PathLike[str],
     findings_csv: str | os.PathLike[str],
 ) -> None:
-    """Write the four tables, each atomically (temporary file in the same dir + rename)."""
-    atomic.replace_with(runs_csv, lambda tmp: runs.to_csv(tmp, index=False))
-    atomic.replace_with(runs_parquet, lambda tmp: runs.to_parquet(tmp, index=False))
-    atomic.replace_with(iterations_parquet, lambda tmp: iterations.to_parquet(tmp, index=False))
-    atomic.replace_with(findings_csv, lambda tmp: findings.to_csv(tmp, index=False))
+    """Write the runs, iterations and findings tables, each atomically (``write_outputs``)."""
+    empty = pd.DataFrame()
+    write_outputs(
+        Tables(runs, iterations, empty, findings, empty),
+        {
+            "runs_csv": runs_csv,
+            "runs_parquet": runs_parquet,
+            "iterations_parquet": iterations_parquet,
+            "findings_csv": findings_csv,
+        },
+    )
+
+
+def find_events(runs_dir: str | os.PathLike[str]) -> list[Path]:
+    """Every ``events.jsonl`` under ``runs_dir``, sorted (attempt copies are not named so)."""
+    return sorted(Path(runs_dir).rglob("events.jsonl"))
 
 
 def summary(runs: pd.DataFrame) -> str:
@@ -554,16 +604,77 @@ def summary(runs: pd.DataFrame) -> str:
     return text
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dlscale.analysis RUNS_DIR --out DIR``: the aggregate rule, by hand."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dlscale.analysis",
+        description="Build runs.csv/.parquet, iterations.parquet, cells.csv, findings.csv and claims.csv "
+        "from every events.jsonl under RUNS_DIR (run folders copied from a cluster), exactly as "
+        "the workflow's aggregate rule does.",
+    )
+    parser.add_argument("runs_dir", help="folder searched for events.jsonl files (e.g. results/runs)")
+    parser.add_argument("--out", required=True, help="folder for the tables (created if missing)")
+    parser.add_argument(
+        "--figures", action="store_true", help="also draw the study's figures into OUT/figures"
+    )
+    args = parser.parse_args(argv)
+    paths = find_events(args.runs_dir)
+    if not paths:
+        print(f"{args.runs_dir}: no events.jsonl found", file=sys.stderr)
+        return 2
+    tables = aggregate(paths)
+    out = Path(args.out)
+    written = write_outputs(tables, {name: out / filename for name, filename in OUTPUT_FILES.items()})
+    print(summary(tables.runs))
+    for row in tables.runs[tables.runs["status"].eq("failed")].itertuples():
+        print(f"failed run {row.run_id}: {row.reason}", file=sys.stderr)
+    if args.figures:
+        from dlscale import figures
+
+        targets = {
+            name: {fmt: str(out / "figures" / f"{name}.{fmt}") for fmt in figures.FORMATS}
+            for name in figures.FIGURES
+        }
+        figures.make_figures(tables.runs, tables.iterations, targets)
+        written += [Path(p) for paths in targets.values() for p in paths.values()]
+    for path in written:
+        print(path)
+    return 0
+
+
+def __getattr__(name: str) -> Any:
+    """The verdicts' column lists, without importing scipy until they are asked for."""
+    if name in ("FINDINGS_COLUMNS", "CELL_COLUMNS", "CLAIM_COLUMNS"):
+        from dlscale import verdicts
+
+        return getattr(verdicts, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__: Sequence[str] = (
-    "FINDINGS_COLUMNS",
+    "FIXED_OVERHEAD_SHARE",
     "HOST_NETWORK",
     "ITERATION_COLUMNS",
     "NEEDS_TWO_NODE_COUNTS",
+    "OUTPUT_FILES",
     "RUN_COLUMNS",
+    "Tables",
     "add_speedup",
+    "aggregate",
+    "batch_key",
+    "find_events",
     "findings",
     "load_events",
     "loss_curve",
+    "main",
+    "run_flags",
     "summary",
+    "write_outputs",
     "write_tables",
 )
+
+
+if __name__ == "__main__":
+    from dlscale.analysis import main as _main  # the imported module, the one verdicts uses
+
+    raise SystemExit(_main())

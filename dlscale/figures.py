@@ -8,6 +8,11 @@ so a figure on disk is always whole.
 Only ok runs are drawn: a failed run has no numbers to plot (its row and reason are in
 the runs table). Colours are fixed per framework across all figures so that a reader can
 move between them without re-reading legends.
+
+Throughput and speedup show each cell (a set-up at one node count, over its repeats:
+``dlscale.verdicts.cells``) as its median with its interval as an error bar, and mark
+flagged cells and runs (superlinear, fixed overhead at one rank, contended) with a
+different shape whose tooltip gives the reason.
 """
 
 from __future__ import annotations
@@ -22,9 +27,14 @@ import pandas as pd
 
 from dlscale import atomic, catalog
 from dlscale.analysis import loss_curve
-from dlscale.outputs import FIGURE_FORMATS
+from dlscale.outputs import FIGURE_FORMATS, FIGURES
 
 FORMATS = FIGURE_FORMATS
+__all__ = ["FIGURES", "FORMATS", "make_figures", "make_perfmodel_figures"]
+
+#: How a point is marked: plain, or flagged (hover for the reason).
+MARKERS: tuple[str, ...] = ("ok", "flagged")
+_SHAPES = alt.Scale(domain=list(MARKERS), range=["circle", "triangle-up"])
 
 #: The study's frameworks in the catalog's order, so each keeps its colour in every figure.
 FRAMEWORK_ORDER: tuple[str, ...] = catalog.FRAMEWORK_NAMES
@@ -60,7 +70,10 @@ def _series(ok: pd.DataFrame) -> pd.Series:
     """
     if ok.empty:
         return pd.Series([], index=ok.index, dtype=object)
-    batch = ok["global_batch"].where(ok["scaling"].eq("strong"), ok["batch_per_rank"])
+    if "batch" in ok:  # a cells table: the batch that stays fixed is already there
+        batch = ok["batch"]
+    else:
+        batch = ok["global_batch"].where(ok["scaling"].eq("strong"), ok["batch_per_rank"])
     setup = (
         ok["scaling"].astype(str)
         + ", "
@@ -103,88 +116,162 @@ def empty_chart(message: str) -> alt.Chart:
     )
 
 
-def throughput_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
-    """Throughput (global samples/s) vs nodes: a point per repeat, a line through medians."""
-    ok = _ok_runs(runs)
-    if ok.empty:
-        return empty_chart("Throughput: no successful runs to plot")
-    frameworks = _ordered(ok["framework"], FRAMEWORK_ORDER)
-    title = "throughput (samples/s)"
-    x = _nodes_axis(ok)
-    colour = _colour(frameworks)
-    tooltip = ["run_id:N", "series:N", "nodes:Q", alt.Tooltip("throughput:Q", format=",.1f")]
-    points = (
-        alt.Chart()
-        .mark_point(filled=True, opacity=0.55, size=40)
-        .encode(x=x, y=alt.Y("throughput:Q", title=title), color=colour, tooltip=tooltip)
-    )
-    lines = (
-        alt.Chart()
-        .mark_line(point=False, strokeWidth=2)
-        .encode(x=x, y=alt.Y("median(throughput):Q", title=title), color=colour, detail="series:N")
-    )
-    data = ok[["run_id", "model", "framework", "series", "nodes", "throughput"]]
-    return (
-        alt.layer(points, lines, data=data)
-        .properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
-        .facet(facet=alt.Facet("model:N", title=None, sort=_ordered(ok["model"], MODEL_ORDER)), columns=4)
-        .resolve_scale(y="independent")
-        .properties(title="Throughput vs nodes (points: repeats, lines: medians)")
-    )
+def _cells(runs: pd.DataFrame) -> pd.DataFrame:
+    """The cells of the ok runs (medians over repeats with intervals, flags), with a series."""
+    from dlscale import verdicts  # scipy is imported only when a figure is drawn
+
+    ok = runs[runs["status"].eq("ok") & runs["throughput"].notna()]
+    table = verdicts.cells(ok)
+    if table.empty:
+        return table
+    table = table[table["throughput"].notna()].copy()
+    table["series"] = _series(table)
+    table["marker"] = np.where(table["flag"].notna(), MARKERS[1], MARKERS[0])
+    table["flag"] = table["flag"].fillna("")
+    return table
 
 
-def speedup_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
-    """Speedup vs nodes against the smallest ok node count, with the ideal line."""
+def _scaling_data(runs: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ok runs, cells) for a per-node-count figure of ``metric``, in one long table.
+
+    Returns the runs (with ``series``, ``ideal`` and ``marker``) and one table with a row
+    per run (``kind`` run) and per cell (``kind`` cell: median, ``low``/``high`` interval,
+    ``flag``), so that one faceted layer chart can draw both.
+    """
     ok = _ok_runs(runs)
-    ok = ok[ok["speedup"].notna()] if not ok.empty else ok
+    ok = ok[ok[metric].notna()] if not ok.empty else ok
     if ok.empty:
-        return empty_chart("Speedup: no successful runs to plot")
-    frameworks = _ordered(ok["framework"], FRAMEWORK_ORDER)
-    title = "speedup (x baseline throughput)"
-    x = _nodes_axis(ok)
-    colour = _colour(frameworks)
-    ideal = (
-        alt.Chart()
-        .mark_line(color="gray", strokeDash=[4, 4], strokeWidth=1.5)
-        .encode(x=x, y=alt.Y("ideal:Q", title=title), detail="series:N")
-    )
-    points = (
-        alt.Chart()
-        .mark_point(filled=True, opacity=0.55, size=40)
-        .encode(
-            x=x,
-            y=alt.Y("speedup:Q", title=title),
-            color=colour,
-            tooltip=[
-                "run_id:N",
-                alt.Tooltip("speedup:Q", format=".2f"),
-                alt.Tooltip("efficiency:Q", format=".0%"),
-                "baseline_nodes:Q",
-            ],
-        )
-    )
-    lines = (
-        alt.Chart()
-        .mark_line(strokeWidth=2)
-        .encode(x=x, y=alt.Y("median(speedup):Q", title=title), color=colour, detail="series:N")
+        return ok, ok
+    flag = ok["flag"] if "flag" in ok else pd.Series(None, index=ok.index, dtype=object)
+    run_rows = ok.assign(
+        kind="run",
+        marker=np.where(flag.notna(), MARKERS[1], MARKERS[0]),
+        flag=flag.fillna(""),
+        value=ok[metric],
+        cell="",
+    )[["kind", "run_id", "cell", "model", "framework", "series", "nodes", "value", "marker", "flag", "ideal"]]
+    cells = _cells(runs)
+    cells = cells[cells[metric].notna()] if not cells.empty else cells
+    cell_rows = cells.assign(
+        kind="cell",
+        run_id="",
+        value=cells[metric],
+        low=cells[f"{metric}_low"],
+        high=cells[f"{metric}_high"],
+        interval=cells["interval"] if metric == "throughput" else cells["ratio_interval"],
+        ideal=cells["ideal_speedup"],
     )
     columns = [
+        "kind",
         "run_id",
+        "cell",
         "model",
         "framework",
         "series",
         "nodes",
-        "speedup",
-        "efficiency",
-        "baseline_nodes",
+        "value",
+        "marker",
+        "flag",
         "ideal",
     ]
-    data = ok[columns]
+    data = pd.concat(
+        [run_rows, cell_rows[[*columns, "low", "high", "repeats", "interval", "note"]]], ignore_index=True
+    )
+    for name in ("flag", "note", "interval", "run_id", "cell"):
+        data[name] = data[name].astype(object).where(data[name].notna(), "")
+    return ok, data
+
+
+def _scaling_layers(
+    data: pd.DataFrame, ok: pd.DataFrame, title: str, number: str, extra: list[alt.Chart] | None = None
+) -> alt.LayerChart:
+    """Repeats as small points, cells as medians with interval bars, a line per series."""
+    frameworks = _ordered(ok["framework"], FRAMEWORK_ORDER)
+    x = _nodes_axis(ok)
+    colour = _colour(frameworks)
+    y = alt.Y("value:Q", title=title)
+    shape = alt.Shape("marker:N", title="point", scale=_SHAPES)
+    runs = (
+        alt.Chart()
+        .transform_filter(alt.datum.kind == "run")
+        .mark_point(filled=True, opacity=0.35, size=25)
+        .encode(
+            x=x,
+            y=y,
+            color=colour,
+            shape=shape,
+            tooltip=[
+                "run_id:N",
+                "series:N",
+                "nodes:Q",
+                alt.Tooltip("value:Q", title=title, format=number),
+                "flag:N",
+            ],
+        )
+    )
+    cells = alt.Chart().transform_filter(alt.datum.kind == "cell")
+    bars = cells.mark_rule(strokeWidth=2, opacity=0.8).encode(
+        x=x, y=alt.Y("low:Q", title=title), y2="high:Q", color=colour
+    )
+    lines = cells.mark_line(strokeWidth=2).encode(x=x, y=y, color=colour, detail="series:N")
+    medians = cells.mark_point(filled=True, size=70, opacity=1.0).encode(
+        x=x,
+        y=y,
+        color=colour,
+        shape=shape,
+        tooltip=[
+            "cell:N",
+            "series:N",
+            "nodes:Q",
+            alt.Tooltip("value:Q", title=f"median {title}", format=number),
+            alt.Tooltip("low:Q", format=number),
+            alt.Tooltip("high:Q", format=number),
+            alt.Tooltip("interval:N", title="interval"),
+            alt.Tooltip("repeats:Q", title="repeats used"),
+            "flag:N",
+            "note:N",
+        ],
+    )
+    return alt.layer(*(extra or []), runs, bars, lines, medians, data=data)
+
+
+def throughput_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
+    """Throughput (global samples/s) vs nodes: repeats, cell medians with intervals, lines."""
+    ok, data = _scaling_data(runs, "throughput")
+    if ok.empty:
+        return empty_chart("Throughput: no successful runs to plot")
+    layers = _scaling_layers(data, ok, "throughput (samples/s)", ",.1f")
     return (
-        alt.layer(ideal, points, lines, data=data)
-        .properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
+        layers.properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
         .facet(facet=alt.Facet("model:N", title=None, sort=_ordered(ok["model"], MODEL_ORDER)), columns=4)
-        .properties(title="Speedup vs nodes (dashed: ideal = nodes / baseline nodes)")
+        .resolve_scale(y="independent")
+        .properties(
+            title="Throughput vs nodes (small points: repeats; large: medians over repeats with their "
+            "interval; triangles: flagged)"
+        )
+    )
+
+
+def speedup_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
+    """Speedup vs nodes against the smallest ok node count, with intervals and the ideal line."""
+    ok, data = _scaling_data(runs, "speedup")
+    if ok.empty:
+        return empty_chart("Speedup: no successful runs to plot")
+    title = "speedup (x baseline throughput)"
+    ideal = (
+        alt.Chart()
+        .transform_filter(alt.datum.kind == "cell")
+        .mark_line(color="gray", strokeDash=[4, 4], strokeWidth=1.5)
+        .encode(x=_nodes_axis(ok), y=alt.Y("ideal:Q", title=title), detail="series:N")
+    )
+    layers = _scaling_layers(data, ok, title, ".2f", extra=[ideal])
+    return (
+        layers.properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
+        .facet(facet=alt.Facet("model:N", title=None, sort=_ordered(ok["model"], MODEL_ORDER)), columns=4)
+        .properties(
+            title="Speedup vs nodes (dashed: ideal = nodes / baseline nodes; bars: intervals; "
+            "triangles: flagged, e.g. superlinear)"
+        )
     )
 
 
@@ -390,7 +477,6 @@ def _draw(builders: dict[str, Callable[[], alt.TopLevelMixin]], out: dict[str, d
 
 
 # --- the scaling model (dlscale.perfmodel): projection and validation ----------------------
-
 
 
 def _setup_colour(setups: list[str]) -> alt.Color:

@@ -13,6 +13,16 @@ rule aggregate:
             caption="../report/findings.rst",
             category=CATEGORY_FINDINGS,
         ),
+        cells_csv=report(
+            "results/cells.csv",
+            caption="../report/cells.rst",
+            category=CATEGORY_FINDINGS,
+        ),
+        claims_csv=report(
+            "results/claims.csv",
+            caption="../report/claims.rst",
+            category=CATEGORY_FINDINGS,
+        ),
     log:
         "results/logs/aggregate.log",
     localrule: True
@@ -51,9 +61,12 @@ rule figures:
 
 
 rule perfmodel:
-    """Scaling model: calibrate on host runs, check on emulated-network runs, project."""
+    """Scaling model: fit the micro-benchmarks and host runs, predict the held-out
+    emulated-network runs, project with a bootstrap band (dlscale.perfmodel)."""
     input:
         runs="results/runs.parquet",
+        iterations="results/iterations.parquet",
+        commbench=commbench_files(),
     output:
         **{
             name: report(
@@ -64,16 +77,21 @@ rule perfmodel:
             for name in PERFMODEL_TABLES
         },
         **{
+            name: f"results/perfmodel/{name}.csv"
+            for name in PERFMODEL_EXTRA_TABLES
+            if name not in PERFMODEL_TABLES
+        },
+        **{
             f"{name}_{fmt}": (
                 report(
                     f"results/figures/{name}.{fmt}",
-                    caption=f"../report/{PERFMODEL_CAPTIONS[name]}",
+                    caption=f"../report/{PERFMODEL_FIGURE_CAPTIONS[name]}",
                     category=CATEGORY_PERFMODEL,
                 )
                 if fmt == "svg"
                 else f"results/figures/{name}.{fmt}"
             )
-            for name in PERFMODEL_FIGURES
+            for name in PERFMODEL_ALL_FIGURES
             for fmt in FIGURE_FORMATS
         },
     log:
@@ -86,6 +104,8 @@ rule perfmodel:
         max_nodes=STUDY["projection"]["max_nodes"],
         ranks_per_node=STUDY["ranks_per_node"],
         num_ps=STUDY["tensorflow"]["num_ps"],
+        bootstrap=STUDY["projection"].get("bootstrap", 200),
+        seed=STUDY["projection"].get("seed", 0),
         latency_us=projection_preset("latency_us"),
         bandwidth_gbit=projection_preset("bandwidth_gbit"),
         source=projection_preset("source"),

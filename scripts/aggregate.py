@@ -1,7 +1,9 @@
-"""Snakemake glue: events files -> runs.csv/.parquet, iterations.parquet, findings.csv.
+"""Snakemake glue: events files -> runs.csv/.parquet, iterations.parquet, cells.csv,
+findings.csv and claims.csv.
 
-All logic lives in ``dlscale.analysis``; this script only maps Snakemake's input/output
-names onto it and logs to the rule's log file.
+All logic lives in ``dlscale.analysis`` (``aggregate`` and ``write_outputs``, the same two
+functions ``python -m dlscale.analysis RUNS_DIR --out DIR`` uses); this script only maps
+Snakemake's input/output names onto them and logs to the rule's log file.
 """
 
 import logging
@@ -15,22 +17,16 @@ log = logging.getLogger("aggregate")
 try:
     events = snakemake.input.events
     paths = [events] if isinstance(events, str) else list(events)
-    runs, iterations = analysis.load_events(paths)
-    log.info("%s", analysis.summary(runs))
-    for row in runs[runs["status"].eq("failed")].itertuples():
+    tables = analysis.aggregate(paths)
+    log.info("%s", analysis.summary(tables.runs))
+    for row in tables.runs[tables.runs["status"].eq("failed")].itertuples():
         log.warning("failed run %s: %s", row.run_id, row.reason)
-    table = analysis.findings(runs)
+    for row in tables.runs[tables.runs["flag"].notna()].itertuples():
+        log.warning("flagged run %s: %s", row.run_id, row.flag)
     out = snakemake.output
-    analysis.write_tables(
-        runs,
-        iterations,
-        table,
-        runs_csv=out.runs_csv,
-        runs_parquet=out.runs_parquet,
-        iterations_parquet=out.iterations_parquet,
-        findings_csv=out.findings_csv,
-    )
-    log.info("wrote %s, %s, %s, %s", out.runs_csv, out.runs_parquet, out.iterations_parquet, out.findings_csv)
+    targets = {name: getattr(out, name) for name in analysis.OUTPUT_FILES if hasattr(out, name)}
+    analysis.write_outputs(tables, targets)
+    log.info("wrote %s", ", ".join(str(path) for path in targets.values()))
 except Exception:
     log.exception("aggregation failed")
     raise

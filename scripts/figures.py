@@ -1,7 +1,8 @@
-"""Snakemake glue: runs/iterations parquet -> the four figures in html, svg and png.
+"""Snakemake glue: runs/iterations parquet -> the study's figures in html, svg and png.
 
 Outputs are named ``<figure>_<format>`` (e.g. ``throughput_png``); all logic lives in
-``dlscale.figures``.
+``dlscale.figures``. The intervals the figures draw are the cells' of ``dlscale.verdicts``,
+recomputed from runs.parquet by the same seeded function that wrote cells.csv.
 """
 
 import logging

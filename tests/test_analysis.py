@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlscale import analysis
+from dlscale import analysis, atomic
 from dlscale.events import write_atomic
 
 
@@ -61,11 +61,14 @@ def write_run(
     reason: str | None = None,
     startup_s: float | None = 2.5,
     network: str | None = None,
+    contention: dict[str, Any] | None = None,
 ) -> Path:
     """Write one run's events.jsonl under ``root`` (at its run id's path) and return it.
 
     ``network`` (e.g. ``emulated-1gbe``) goes into run_start and, as the study names such
     runs, into the run id's layout segment (``n2x1-1gbe``); None writes no network field.
+    ``contention`` is the launcher probe's record, put into run_end (None: an older file
+    without one).
     """
     world = nodes * ranks_per_node
     layout = f"n{nodes}x{ranks_per_node}"
@@ -97,6 +100,8 @@ def write_run(
     if network is not None:
         start["network"] = network
     end = {"event": "run_end", "status": status, "reason": reason, "time": 1100.0}
+    if contention is not None:
+        end["contention"] = contention
     return write_atomic(root / run_id / "events.jsonl", [start, *iterations, end])
 
 
@@ -422,17 +427,31 @@ def comm_run(
     )
 
 
+#: Three repeats of a cell: every time x 0.99, 1.00, 1.01, so the median is the nominal
+#: value, the shares are exact, and each throughput interval (a low-n range) is +-1 %.
+JITTER = (0.99, 1.0, 1.01)
+
+
+def comm_cell(
+    root: Path, framework: str, nodes: int, step: float, compute: float, network: str | None = None
+) -> list[Path]:
+    return [
+        comm_run(root, framework, nodes, step * f, compute * f, repeat=r, network=network)
+        for r, f in enumerate(JITTER)
+    ]
+
+
 def test_findings_pick_the_right_framework(tmp_path: Path) -> None:
     # tensorflow: fastest on 1 node (1000/s vs 500/s) but poor scaling and communication;
-    # torch: slower compute, lower exposed share and better efficiency at 4 nodes.
+    # torch: slower compute, lower exposed share, better efficiency and faster per sample
+    # at 4 nodes (1905/s vs 1600/s).
     paths = [
-        comm_run(tmp_path, "tensorflow", 1, 0.1, 0.1),
-        comm_run(tmp_path, "tensorflow", 1, 0.1, 0.1, repeat=1),
-        comm_run(tmp_path, "tensorflow", 2, 0.125, 0.1),  # eff 0.8
-        comm_run(tmp_path, "tensorflow", 4, 0.2, 0.1),  # eff 0.5, share 0.5
-        comm_run(tmp_path, "torch", 1, 0.2, 0.2),
-        comm_run(tmp_path, "torch", 2, 0.21, 0.2),
-        comm_run(tmp_path, "torch", 4, 0.25, 0.2),  # eff 0.8, share 0.2
+        *comm_cell(tmp_path, "tensorflow", 1, 0.1, 0.1),
+        *comm_cell(tmp_path, "tensorflow", 2, 0.125, 0.1),  # eff 0.8
+        *comm_cell(tmp_path, "tensorflow", 4, 0.25, 0.1),  # 1600/s, eff 0.4, share 0.6
+        *comm_cell(tmp_path, "torch", 1, 0.2, 0.2),
+        *comm_cell(tmp_path, "torch", 2, 0.205, 0.2),
+        *comm_cell(tmp_path, "torch", 4, 0.21, 0.2),  # 1905/s, eff 0.952, share 0.048
     ]
     runs, _ = analysis.load_events(paths)
     table = analysis.findings(runs)
@@ -440,24 +459,35 @@ def test_findings_pick_the_right_framework(tmp_path: Path) -> None:
     row = table.set_index("model").loc["lenet"]
     assert row["fastest_compute"] == "tensorflow"
     assert row["fastest_compute_throughput"] == pytest.approx(1000.0)
+    assert row["fastest_compute_throughput_low"] == pytest.approx(1000 / 1.01)
+    assert row["fastest_compute_throughput_high"] == pytest.approx(1000 / 0.99)
+    assert row["fastest_compute_runner_up"] == "torch"
+    assert row["fastest_compute_runner_up_throughput"] == pytest.approx(500.0)
     assert row["fastest_compute_nodes"] == 1
     assert row["best_communication"] == "torch"
-    assert row["best_communication_exposed_share"] == pytest.approx(0.2)
+    assert row["best_communication_exposed_share"] == pytest.approx(0.01 / 0.21)
+    assert row["best_communication_runner_up_exposed_share"] == pytest.approx(0.6)
     assert row["best_communication_nodes"] == 4
     assert row["best_scaling"] == "torch"
-    assert row["best_scaling_efficiency"] == pytest.approx(0.8)
+    assert row["best_scaling_efficiency"] == pytest.approx(0.2 / 0.21)
+    assert row["best_scaling_time_per_sample_s"] == pytest.approx(0.21 / 400)
+    # tensorflow is clearly slower per sample at 4 nodes: out of the scaling race
+    assert pd.isna(row["best_scaling_runner_up"])
+    assert "tensorflow left out: slower per sample" in row["best_scaling_note"]
     assert row["best_scaling_nodes"] == 4
     assert row["best_scaling_baseline_nodes"] == 1
     assert row["frameworks"] == "tensorflow;torch"
     assert row["node_counts"] == "1;2;4"
+    assert row["repeats"] == "3"
+    assert "low-n" in row["fastest_compute_note"]
 
 
 def test_findings_ignore_failed_runs_and_self_baselines(tmp_path: Path) -> None:
-    # caffe's only ok run is at 4 nodes: its efficiency 1.0 is against itself and must
+    # caffe's only ok runs are at 4 nodes: its efficiency 1.0 is against itself and must
     # not win; its failed 1-node run is not a speed record either.
     paths = [
-        comm_run(tmp_path, "torch", 1, 0.2, 0.2),
-        comm_run(tmp_path, "torch", 4, 0.25, 0.2),
+        *comm_cell(tmp_path, "torch", 1, 0.2, 0.2),
+        *comm_cell(tmp_path, "torch", 4, 0.25, 0.2),
         write_run(
             tmp_path,
             [iteration(0, i, 0.001, samples=100) for i in range(3)],
@@ -466,7 +496,7 @@ def test_findings_ignore_failed_runs_and_self_baselines(tmp_path: Path) -> None:
             status="failed",
             reason="segfault",
         ),
-        comm_run(tmp_path, "caffe", 4, 0.21, 0.2),
+        *comm_cell(tmp_path, "caffe", 4, 0.21, 0.2),
     ]
     runs, _ = analysis.load_events(paths)
     row = analysis.findings(runs).set_index("model").loc["lenet"]
@@ -482,9 +512,26 @@ def test_one_node_count_cannot_answer_scaling(tmp_path: Path) -> None:
     row = analysis.findings(runs).iloc[0]
     assert row["fastest_compute"] == "torch"  # a single framework still answers
     assert row["fastest_compute_throughput"] == pytest.approx(800.0)
+    assert (
+        row["fastest_compute_note"]
+        == "the only candidate; low-n: torch 2 repeat(s); ranges, not 95 % intervals"
+    )
     assert row["best_communication"] == "torch"
     assert row["best_scaling"] == analysis.NEEDS_TWO_NODE_COUNTS == "n/a (needs >= 2 node counts)"
     assert math.isnan(row["best_scaling_efficiency"])
+
+
+def test_one_repeat_per_cell_names_no_winner(tmp_path: Path) -> None:
+    # One run per cell says nothing about the next run: however far apart, no interval,
+    # no winner; the leader and runner-up are still reported.
+    paths = [comm_run(tmp_path, "tensorflow", 1, 0.1, 0.1), comm_run(tmp_path, "torch", 1, 0.5, 0.5)]
+    runs, _ = analysis.load_events(paths)
+    row = analysis.findings(runs).iloc[0]
+    assert row["fastest_compute"] == "no clear winner"
+    assert row["fastest_compute_leader"] == "tensorflow"
+    assert row["fastest_compute_runner_up"] == "torch"
+    assert math.isnan(row["fastest_compute_throughput_low"])
+    assert "no interval (one repeat)" in row["fastest_compute_note"]
 
 
 def test_findings_single_rank_and_all_failed(tmp_path: Path) -> None:
@@ -497,6 +544,69 @@ def test_findings_single_rank_and_all_failed(tmp_path: Path) -> None:
     assert table.loc["lenet", "best_communication"] == "n/a (needs > 1 rank)"
     assert table.loc["alexnet", "fastest_compute"] == "n/a (no ok runs)"
     assert table.loc["alexnet", "best_scaling"] == "n/a (no ok runs)"
+
+
+def test_contention_is_read_from_run_end(tmp_path: Path) -> None:
+    paths = [
+        steady_run(tmp_path, 100.0, nodes=1),  # an older file: no contention record
+        steady_run(
+            tmp_path,
+            70.0,
+            nodes=1,
+            repeat=1,
+            contention={"other_busy_share": 0.45, "steal_share": 0.0, "contended": True},
+        ),
+        steady_run(
+            tmp_path, 99.0, nodes=1, repeat=2, contention={"other_busy_share": 0.02, "steal_share": 0.01}
+        ),
+        # no "contended" key: decided from the shares and the threshold
+        steady_run(
+            tmp_path, 98.0, nodes=1, repeat=3, contention={"other_busy_share": 0.3, "steal_share": 0.0}
+        ),
+        steady_run(tmp_path, 190.0, nodes=2),
+    ]
+    runs, _ = analysis.load_events(paths)
+    by_repeat = runs[runs["nodes"].eq(1)].set_index("repeat")
+    assert math.isnan(by_repeat.loc[0, "other_busy_share"]) and not by_repeat.loc[0, "contended"]
+    assert by_repeat.loc[1, "contended"] and by_repeat.loc[1, "other_busy_share"] == pytest.approx(0.45)
+    assert by_repeat.loc[1, "flag"] == "contended: other work took 45% of the host's CPUs during the run"
+    assert not by_repeat.loc[2, "contended"] and by_repeat.loc[2, "steal_share"] == pytest.approx(0.01)
+    assert pd.isna(by_repeat.loc[2, "flag"])
+    assert by_repeat.loc[3, "contended"]
+    # the baseline is the median of the uncontended 1-node runs (100, 99), not of all four
+    two = one(runs, "torch/lenet/n2x1/b50/r0")
+    assert two["speedup"] == pytest.approx(190.0 / 99.5)
+    assert two["efficiency"] == pytest.approx(95.0 / 99.5)
+
+
+def test_a_group_of_contended_runs_still_has_a_baseline(tmp_path: Path) -> None:
+    busy = {"other_busy_share": 0.5, "steal_share": 0.0, "contended": True}
+    paths = [
+        steady_run(tmp_path, 100.0, nodes=1, contention=busy),
+        steady_run(tmp_path, 150.0, nodes=2, contention=busy),
+    ]
+    runs, _ = analysis.load_events(paths)
+    assert one(runs, "torch/lenet/n2x1/b50/r0")["speedup"] == pytest.approx(1.5)
+    assert runs["contended"].all()
+
+
+def test_one_rank_communication_is_flagged_as_fixed_overhead(tmp_path: Path) -> None:
+    paths = [
+        comm_run(tmp_path, "bigdl", 1, 0.25, 0.1),  # 60 % "communication" with one rank
+        comm_run(tmp_path, "torch", 1, 0.1, 0.1),
+        comm_run(tmp_path, "torch", 2, 0.15, 0.1),  # two ranks: communication is real
+    ]
+    runs, _ = analysis.load_events(paths)
+    bigdl = one(runs, "bigdl/lenet/n1x1/b100/r0")
+    assert bigdl["flag"] == "fixed overhead: exposed 'communication' is 60% of the step with one rank"
+    assert runs.loc[runs["framework"].eq("torch"), "flag"].isna().all()
+
+
+def test_aggregate_is_independent_of_input_order(tmp_path: Path) -> None:
+    paths = [*comm_cell(tmp_path, "torch", 1, 0.2, 0.2), *comm_cell(tmp_path, "torch", 2, 0.25, 0.2)]
+    forward, backward = analysis.aggregate(paths), analysis.aggregate(list(reversed(paths)))
+    for name in ("runs", "iterations", "cells", "findings", "claims"):
+        pd.testing.assert_frame_equal(getattr(forward, name), getattr(backward, name))
 
 
 # --- writing --------------------------------------------------------------------------------
@@ -524,7 +634,7 @@ def test_write_tables_atomically_and_readably(tmp_path: Path, two_rank_run: Path
     assert len(pd.read_parquet(targets["iterations_parquet"])) == 8
     assert pd.read_csv(targets["findings_csv"]).loc[0, "fastest_compute"] == "torch"
     mode = stat.S_IMODE(os.stat(targets["runs_csv"]).st_mode)
-    assert mode == analysis.file_mode()  # not mkstemp's 0600
+    assert mode == atomic.file_mode()  # not mkstemp's 0600
 
 
 def test_write_tables_keeps_the_old_file_when_writing_fails(tmp_path: Path, two_rank_run: Path) -> None:
@@ -637,14 +747,14 @@ def test_findings_answer_each_network_apart(tmp_path: Path) -> None:
     # On the host network torch scales best; on a slow emulated link caffe does. Mixed
     # together, the medians would answer neither question.
     paths = [
-        comm_run(tmp_path, "torch", 1, 0.2, 0.2),
-        comm_run(tmp_path, "torch", 2, 0.21, 0.2),  # eff 0.95
-        comm_run(tmp_path, "caffe", 1, 0.2, 0.2),
-        comm_run(tmp_path, "caffe", 2, 0.3, 0.2),  # eff 0.67
-        comm_run(tmp_path, "torch", 1, 0.2, 0.2, network="emulated-100mbe"),
-        comm_run(tmp_path, "torch", 2, 0.8, 0.2, network="emulated-100mbe"),  # eff 0.25
-        comm_run(tmp_path, "caffe", 1, 0.2, 0.2, network="emulated-100mbe"),
-        comm_run(tmp_path, "caffe", 2, 0.4, 0.2, network="emulated-100mbe"),  # eff 0.5
+        *comm_cell(tmp_path, "torch", 1, 0.2, 0.2),
+        *comm_cell(tmp_path, "torch", 2, 0.21, 0.2),  # eff 0.95
+        *comm_cell(tmp_path, "caffe", 1, 0.2, 0.2),
+        *comm_cell(tmp_path, "caffe", 2, 0.3, 0.2),  # eff 0.67
+        *comm_cell(tmp_path, "torch", 1, 0.2, 0.2, network="emulated-100mbe"),
+        *comm_cell(tmp_path, "torch", 2, 0.8, 0.2, network="emulated-100mbe"),  # eff 0.25
+        *comm_cell(tmp_path, "caffe", 1, 0.2, 0.2, network="emulated-100mbe"),
+        *comm_cell(tmp_path, "caffe", 2, 0.4, 0.2, network="emulated-100mbe"),  # eff 0.5
     ]
     runs, _ = analysis.load_events(paths)
     table = analysis.findings(runs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -29,6 +30,7 @@ def write_run(
     status: str = "ok",
     iterations: int = 5,
     input_s: float | None = None,
+    contention: dict[str, Any] | None = None,
 ) -> Path:
     """A run of ``nodes`` single-rank nodes with steady steps and a falling loss."""
     run_id = f"{framework}/{model}/n{nodes}x1/b32/r{repeat}"
@@ -72,7 +74,10 @@ def write_run(
                 }
             )
     reason = None if status == "ok" else "killed by the test"
-    events.append({"event": "run_end", "status": status, "reason": reason, "time": 9.0})
+    end: dict[str, Any] = {"event": "run_end", "status": status, "reason": reason, "time": 9.0}
+    if contention is not None:
+        end["contention"] = contention
+    events.append(end)
     return write_atomic(root / run_id / "events.jsonl", events)
 
 
@@ -228,3 +233,54 @@ def test_bad_outputs_are_refused(tmp_path: Path, study: tuple[pd.DataFrame, pd.D
         figures.make_figures(runs, iterations, {"thruput": {"png": str(tmp_path / "t.png")}})
     with pytest.raises(ValueError, match=r"does not end in \.svg"):
         figures.make_figures(runs, iterations, {"loss": {"svg": str(tmp_path / "loss.png")}})
+
+
+def chart_rows(chart: Any) -> list[dict[str, Any]]:
+    """The rows of a (single-dataset) chart's inline data."""
+    spec = chart.to_dict()
+    (rows,) = spec["datasets"].values()
+    return rows
+
+
+def test_scaling_figures_draw_intervals_and_mark_flagged_points(tmp_path: Path) -> None:
+    # torch: 1 node 320/s x (1/0.98, 1, 1/1.02), 2 nodes 800/s likewise: efficiency 1.25,
+    # range ratio [2.5 x 0.98/1.02, 2.5 x 1.02/0.98] / 2 = [1.20, 1.30]: superlinear.
+    # caffe: efficiency 0.8, not flagged; one extra 1-node run ran beside other work.
+    root = tmp_path / "events"
+    paths = []
+    for repeat, f in enumerate((0.98, 1.0, 1.02)):
+        paths += [
+            write_run(root, "torch", "lenet", 1, 0.1 * f, compute=0.1 * f, repeat=repeat),
+            write_run(root, "torch", "lenet", 2, 0.08 * f, compute=0.07 * f, repeat=repeat),
+            write_run(root, "caffe", "lenet", 1, 0.1 * f, compute=0.1 * f, repeat=repeat),
+            write_run(root, "caffe", "lenet", 2, 0.125 * f, compute=0.1 * f, repeat=repeat),
+        ]
+    busy = {"other_busy_share": 0.6, "steal_share": 0.0, "contended": True}
+    paths.append(write_run(root, "caffe", "lenet", 1, 0.3, compute=0.3, repeat=3, contention=busy))
+    runs, iterations = analysis.load_events(paths)
+
+    rows = chart_rows(figures.speedup_chart(runs))
+    cells = {row["cell"]: row for row in rows if row["kind"] == "cell"}
+    torch = cells["torch/lenet/n2x1/b32"]
+    assert torch["value"] == pytest.approx(2.5)
+    assert (torch["low"], torch["high"]) == pytest.approx((2.5 * 0.98 / 1.02, 2.5 * 1.02 / 0.98))
+    assert torch["marker"] == "flagged" and torch["flag"].startswith("superlinear: efficiency 1.25")
+    assert torch["interval"] == "range ratio (low-n)" and torch["repeats"] == 3
+    caffe = cells["caffe/lenet/n2x1/b32"]
+    assert caffe["marker"] == "ok" and caffe["flag"] == ""
+    assert caffe["value"] == pytest.approx(1.6)  # the contended 1-node run is not in the baseline
+
+    rows = chart_rows(figures.throughput_chart(runs))
+    cells = {row["cell"]: row for row in rows if row["kind"] == "cell"}
+    base = cells["caffe/lenet/n1x1/b32"]
+    assert (base["value"], base["low"], base["high"]) == pytest.approx((320, 320 / 1.02, 320 / 0.98))
+    assert base["note"] == "1 contended repeat(s) left out; low-n: 3 repeat(s)"
+    busy_run = next(row for row in rows if row["run_id"] == "caffe/lenet/n1x1/b32/r3")
+    assert busy_run["marker"] == "flagged" and busy_run["flag"].startswith("contended")
+
+    spec = json.dumps(figures.speedup_chart(runs).to_dict())
+    assert '"rule"' in spec and '"triangle-up"' in spec  # interval bars, flagged shape
+    out = outputs(tmp_path / "figures")
+    figures.make_figures(runs, iterations, out)
+    html = check_files(tmp_path / "figures", out)
+    assert "superlinear" in html["speedup"] and "contended" in html["throughput"]

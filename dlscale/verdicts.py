@@ -1,0 +1,990 @@
+"""Verdicts you can trust: cells over repeats with intervals, findings, the seed's claims.
+
+A **cell** is one set-up measured at one node count: framework, model, dataset, scaling
+mode, network, ranks per node, batch (the batch per rank under weak scaling, the global
+batch under strong: what stays fixed) and nodes. Its **repeats are the independent
+samples**. Each run contributes one value per quantity, its median over timed iterations
+(``dlscale.analysis``); iterations are never samples: they share the run's start-up,
+placement, neighbours and thermal state, and treating them as independent would make
+every interval too narrow.
+
+Which interval, and why (Hoefler & Belli, "Scientific Benchmarking of Parallel Computing
+Systems", SC15: summarise run times by the median, and do not assume normality, which
+run times rarely have):
+
+* **6 or more repeats**: the nonparametric confidence interval of the median from order
+  statistics. The number of repeats below the true median is Binomial(n, 1/2), so
+  ``[x_(j), x_(n+1-j)]`` covers the median with probability ``1 - 2 P(B <= j - 1)``;
+  ``j`` is the largest rank that keeps this at or above 95 % (``scipy.stats.binom``).
+  With 5 or fewer repeats no pair of order statistics reaches 95 % (even the whole range
+  of 5 covers the median only with 1 - 2/2^5 = 94 %), which is why the method needs more
+  than 5.
+* **2 to 5 repeats**: the min-max range, marked ``low-n``, with its true coverage
+  ``1 - 2^(1-n)`` (50 %, 75 %, 88 %, 94 %) in the ``coverage`` column. A bootstrap of a
+  median from so few values only resamples those same values: its percentile interval
+  lies inside the range while claiming a confidence it does not have.
+* **1 repeat**: no interval (NaN). One run says nothing about the next one; a cell with
+  one repeat never separates from another, so with ``repeats: 1`` a finding has a winner
+  only when a single framework competes.
+
+**Speedup and efficiency** are ratios of two cells' median throughputs (the cell's over
+the baseline cell's: the same set-up at its smallest node count), so their uncertainty
+comes from both cells, resampled independently:
+
+* both cells with 6 or more repeats: a seeded percentile bootstrap of
+  ``median(cell) / median(baseline)`` (``scipy.stats.bootstrap``, 9999 resamples of each
+  cell's repeats, unpaired, seed ``BOOTSTRAP_SEED`` so tables are reproducible to the
+  bit); percentile rather than BCa because BCa is undefined when a cell's repeats are
+  all equal;
+* otherwise (2-5 repeats in either): the conservative range ratio
+  ``[min(cell) / max(base), max(cell) / min(base)]``, ``low-n``, whose coverage is at
+  least the product of the two ranges' coverages;
+* the baseline cell itself: exactly 1 (it is its own denominator);
+* one repeat in either cell: no interval.
+
+Efficiency is speedup divided by the node ratio, so its interval is the speedup's
+scaled; "efficiency above 1" and "speedup above the node ratio" are the same test.
+
+Values outside physics are **flagged** with their likely cause and **never crowned**
+(the column ``not_crowned_for`` names the questions a flag blocks):
+
+* *superlinear*: an efficiency whose whole interval lies above 1 (or, without an
+  interval, above 1 at all). On emulated nodes sharing a host's cores this cannot be
+  real; it means the baseline was slowed (a busy baseline: other work on its cores). It
+  blocks ``best_scaling``.
+* *fixed overhead at one rank*: an exposed-"communication" share above
+  ``FIXED_OVERHEAD_SHARE`` with a single rank, where nothing is communicated. The cell
+  itself is flagged (its share is no communication), and under weak scaling every cell
+  scaled against it is too: a fixed per-iteration cost is spread over a global batch
+  that grows with the nodes, so its efficiency measures that amortisation, not
+  communication. It blocks ``best_scaling`` there.
+* *contended*: a run whose host was busy with other work (``contended`` in the runs
+  table, from the run's contention probe, ``dlscale.contention``) is left out of its
+  cell; a cell whose every repeat was contended is ``excluded`` from the findings, with
+  the reason shown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from dlscale import catalog
+from dlscale.analysis import FIXED_OVERHEAD_SHARE, HOST_NETWORK, NEEDS_TWO_NODE_COUNTS, batch_key
+
+CONFIDENCE = 0.95
+#: Fewest repeats with a distribution-free 95 % interval of the median.
+MIN_CI_REPEATS = 6
+BOOTSTRAP_RESAMPLES = 9999
+BOOTSTRAP_SEED = 2018
+
+ORDER_STATISTICS = "order statistics"
+RANGE_LOW_N = "range (low-n)"
+SINGLE_RUN = "single run"
+NO_RUNS = "no ok runs"
+BOOTSTRAP = "bootstrap"
+RANGE_RATIO_LOW_N = "range ratio (low-n)"
+BASELINE = "baseline"
+
+#: The three questions of the study (``findings``) and the quantity each compares.
+FASTEST_COMPUTE = "fastest_compute"
+BEST_COMMUNICATION = "best_communication"
+BEST_SCALING = "best_scaling"
+QUESTIONS: dict[str, tuple[str, str, bool]] = {
+    # question: (cells column, findings name of the value, higher is better)
+    FASTEST_COMPUTE: ("throughput", "throughput", True),
+    BEST_COMMUNICATION: ("exposed_comm_share", "exposed_share", False),
+    BEST_SCALING: ("efficiency", "efficiency", True),
+}
+NO_CLEAR_WINNER = "no clear winner"
+
+#: A cell: one set-up (``SETUP``) of one framework at one node count.
+SETUP: tuple[str, ...] = ("model", "network", "dataset", "scaling", "ranks_per_node", "batch")
+CELL_KEYS: tuple[str, ...] = ("framework", *SETUP, "nodes")
+
+CELL_COLUMNS: tuple[str, ...] = (
+    "cell",
+    *CELL_KEYS,
+    "batch_per_rank",
+    "global_batch",
+    "world_size",
+    "runs",
+    "failed_runs",
+    "contended_runs",
+    "repeats",
+    "interval",
+    "coverage",
+    "throughput",
+    "throughput_low",
+    "throughput_high",
+    "time_per_sample_s",
+    "time_per_sample_low",
+    "time_per_sample_high",
+    "step_s",
+    "compute_s",
+    "exposed_comm_s",
+    "exposed_comm_share",
+    "exposed_comm_share_low",
+    "exposed_comm_share_high",
+    "baseline_nodes",
+    "ideal_speedup",
+    "speedup",
+    "speedup_low",
+    "speedup_high",
+    "efficiency",
+    "efficiency_low",
+    "efficiency_high",
+    "ratio_interval",
+    "other_busy_share",
+    "excluded",
+    "flag",
+    "not_crowned_for",
+    "note",
+)
+
+CLAIM_COLUMNS: tuple[str, ...] = (
+    "claim",
+    "framework",
+    "question",
+    *SETUP,
+    "nodes",
+    "verdict",
+    "metric",
+    "value",
+    "low",
+    "high",
+    "repeats",
+    "others",
+    "reason",
+)
+
+REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
+
+
+# --- intervals ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its interval, how it was made and what it covers."""
+
+    value: float
+    low: float
+    high: float
+    method: str
+    #: Probability that the interval covers the true value (a lower bound for the range
+    #: ratio; NaN where none is known).
+    coverage: float = math.nan
+
+    @property
+    def known(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+
+def _finite(values: Iterable[float]) -> np.ndarray:
+    array = np.asarray(list(values), dtype="float64")
+    return np.sort(array[np.isfinite(array)])
+
+
+def order_statistic_rank(n: int, confidence: float = CONFIDENCE) -> int:
+    """The rank ``j`` (1-based) of the lower bound ``x_(j)`` of the median's interval.
+
+    The largest ``j`` with ``P(Binomial(n, 1/2) <= j - 1) <= (1 - confidence) / 2``, or 0
+    when none exists (too few samples for that confidence).
+    """
+    alpha = (1.0 - confidence) / 2.0
+    ranks = np.arange(1, n // 2 + 1)
+    ok = ranks[stats.binom.cdf(ranks - 1, n, 0.5) <= alpha + 1e-12]
+    return int(ok.max()) if len(ok) else 0
+
+
+def median_interval(values: Iterable[float], confidence: float = CONFIDENCE) -> Interval:
+    """The median of ``values`` (one per repeat; NaN ignored) and its interval.
+
+    See the module docstring: order statistics from ``MIN_CI_REPEATS`` values, the
+    min-max range (``low-n``) below that, nothing for a single value.
+    """
+    x = _finite(values)
+    n = len(x)
+    if n == 0:
+        return Interval(math.nan, math.nan, math.nan, NO_RUNS)
+    median = float(np.median(x))
+    if n == 1:
+        return Interval(median, math.nan, math.nan, SINGLE_RUN)
+    j = order_statistic_rank(n, confidence)
+    if j == 0:
+        return Interval(median, float(x[0]), float(x[-1]), RANGE_LOW_N, 1.0 - 2.0 ** (1 - n))
+    coverage = 1.0 - 2.0 * float(stats.binom.cdf(j - 1, n, 0.5))
+    return Interval(median, float(x[j - 1]), float(x[n - j]), ORDER_STATISTICS, coverage)
+
+
+def _median_ratio(numerator: np.ndarray, denominator: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(numerator, axis=axis) / np.median(denominator, axis=axis)
+
+
+def ratio_interval(
+    numerator: Iterable[float],
+    denominator: Iterable[float],
+    confidence: float = CONFIDENCE,
+    seed: int = BOOTSTRAP_SEED,
+) -> Interval:
+    """``median(numerator) / median(denominator)`` and its interval (module docstring).
+
+    The two samples are independent repeats of two cells and are resampled apart.
+    """
+    a, b = _finite(numerator), _finite(denominator)
+    if len(a) == 0 or len(b) == 0:
+        return Interval(math.nan, math.nan, math.nan, NO_RUNS)
+    value = float(np.median(a) / np.median(b))
+    if len(a) < 2 or len(b) < 2:
+        return Interval(value, math.nan, math.nan, SINGLE_RUN)
+    if len(a) >= MIN_CI_REPEATS and len(b) >= MIN_CI_REPEATS:
+        result = stats.bootstrap(
+            (a, b),
+            _median_ratio,
+            paired=False,
+            vectorized=True,
+            method="percentile",
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            confidence_level=confidence,
+            rng=np.random.default_rng(seed),
+        )
+        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        return Interval(value, min(low, value), max(high, value), BOOTSTRAP, confidence)
+    coverage = (1.0 - 2.0 ** (1 - min(len(a), MIN_CI_REPEATS))) * (
+        1.0 - 2.0 ** (1 - min(len(b), MIN_CI_REPEATS))
+    )
+    return Interval(value, float(a[0] / b[-1]), float(a[-1] / b[0]), RANGE_RATIO_LOW_N, coverage)
+
+
+def needs_more_repeats(values: Sequence[float], target_rel_halfwidth: float, cap: int) -> bool:
+    """Should a cell (``repeats: auto``) get another repeat?
+
+    ``values`` are the cell's per-repeat values so far (each run's median, e.g. its
+    throughput; NaN, e.g. a failed run, is ignored), ``target_rel_halfwidth`` the wanted
+    half-width of the median's 95 % interval relative to the median (0.05: +-5 %; the
+    larger side of an asymmetric interval counts), ``cap`` the most repeats a cell may
+    have (counting the given values, failed ones included, so a cell that keeps failing
+    stops too).
+
+    False once ``cap`` values exist. Otherwise True while there are fewer than
+    ``MIN_CI_REPEATS`` finite values (below that there is no 95 % interval to judge, only
+    a range that grows as repeats are added, so an early narrow range proves nothing) or
+    while the interval's relative half-width exceeds the target.
+    """
+    if target_rel_halfwidth <= 0:
+        raise ValueError(f"target_rel_halfwidth must be > 0, not {target_rel_halfwidth}")
+    if len(values) >= cap:
+        return False
+    x = _finite(values)
+    if len(x) < MIN_CI_REPEATS:
+        return True
+    interval = median_interval(x)
+    if interval.value == 0:
+        return interval.high > interval.low
+    half = max(interval.value - interval.low, interval.high - interval.value)
+    return half / abs(interval.value) > target_rel_halfwidth
+
+
+def separated(better: Interval | Competitor, worse: Interval | Competitor, higher: bool) -> bool:
+    """True when ``better``'s interval lies wholly on the better side of ``worse``'s.
+
+    Unknown intervals (one repeat) never separate.
+    """
+    values = (better.low, better.high, worse.low, worse.high)
+    if any(v is None or math.isnan(v) for v in values):
+        return False
+    return better.low > worse.high if higher else better.high < worse.low
+
+
+# --- cells ----------------------------------------------------------------------------------
+
+
+def _empty(columns: Sequence[str]) -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype="object") for name in columns})
+
+
+def _fmt(value: float) -> str:
+    if value is None or math.isnan(value):
+        return "nan"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def _fmt_interval(value: float, low: float, high: float) -> str:
+    if any(isinstance(v, float) and math.isnan(v) for v in (low, high)):
+        return f"{_fmt(value)} (no interval)"
+    return f"{_fmt(value)} [{_fmt(low)}, {_fmt(high)}]"
+
+
+def cell_name(
+    framework: str, model: str, network: str, nodes: int, ranks_per_node: int, batch_per_rank: int
+) -> str:
+    """A cell's name in the run id's shape, without the repeat: ``torch/lenet/n2x1/b64``."""
+    layout = f"n{int(nodes)}x{int(ranks_per_node)}"
+    if network not in (None, "", HOST_NETWORK):
+        layout += "-" + str(network).removeprefix("emulated-")
+    return f"{framework}/{model}/{layout}/b{int(batch_per_rank)}"
+
+
+def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs with the cell keys filled in (``batch``, a network and a dataset everywhere)."""
+    table = runs.copy()
+    table["batch"] = batch_key(table).astype("int64")
+    table["network"] = table["network"].astype(object).where(table["network"].notna(), HOST_NETWORK)
+    table["dataset"] = table["dataset"].astype(object).where(table["dataset"].notna(), "")
+    contended = table["contended"] if "contended" in table else pd.Series(False, index=table.index)
+    table["contended"] = contended.astype(object).where(contended.notna(), False).astype(bool)
+    if "other_busy_share" not in table:
+        table["other_busy_share"] = np.nan
+    table["_ok"] = table["status"].eq("ok") & table["throughput"].notna()
+    return table
+
+
+def _sort_cells(table: pd.DataFrame) -> pd.DataFrame:
+    def order(column: str, preferred: Sequence[str]) -> pd.Series:
+        rank = {name: i for i, name in enumerate(preferred)}
+        return table[column].map(lambda v: (rank.get(v, len(rank)), str(v)))
+
+    keys = pd.DataFrame(
+        {
+            "model": order("model", catalog.MODEL_NAMES),
+            "network": table["network"].map(lambda v: (v != HOST_NETWORK, str(v))),
+            "dataset": table["dataset"].astype(str),
+            "scaling": table["scaling"].astype(str),
+            "ranks_per_node": table["ranks_per_node"],
+            "batch": table["batch"],
+            "framework": order("framework", catalog.FRAMEWORK_NAMES),
+            "nodes": table["nodes"],
+        }
+    )
+    index = sorted(table.index, key=lambda i: tuple(keys.loc[i]))
+    return table.loc[index].reset_index(drop=True)
+
+
+def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
+    """Summarise a runs table (``dlscale.analysis``) per cell, over its repeats.
+
+    One row per cell with ``CELL_COLUMNS``: how many runs it had (``runs``), failed,
+    contended, and used (``repeats``: the ok, uncontended ones); the median over those
+    repeats of throughput, time per sample (``1 / throughput``: seconds per global
+    sample), step, compute and exposed communication, with intervals
+    (``<column>_low``/``_high``, method in ``interval``, coverage in ``coverage``) for
+    throughput, time per sample and the exposed-communication share; speedup and
+    efficiency against the set-up's baseline cell with their interval (method in
+    ``ratio_interval``); and ``flag``/``not_crowned_for``/``excluded``/``note`` (module
+    docstring). A cell whose every ok repeat was contended keeps its numbers (from those
+    repeats, for the figures) but is ``excluded``.
+    """
+    if runs.empty:
+        return _empty(CELL_COLUMNS)
+    table = _keyed(runs)
+    rows: list[dict[str, Any]] = []
+    samples: dict[tuple[Any, ...], np.ndarray] = {}
+    for key, group in table.groupby(list(CELL_KEYS), sort=False, dropna=False):
+        ok = group[group["_ok"]]
+        clean = ok[~ok["contended"]]
+        used = clean if len(clean) else ok
+        first = group.iloc[0]
+        row: dict[str, Any] = dict(zip(CELL_KEYS, key, strict=True))
+        row.update(
+            cell=cell_name(
+                row["framework"],
+                row["model"],
+                row["network"],
+                row["nodes"],
+                row["ranks_per_node"],
+                first["batch_per_rank"],
+            ),
+            batch_per_rank=int(first["batch_per_rank"]),
+            global_batch=int(first["global_batch"]),
+            world_size=int(first["world_size"]),
+            runs=len(group),
+            failed_runs=int((~group["status"].eq("ok")).sum()),
+            contended_runs=int(ok["contended"].sum()),
+            repeats=len(clean),
+        )
+        throughput = median_interval(used["throughput"], confidence)
+        share = median_interval(used["exposed_comm_share"], confidence)
+        row.update(
+            interval=throughput.method if len(used) else NO_RUNS,
+            coverage=throughput.coverage,
+            throughput=throughput.value,
+            throughput_low=throughput.low,
+            throughput_high=throughput.high,
+            time_per_sample_s=1.0 / throughput.value if throughput.value > 0 else math.nan,
+            time_per_sample_low=1.0 / throughput.high if throughput.high > 0 else math.nan,
+            time_per_sample_high=1.0 / throughput.low if throughput.low > 0 else math.nan,
+            step_s=_median(used["step_s"]),
+            compute_s=_median(used["compute_s"]),
+            exposed_comm_s=_median(used["exposed_comm_s"]),
+            exposed_comm_share=share.value,
+            exposed_comm_share_low=share.low,
+            exposed_comm_share_high=share.high,
+            other_busy_share=_max(group["other_busy_share"]),
+        )
+        samples[key] = used["throughput"].to_numpy(dtype="float64")
+        rows.append(row)
+    cell_table = pd.DataFrame(rows)
+    cell_table = _add_ratios(cell_table, samples, confidence)
+    cell_table = _add_flags(cell_table)
+    cell_table = _sort_cells(cell_table)
+    for name in ("ranks_per_node", "batch", "nodes", "batch_per_rank", "global_batch", "world_size"):
+        cell_table[name] = cell_table[name].astype("int64")
+    cell_table["baseline_nodes"] = cell_table["baseline_nodes"].astype("Int64")
+    return cell_table[list(CELL_COLUMNS)]
+
+
+def _median(values: pd.Series) -> float:
+    x = _finite(values)
+    return float(np.median(x)) if len(x) else math.nan
+
+
+def _max(values: pd.Series) -> float:
+    x = _finite(values)
+    return float(x.max()) if len(x) else math.nan
+
+
+def _add_ratios(
+    table: pd.DataFrame, samples: dict[tuple[Any, ...], np.ndarray], confidence: float
+) -> pd.DataFrame:
+    """Baseline node count, speedup and efficiency (with intervals) of every cell."""
+    out = table.copy()
+    for name in ("baseline_nodes", "ideal_speedup", "speedup", "speedup_low", "speedup_high"):
+        out[name] = np.nan
+    out["ratio_interval"] = None
+    group_keys = ["framework", *SETUP]
+    has_values = out["throughput"].notna()
+    for _, group in out[has_values].groupby(group_keys, sort=False, dropna=False):
+        clean = group[group["repeats"].gt(0)]
+        base_nodes = int((clean if len(clean) else group)["nodes"].min())
+        base = group[group["nodes"].eq(base_nodes)].iloc[0]
+        base_values = samples[tuple(base[k] for k in CELL_KEYS)]
+        for index, cell in group.iterrows():
+            out.loc[index, "baseline_nodes"] = base_nodes
+            out.loc[index, "ideal_speedup"] = cell["nodes"] / base_nodes
+            if cell["nodes"] == base_nodes:
+                ratio = Interval(1.0, 1.0, 1.0, BASELINE, 1.0)
+            else:
+                ratio = ratio_interval(samples[tuple(cell[k] for k in CELL_KEYS)], base_values, confidence)
+            out.loc[index, ["speedup", "speedup_low", "speedup_high"]] = [ratio.value, ratio.low, ratio.high]
+            out.loc[index, "ratio_interval"] = ratio.method
+    for name in ("", "_low", "_high"):
+        out[f"efficiency{name}"] = out[f"speedup{name}"] / out["ideal_speedup"]
+    return out
+
+
+def _add_flags(table: pd.DataFrame) -> pd.DataFrame:
+    """``excluded``, ``flag``, ``not_crowned_for`` and ``note`` of every cell."""
+    out = table.copy()
+    flags: list[list[str]] = [[] for _ in range(len(out))]
+    blocks: list[set[str]] = [set() for _ in range(len(out))]
+    notes: list[list[str]] = [[] for _ in range(len(out))]
+    excluded = np.zeros(len(out), dtype=bool)
+    fixed = {
+        tuple(row[k] for k in ("framework", *SETUP, "nodes")): row["exposed_comm_share"]
+        for _, row in out.iterrows()
+        if row["world_size"] == 1 and row["exposed_comm_share"] > FIXED_OVERHEAD_SHARE
+    }
+    for i, (_, row) in enumerate(out.iterrows()):
+        if row["repeats"] == 0 and row["contended_runs"] > 0:
+            excluded[i] = True
+            flags[i].append(
+                f"contended: all {row['contended_runs']} ok repeat(s) ran beside other work "
+                f"(other_busy_share up to {_fmt(row['other_busy_share'])}); excluded from the findings"
+            )
+            blocks[i].update(QUESTIONS)
+        elif row["contended_runs"] > 0:
+            notes[i].append(f"{row['contended_runs']} contended repeat(s) left out")
+        if row["failed_runs"] > 0:
+            notes[i].append(f"{row['failed_runs']} failed run(s)")
+        if row["interval"] in (RANGE_LOW_N, SINGLE_RUN):
+            notes[i].append(f"low-n: {row['repeats'] or row['runs'] - row['failed_runs']} repeat(s)")
+        share = row["exposed_comm_share"]
+        if row["world_size"] == 1 and share > FIXED_OVERHEAD_SHARE:
+            flags[i].append(
+                f"fixed overhead: exposed 'communication' is {_fmt(share)} of the step with one rank, "
+                "where nothing is communicated (per-iteration framework overhead)"
+            )
+            blocks[i].add(BEST_COMMUNICATION)
+        base_nodes = row["baseline_nodes"]
+        if pd.isna(base_nodes) or row["nodes"] <= base_nodes:
+            continue
+        efficiency, low = row["efficiency"], row["efficiency_low"]
+        if efficiency > 1 and (low > 1 or math.isnan(low)):
+            why = "its whole interval is above 1" if low > 1 else "no interval to excuse it"
+            flags[i].append(
+                f"superlinear: efficiency {_fmt_interval(efficiency, low, row['efficiency_high'])} "
+                f"(speedup {_fmt(row['speedup'])} above the node ratio {_fmt(row['ideal_speedup'])}; {why}): "
+                f"likely a busy baseline, the {int(base_nodes)}-node runs slowed by other work on shared cores"
+            )
+            blocks[i].add(BEST_SCALING)
+        base_share = fixed.get((row["framework"], *(row[k] for k in SETUP), base_nodes))
+        if base_share is not None and row["scaling"] == "weak":
+            flags[i].append(
+                f"baseline is fixed overhead: the {int(base_nodes)}-node step is {_fmt(base_share)} "
+                "per-iteration overhead, spread over a global batch that grows with the nodes: the "
+                "efficiency measures that amortisation, not communication"
+            )
+            blocks[i].add(BEST_SCALING)
+    out["excluded"] = excluded
+    out["flag"] = ["; ".join(f) if f else None for f in flags]
+    out["not_crowned_for"] = [";".join(q for q in QUESTIONS if q in b) if b else None for b in blocks]
+    out["note"] = ["; ".join(n) if n else None for n in notes]
+    return out
+
+
+# --- findings -------------------------------------------------------------------------------
+
+
+@dataclass
+class Competitor:
+    """One framework's cell in one question."""
+
+    framework: str
+    value: float
+    low: float
+    high: float
+    repeats: int
+    cell: str
+    #: Why it cannot be crowned for this question (a flag), or None.
+    blocked: str | None = None
+    #: Why it is not in the comparison at all (contended, too slow per sample), or None.
+    excluded: str | None = None
+    time_per_sample: Interval | None = None
+
+    def text(self) -> str:
+        return f"{self.framework} {_fmt_interval(self.value, self.low, self.high)}"
+
+
+@dataclass
+class Decision:
+    """A question's answer: winner (or why none), leader, runner-up and the reasons."""
+
+    verdict: str
+    leader: Competitor | None = None
+    runner_up: Competitor | None = None
+    nodes: int | None = None
+    baseline_nodes: int | None = None
+    notes: list[str] = field(default_factory=list)
+    competitors: list[Competitor] = field(default_factory=list)
+
+
+def _better(a: float, b: float, higher: bool) -> bool:
+    return a > b if higher else a < b
+
+
+def _ranked(entries: list[Competitor], higher: bool) -> list[Competitor]:
+    return sorted(entries, key=lambda e: ((-e.value if higher else e.value), e.framework))
+
+
+def decide(competitors: list[Competitor], higher: bool) -> Decision:
+    """Name a winner only when its interval separates it from every other contender.
+
+    Excluded competitors take no part. Flagged (``blocked``) ones are never crowned, and
+    one whose (unreliable) value is better than the leader's makes the question
+    undecidable; a flagged value below the leader's is no threat (the flags here mark
+    values that are too good, so the truth is lower still).
+    """
+    decision = Decision(verdict=NO_CLEAR_WINNER, competitors=competitors)
+    for entry in competitors:
+        if entry.excluded:
+            decision.notes.append(f"{entry.framework} left out: {entry.excluded}")
+    considered = [e for e in competitors if not e.excluded and not math.isnan(e.value)]
+    crownable = _ranked([e for e in considered if not e.blocked], higher)
+    flagged = [e for e in considered if e.blocked]
+    if not considered:
+        decision.verdict = "n/a (every candidate left out)" if competitors else "n/a (no candidate)"
+        return decision
+    if not crownable:
+        decision.notes.append(
+            "every candidate is flagged: " + "; ".join(f"{e.framework}: {e.blocked}" for e in flagged)
+        )
+        return decision
+    leader = crownable[0]
+    decision.leader = leader
+    decision.runner_up = crownable[1] if len(crownable) > 1 else None
+    above = [e for e in flagged if _better(e.value, leader.value, higher)]
+    overlapping = [e for e in crownable[1:] if not separated(leader, e, higher)]
+    if above:
+        decision.notes.append(
+            "flagged value(s) better than the leader's cannot be ranked: "
+            + "; ".join(f"{e.text()} ({e.blocked})" for e in above)
+        )
+    elif overlapping:
+        no_interval = [e for e in [leader, *overlapping] if math.isnan(e.low)]
+        if no_interval:
+            decision.notes.append(
+                "no interval (one repeat) for "
+                + ", ".join(e.framework for e in no_interval)
+                + ": cannot separate"
+            )
+        else:
+            decision.notes.append(
+                f"intervals overlap: {leader.text()} vs " + "; ".join(e.text() for e in overlapping)
+            )
+    else:
+        decision.verdict = leader.framework
+        if len(crownable) == 1:
+            decision.notes.append("the only " + ("unflagged candidate" if flagged else "candidate"))
+    for entry in flagged:
+        if not any(entry is e for e in above):
+            decision.notes.append(f"{entry.framework} not crowned: {entry.blocked}")
+    return decision
+
+
+def _setups(table: pd.DataFrame) -> list[tuple[Any, ...]]:
+    seen = dict.fromkeys(tuple(row) for row in table[list(SETUP)].itertuples(index=False))
+    return list(seen)
+
+
+def competitors(
+    setup_cells: pd.DataFrame, question: str
+) -> tuple[list[Competitor], int | None, int | None, str | None]:
+    """The cells of one set-up that compete in ``question``.
+
+    Returns ``(competitors, nodes, baseline_nodes, n/a reason)``; the node count is where
+    the question is asked: the set-up's smallest node count for ``fastest_compute``, its
+    largest multi-rank one for ``best_communication``, its largest for ``best_scaling``
+    (against each framework's own baseline, which must be smaller).
+    """
+    column, _, _ = QUESTIONS[question]
+    have = setup_cells[setup_cells["throughput"].notna()]
+    if have.empty:
+        return [], None, None, "n/a (no ok runs)"
+    counts = sorted(int(n) for n in have["nodes"].unique())
+    baseline = None
+    if question == FASTEST_COMPUTE:
+        nodes = counts[0]
+        at = have[have["nodes"].eq(nodes)]
+    elif question == BEST_COMMUNICATION:
+        multi = have[have["world_size"].gt(1)]
+        if multi.empty:
+            return [], None, None, "n/a (needs > 1 rank)"
+        nodes = int(multi["nodes"].max())
+        at = multi[multi["nodes"].eq(nodes)]
+        if at[column].isna().all():
+            return [], nodes, None, "n/a (no compute/communication split)"
+    else:
+        if len(counts) < 2:
+            return [], None, None, NEEDS_TWO_NODE_COUNTS
+        nodes = counts[-1]
+        at = have[have["nodes"].eq(nodes) & have["baseline_nodes"].lt(nodes)]
+        if at.empty:
+            return [], nodes, None, f"n/a (no framework has a smaller baseline than {nodes} nodes)"
+        baseline = int(at["baseline_nodes"].min())
+    entries = []
+    for _, cell in at.iterrows():
+        blocked = cell["flag"] if question in str(cell["not_crowned_for"] or "").split(";") else None
+        entries.append(
+            Competitor(
+                framework=str(cell["framework"]),
+                value=float(cell[column]),
+                low=float(cell[f"{column}_low"]),
+                high=float(cell[f"{column}_high"]),
+                repeats=int(cell["repeats"]),
+                cell=str(cell["cell"]),
+                blocked=None if cell["excluded"] else blocked,
+                excluded=cell["flag"] if cell["excluded"] else None,
+                time_per_sample=Interval(
+                    float(cell["time_per_sample_s"]),
+                    float(cell["time_per_sample_low"]),
+                    float(cell["time_per_sample_high"]),
+                    str(cell["interval"]),
+                ),
+            )
+        )
+    if question == BEST_SCALING:
+        _exclude_slow(entries)
+    return entries, nodes, baseline, None
+
+
+def _exclude_slow(entries: list[Competitor]) -> None:
+    """Scaling is judged on what a user pays: a framework clearly slower per sample at the
+    largest node count than the fastest one there is out of the scaling race, however
+    high its efficiency (it would win by being slow at its baseline)."""
+    live = [
+        e for e in entries if not e.excluded and e.time_per_sample and not math.isnan(e.time_per_sample.value)
+    ]
+    if not live:
+        return
+    fastest = min(live, key=lambda e: (e.time_per_sample.value, e.framework))
+    for entry in live:
+        if entry is not fastest and separated(fastest.time_per_sample, entry.time_per_sample, higher=False):
+            entry.excluded = (
+                f"slower per sample: {_fmt_interval(*_tps(entry))} s vs {fastest.framework}'s "
+                f"{_fmt_interval(*_tps(fastest))} s"
+            )
+
+
+def _tps(entry: Competitor) -> tuple[float, float, float]:
+    t = entry.time_per_sample
+    assert t is not None
+    return t.value, t.low, t.high
+
+
+def _findings_columns() -> tuple[str, ...]:
+    columns: list[str] = [*SETUP, "frameworks", "node_counts", "repeats"]
+    for question, (_, value, _) in QUESTIONS.items():
+        columns += [
+            question,
+            f"{question}_leader",
+            f"{question}_{value}",
+            f"{question}_{value}_low",
+            f"{question}_{value}_high",
+        ]
+        if question == BEST_SCALING:
+            columns += [
+                f"{question}_time_per_sample_s",
+                f"{question}_time_per_sample_low",
+                f"{question}_time_per_sample_high",
+            ]
+        columns += [
+            f"{question}_runner_up",
+            f"{question}_runner_up_{value}",
+            f"{question}_runner_up_{value}_low",
+            f"{question}_runner_up_{value}_high",
+            f"{question}_nodes",
+        ]
+        if question == BEST_SCALING:
+            columns.append(f"{question}_baseline_nodes")
+        columns.append(f"{question}_note")
+    return tuple(columns)
+
+
+FINDINGS_COLUMNS: tuple[str, ...] = _findings_columns()
+
+
+def findings(cell_table: pd.DataFrame) -> pd.DataFrame:
+    """Answer the study's three questions per model, network and set-up, from the cells.
+
+    * ``fastest_compute``: the highest median throughput at the set-up's smallest node
+      count (computing speed, as the original study measured it on one node).
+    * ``best_communication``: the lowest median exposed-communication share of the step
+      at the largest node count with more than one rank (``n/a`` with a single rank).
+    * ``best_scaling``: the highest median efficiency at the largest node count, among
+      frameworks with a smaller baseline of their own and not clearly slower per sample
+      there than the fastest (``best_scaling_time_per_sample_s`` is the winner's).
+
+    Each answer is a framework only when its interval separates it from every other
+    contender (``decide``), else ``no clear winner``; ``_leader`` and ``_runner_up`` give
+    the two best unflagged values with their intervals either way, and ``_note`` says
+    what was left out, flagged or overlapping. A single framework is the answer when it is
+    the only candidate.
+    """
+    columns = FINDINGS_COLUMNS
+    if cell_table.empty:
+        return _empty(columns)
+    rows = []
+    for setup in _setups(cell_table):
+        mine = cell_table[
+            np.logical_and.reduce([cell_table[k].eq(v) for k, v in zip(SETUP, setup, strict=True)])
+        ]
+        row: dict[str, Any] = {name: np.nan for name in columns}
+        row.update(dict(zip(SETUP, setup, strict=True)))
+        have = mine[mine["throughput"].notna()]
+        row["frameworks"] = ";".join(sorted(have["framework"].unique()))
+        row["node_counts"] = ";".join(str(n) for n in sorted(int(n) for n in have["nodes"].unique()))
+        repeats = have["repeats"]
+        row["repeats"] = (
+            ""
+            if repeats.empty
+            else f"{repeats.min()}"
+            if repeats.min() == repeats.max()
+            else f"{repeats.min()}-{repeats.max()}"
+        )
+        for question, (_, value, higher) in QUESTIONS.items():
+            entries, nodes, baseline, na = competitors(mine, question)
+            row[f"{question}_nodes"] = nodes
+            if question == BEST_SCALING:
+                row[f"{question}_baseline_nodes"] = baseline
+            if na:
+                row[question] = na
+                continue
+            decision = decide(entries, higher)
+            row[question] = decision.verdict
+            for prefix, entry in (
+                (f"{question}", decision.leader),
+                (f"{question}_runner_up", decision.runner_up),
+            ):
+                if entry is None:
+                    continue
+                if prefix == question:
+                    row[f"{question}_leader"] = entry.framework
+                else:
+                    row[prefix] = entry.framework
+                row[f"{prefix}_{value}"] = entry.value
+                row[f"{prefix}_{value}_low"] = entry.low
+                row[f"{prefix}_{value}_high"] = entry.high
+            if question == BEST_SCALING and decision.leader is not None:
+                leader = decision.leader
+                tps = _tps(leader)
+                (
+                    row[f"{question}_time_per_sample_s"],
+                    row[f"{question}_time_per_sample_low"],
+                    row[f"{question}_time_per_sample_high"],
+                ) = tps
+                live = [e for e in entries if not e.excluded and e.time_per_sample]
+                fastest = min(live, key=lambda e: (e.time_per_sample.value, e.framework))  # type: ignore[union-attr]
+                if fastest is not leader:
+                    decision.notes.append(
+                        f"{leader.framework} leads by efficiency but {fastest.framework} is faster per sample at "
+                        f"{nodes} nodes ({_fmt(_tps(fastest)[0])} s vs {_fmt(tps[0])} s; intervals overlap)"
+                    )
+            low_n = [e for e in entries if not e.excluded and 1 < e.repeats < MIN_CI_REPEATS]
+            if low_n:
+                decision.notes.append(
+                    "low-n: "
+                    + ", ".join(f"{e.framework} {e.repeats}" for e in low_n)
+                    + " repeat(s); ranges, not 95 % intervals"
+                )
+            row[f"{question}_note"] = "; ".join(decision.notes) or None
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=list(columns))
+    for name in columns:
+        if name.endswith("_nodes") or name == "ranks_per_node" or name == "batch":
+            table[name] = table[name].astype("Int64")
+    return table
+
+
+# --- the seed study's claims ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the seed study: ``framework`` is the best (or worst) at ``question``."""
+
+    text: str
+    framework: str
+    question: str
+    #: True: the claim is that the framework is the *worst* (e.g. loses the most time).
+    worst: bool = False
+
+
+def _label(name: str) -> str:
+    return catalog.FRAMEWORKS[name].label if name in catalog.FRAMEWORKS else name
+
+
+def _model_label(name: str) -> str:
+    return catalog.MODELS[name].label if name in catalog.MODELS else name
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(f"{_label('caffe')} communicates best", "caffe", BEST_COMMUNICATION),
+    Claim(f"{_label('caffe')} scales best", "caffe", BEST_SCALING),
+    Claim(f"{_label('bigdl')} computes fastest", "bigdl", FASTEST_COMPUTE),
+    Claim(
+        f"{_label('bigdl')} loses time in communication through Spark",
+        "bigdl",
+        BEST_COMMUNICATION,
+        worst=True,
+    ),
+)
+
+
+def judge(entries: list[Competitor], framework: str, higher: bool) -> tuple[str, str, Competitor | None]:
+    """Is ``framework`` the best of ``entries`` (``higher``: larger values are better)?
+
+    ``reproduced`` when its interval separates it from every other contender;
+    ``contradicted`` when an unflagged contender's interval separates it on the better
+    side; ``inconclusive`` otherwise (overlap, no interval, a flag, too few frameworks),
+    with the reason.
+    """
+    mine = next((e for e in entries if e.framework == framework), None)
+    label = _label(framework)
+    if mine is None:
+        return INCONCLUSIVE, f"{label} has no ok runs here", None
+    if mine.excluded:
+        return INCONCLUSIVE, f"{label} left out: {mine.excluded}", mine
+    if math.isnan(mine.value):
+        return INCONCLUSIVE, f"{label} has no value", mine
+    others = [e for e in entries if e is not mine and not e.excluded and not math.isnan(e.value)]
+    if not others:
+        return INCONCLUSIVE, "no other framework to compare with", mine
+    beaten_by = [e for e in others if not e.blocked and separated(e, mine, higher)]
+    if beaten_by:
+        return CONTRADICTED, "clearly beaten by " + "; ".join(e.text() for e in beaten_by), mine
+    if mine.blocked:
+        return INCONCLUSIVE, f"{label}'s value is flagged: {mine.blocked}", mine
+    threats = [
+        e
+        for e in others
+        if not separated(mine, e, higher) and not (e.blocked and _better(mine.value, e.value, higher))
+    ]
+    if threats:
+        return INCONCLUSIVE, "intervals overlap or unknown: " + "; ".join(e.text() for e in threats), mine
+    return REPRODUCED, "clear of every other framework", mine
+
+
+def claims(cell_table: pd.DataFrame, claim_list: Sequence[Claim] = CLAIMS) -> pd.DataFrame:
+    """The seed study's claims checked per model, network and set-up (``CLAIM_COLUMNS``).
+
+    A "best at" claim uses the question's comparison exactly as ``findings`` does (same
+    node count, flags, exclusions and, for scaling, the time-per-sample rule); a "worst
+    at" claim (BigDL losing time in communication) is the same test with the direction
+    turned. ``others`` lists every other framework's value and interval.
+    """
+    if cell_table.empty:
+        return _empty(CLAIM_COLUMNS)
+    rows = []
+    for setup in _setups(cell_table):
+        mine = cell_table[
+            np.logical_and.reduce([cell_table[k].eq(v) for k, v in zip(SETUP, setup, strict=True)])
+        ]
+        for claim in claim_list:
+            _, metric, higher = QUESTIONS[claim.question]
+            row: dict[str, Any] = {name: np.nan for name in CLAIM_COLUMNS}
+            row.update(dict(zip(SETUP, setup, strict=True)))
+            row.update(claim=claim.text, framework=claim.framework, question=claim.question, metric=metric)
+            entries, nodes, _, na = competitors(mine, claim.question)
+            row["nodes"] = nodes
+            if not mine["framework"].eq(claim.framework).any():
+                na = f"{_label(claim.framework)} is not in this study for {_model_label(setup[0])}"
+            if na:
+                row["verdict"], row["reason"] = INCONCLUSIVE, na
+                rows.append(row)
+                continue
+            verdict, reason, entry = judge(entries, claim.framework, higher != claim.worst)
+            row["verdict"], row["reason"] = verdict, reason
+            if entry is not None:
+                row.update(value=entry.value, low=entry.low, high=entry.high, repeats=entry.repeats)
+            row["others"] = (
+                "; ".join(
+                    e.text() + (f" (left out: {e.excluded})" if e.excluded else "")
+                    for e in entries
+                    if e.framework != claim.framework
+                )
+                or None
+            )
+            rows.append(row)
+    table = pd.DataFrame(rows, columns=list(CLAIM_COLUMNS))
+    for name in ("nodes", "ranks_per_node", "batch", "repeats"):
+        table[name] = table[name].astype("Int64")
+    return table
+
+
+__all__: Sequence[str] = (
+    "CELL_COLUMNS",
+    "CLAIMS",
+    "CLAIM_COLUMNS",
+    "CONFIDENCE",
+    "FINDINGS_COLUMNS",
+    "MIN_CI_REPEATS",
+    "Claim",
+    "Competitor",
+    "Interval",
+    "cells",
+    "claims",
+    "decide",
+    "findings",
+    "judge",
+    "median_interval",
+    "needs_more_repeats",
+    "ratio_interval",
+    "separated",
+)
