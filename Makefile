@@ -19,6 +19,11 @@ $(VENV)/.installed: envs/workflow.txt pyproject.toml
 system:
 	bash scripts/ensure-system.sh
 
+## profiles: `snakemake --profile tianhe` / `--profile slurm` as typed (links into ~/.config/snakemake).
+.PHONY: profiles
+profiles:
+	bash scripts/install-profiles.sh
+
 ## demo: the default study (config.yaml) on the local profile, then the report.
 demo: $(VENV)/.installed
 	$(SNAKEMAKE) --profile $(PROFILE)
@@ -58,3 +63,32 @@ format: $(VENV)/.installed
 
 clean-results:
 	rm -rf results .snakemake
+
+## lock: envs/<env>.lock from envs/<env>.txt for every environment (uv pip compile: exact
+## versions, sha256 of every file; the existing pins are kept). ENVS="torch caffe" for some,
+## UPGRADE=1 to move every pin to the newest version the .txt allows. Commit the locks.
+LOCK_VENV := .venvs/lock-tool
+ENVS ?=
+.PHONY: lock artifact
+$(LOCK_VENV)/.installed: envs/lock-tool.lock
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --disable-pip-version-check -q --require-hashes -r envs/lock-tool.lock
+	touch $@
+
+lock: $(LOCK_VENV)/.installed
+	$(PYTHON) -m dlscale.envs lock --uv $(LOCK_VENV)/bin/uv $(if $(UPGRADE),--upgrade) $(ENVS)
+	$(PYTHON) -m dlscale.envs check $(ENVS)
+
+## artifact: the study (CONFIG, default config.yaml) in one file, $(ARTIFACT): config, locks,
+## every run's events and logs, tables, figures, report, MANIFEST.json with checksums and
+## provenance; then `python -m dlscale.verify` checks it. Run after `make demo`.
+CONFIG ?= config.yaml
+ARTIFACT ?= results/artifact.tar.gz
+artifact: $(VENV)/.installed
+	@test -f results/runs.csv || { echo "make artifact: no results/runs.csv: run the study first (make demo)" >&2; exit 1; }
+	@# The report must describe these results: made again when missing or older than the tables.
+	@if [ ! -f results/report.html ] || [ results/report.html -ot results/runs.csv ]; then \
+	  echo "$(SNAKEMAKE) --profile $(PROFILE) --configfile $(CONFIG) --report results/report.html"; \
+	  $(SNAKEMAKE) --profile $(PROFILE) --configfile $(CONFIG) --report results/report.html; fi
+	$(PY) -m dlscale.artifact --config $(CONFIG) --out $(ARTIFACT)
+	$(PY) -m dlscale.verify $(ARTIFACT)

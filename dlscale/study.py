@@ -447,3 +447,23 @@ def run_spec(study: dict[str, Any], run: Run) -> RunSpec:
         input=study["input"],
         input_workers=study["input_workers"],
     )
+
+
+def requested_node_hours(study: dict[str, Any], runs: list[Run]) -> float:
+    """Node-hours the study's training runs ask for: nodes x the batch time limit per run.
+
+    An upper bound (a run ends when it ends, but a batch system reserves, and some sites
+    charge, the whole request): what a user must have in the allocation before submitting.
+    """
+    limit_h = (study["run_timeout_min"] + 5) / 60
+    return sum(run.nodes for run in runs) * limit_h
+
+
+def describe_plan(study: dict[str, Any], runs: list[Run]) -> str:
+    """One line for the start of every invocation: runs, frameworks, nodes, node-hours."""
+    frameworks = sorted({run.framework for run in runs}, key=catalog.FRAMEWORK_NAMES.index)
+    return (
+        f"study: {len(runs)} training runs ({', '.join(frameworks)}; nodes {sorted(set(study['nodes']))};"
+        f" {study['repeats']} repeat(s)); at most {requested_node_hours(study, runs):,.1f} node-hours"
+        f" requested (nodes x {study['run_timeout_min'] + 5} min limit per run)"
+    )

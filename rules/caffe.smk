@@ -64,9 +64,7 @@ rule caffe_time:
         "results/logs/caffe/time_{model}.log",
     conda:
         "../envs/caffe.yaml"
-    threads: STUDY["threads_per_rank"]
-    resources:
-        host_shares=TIMED_JOB_SHARES,
+    threads: timed_threads(STUDY["threads_per_rank"])
     params:
         python=env_python("caffe"),
         batch=lambda wc: STUDY["batch_per_rank"][wc.model],
