@@ -46,6 +46,8 @@ WILDCARD_CONSTRAINTS = {
     "net": r"(-[a-z0-9]+)?",
     # A framework venv's marker carries its requirements' hash (dlscale.envs.env_marker).
     "requirements": r"[0-9a-f]{16}",
+    # repeats: auto: a cell's check after its first {done} repeats.
+    "done": r"\d+",
 }
 
 
@@ -403,9 +405,23 @@ def expand_runs(study: dict[str, Any]) -> list[Run]:
         for fw in study["frameworks"]
         for model in models_of(study, fw)
         for nodes in sorted(study["nodes"])
-        for repeat in range(study["repeats"])
+        for repeat in range(initial_repeats(study))
     ]
     return runs
+
+
+def initial_repeats(study: dict[str, Any]) -> int:
+    """Repeats every cell runs before any is judged: all of them, or ``repeats_auto.min``."""
+    if study["repeats"] == "auto":
+        return study["repeats_auto"]["min"]
+    return study["repeats"]
+
+
+def max_repeats(study: dict[str, Any]) -> int:
+    """The most repeats a cell can get (what the node-hour estimate must count)."""
+    if study["repeats"] == "auto":
+        return max(study["repeats_auto"]["cap"], study["repeats_auto"]["min"])
+    return study["repeats"]
 
 
 def models_of(study: dict[str, Any], framework: str) -> list[str]:
@@ -456,7 +472,8 @@ def requested_node_hours(study: dict[str, Any], runs: list[Run]) -> float:
     charge, the whole request): what a user must have in the allocation before submitting.
     """
     limit_h = (study["run_timeout_min"] + 5) / 60
-    return sum(run.nodes for run in runs) * limit_h
+    per_repeat = max_repeats(study) / initial_repeats(study)
+    return sum(run.nodes for run in runs) * limit_h * per_repeat
 
 
 def describe_plan(study: dict[str, Any], runs: list[Run]) -> str:
@@ -464,6 +481,8 @@ def describe_plan(study: dict[str, Any], runs: list[Run]) -> str:
     frameworks = sorted({run.framework for run in runs}, key=catalog.FRAMEWORK_NAMES.index)
     return (
         f"study: {len(runs)} training runs ({', '.join(frameworks)}; nodes {sorted(set(study['nodes']))};"
-        f" {study['repeats']} repeat(s)); at most {requested_node_hours(study, runs):,.1f} node-hours"
+        f" {study['repeats']} repeat(s)"
+        + (f", {initial_repeats(study)} to {max_repeats(study)}" if study["repeats"] == "auto" else "")
+        + f"); at most {requested_node_hours(study, runs):,.1f} node-hours"
         f" requested (nodes x {study['run_timeout_min'] + 5} min limit per run)"
     )

@@ -1,7 +1,7 @@
 rule aggregate:
     """Every run's events -> the runs and iterations tables and the findings."""
     input:
-        events=run_events(),
+        events=all_run_events,
     output:
         runs_csv=report(
             "results/runs.csv", caption="../report/runs.rst", category=CATEGORY_RUNS
@@ -111,3 +111,21 @@ rule perfmodel:
         source=projection_preset("source"),
     script:
         "../scripts/perfmodel.py"
+
+
+checkpoint repeat_check:
+    """repeats: auto: is a cell's interval tight enough after its first {done} repeats?"""
+    input:
+        events=repeat_check_input,
+    output:
+        "results/repeats/{framework}/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/after{done}.json",
+    log:
+        "results/logs/repeats/{framework}/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/after{done}.log",
+    localrule: True
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        target=STUDY["repeats_auto"]["target_rel_halfwidth"],
+        cap=STUDY["repeats_auto"]["cap"],
+    script:
+        "../scripts/repeat_check.py"

@@ -4,8 +4,10 @@ Nothing here imports a deep-learning framework: the DAG of a 10,000-run study is
 from dlscale.study alone.
 """
 
+import dataclasses
 import functools
 import inspect
+import json
 import os
 import shlex
 import sys
@@ -131,8 +133,64 @@ def run_dir(run):
     return f"results/runs/{run.run_id}"
 
 
+AUTO_REPEATS = STUDY["repeats"] == "auto"
+
+
 def run_events():
+    """The events files of the study's runs (under ``repeats: auto``, each cell's first
+    ``repeats_auto.min``): known before anything runs, so all of them are planned at once.
+    """
     return [f"{run_dir(run)}/events.jsonl" for run in RUNS]
+
+
+@inspected
+def all_run_events(wildcards):
+    """Every run's events file: the study's runs and, under ``repeats: auto``, each cell's
+    further repeats, as far as its repeat checks (checkpoint repeat_check) asked for."""
+    if not AUTO_REPEATS:
+        return run_events()
+    return [
+        f"{run_dir(run)}/events.jsonl"
+        for cell in RUNS
+        if cell.repeat == 0
+        for run in cell_repeats(cell)
+    ]
+
+
+def cell_repeats(cell):
+    """The runs of one cell under ``repeats: auto``: ``min`` repeats, then one more each
+    time the check of the repeats so far says the interval is still too wide."""
+    count = dlstudy.initial_repeats(STUDY)
+    while True:
+        check = checkpoints.repeat_check.get(**cell_wildcards(cell), done=count).output[
+            0
+        ]
+        with open(check, encoding="utf-8") as handle:
+            if not json.load(handle)["more"]:
+                break
+        count += 1
+    return [dataclasses.replace(cell, repeat=repeat) for repeat in range(count)]
+
+
+def cell_wildcards(cell):
+    return {
+        "framework": cell.framework,
+        "model": cell.model,
+        "nodes": cell.nodes,
+        "ranks_per_node": cell.ranks_per_node,
+        "net": cell.net_suffix,
+        "batch": cell.batch,
+    }
+
+
+@inspected
+def repeat_check_input(wildcards):
+    """The events of a cell's first ``count`` repeats."""
+    cell = run_of({**dict(wildcards.items()), "repeat": 0})
+    return [
+        f"{run_dir(dataclasses.replace(cell, repeat=r))}/events.jsonl"
+        for r in range(int(wildcards.done))
+    ]
 
 
 def figure_files():
@@ -142,14 +200,20 @@ def figure_files():
 
 
 def run_of(wildcards):
+    """The run a job's wildcards (or a mapping of them) name."""
+    get = (
+        wildcards.get
+        if isinstance(wildcards, dict)
+        else lambda name: getattr(wildcards, name)
+    )
     return dlstudy.Run(
-        framework=wildcards.framework,
-        model=wildcards.model,
-        nodes=int(wildcards.nodes),
-        ranks_per_node=int(wildcards.ranks_per_node),
-        batch=int(wildcards.batch),
-        repeat=int(wildcards.repeat),
-        network=dlstudy.network_of_suffix(wildcards.net),
+        framework=get("framework"),
+        model=get("model"),
+        nodes=int(get("nodes")),
+        ranks_per_node=int(get("ranks_per_node")),
+        batch=int(get("batch")),
+        repeat=int(get("repeat")),
+        network=dlstudy.network_of_suffix(get("net")),
     )
 
 
