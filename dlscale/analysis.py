@@ -440,25 +440,25 @@ def run_flags(runs: pd.DataFrame) -> pd.Series:
     communicated with one rank. Cell-level flags (superlinear efficiency) are in
     ``dlscale.verdicts``.
     """
-    flags: list[str | None] = []
+    empty = pd.Series("", index=runs.index, dtype=object)
     contended = runs["contended"] if "contended" in runs else pd.Series(False, index=runs.index)
-    for index in runs.index:
-        row = runs.loc[index]
-        reasons = []
-        if bool(contended.loc[index]):
-            share = row.get("other_busy_share", np.nan)
-            reasons.append(
-                f"contended: other work took {share:.0%} of the host's CPUs during the run"
-                if pd.notna(share)
-                else "contended: the host was busy with other work during the run"
-            )
-        exposed = row.get("exposed_comm_share", np.nan)
-        if row.get("world_size") == 1 and pd.notna(exposed) and exposed > FIXED_OVERHEAD_SHARE:
-            reasons.append(
-                f"fixed overhead: exposed 'communication' is {exposed:.0%} of the step with one rank"
-            )
-        flags.append("; ".join(reasons) or None)
-    return pd.Series(flags, index=runs.index, dtype=object)
+    contended = contended.astype(object).where(contended.notna(), False).astype(bool)
+    share = runs["other_busy_share"] if "other_busy_share" in runs else pd.Series(np.nan, index=runs.index)
+    busy = empty.where(~contended, "contended: the host was busy with other work during the run")
+    measured = contended & share.notna()
+    busy[measured] = [
+        f"contended: other work took {v:.0%} of the host's CPUs during the run" for v in share[measured]
+    ]
+    exposed = runs["exposed_comm_share"]
+    fixed = runs["world_size"].eq(1) & exposed.gt(FIXED_OVERHEAD_SHARE)
+    overhead = empty.copy()
+    overhead[fixed] = [
+        f"fixed overhead: exposed 'communication' is {v:.0%} of the step with one rank"
+        for v in exposed[fixed]
+    ]
+    both = busy.ne("") & overhead.ne("")
+    flags = busy + np.where(both, "; ", "") + overhead
+    return flags.where(flags.ne(""), None).astype(object)
 
 
 def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:

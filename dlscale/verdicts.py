@@ -346,25 +346,23 @@ def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _sort_cells(table: pd.DataFrame) -> pd.DataFrame:
-    def order(column: str, preferred: Sequence[str]) -> pd.Series:
-        rank = {name: i for i, name in enumerate(preferred)}
-        return table[column].map(lambda v: (rank.get(v, len(rank)), str(v)))
-
-    keys = pd.DataFrame(
-        {
-            "model": order("model", catalog.MODEL_NAMES),
-            "network": table["network"].map(lambda v: (v != HOST_NETWORK, str(v))),
-            "dataset": table["dataset"].astype(str),
-            "scaling": table["scaling"].astype(str),
-            "ranks_per_node": table["ranks_per_node"],
-            "batch": table["batch"],
-            "framework": order("framework", catalog.FRAMEWORK_NAMES),
-            "nodes": table["nodes"],
-        }
+def _sort_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Cells in the catalog's order of models and frameworks, the host network first."""
+    models = {name: i for i, name in enumerate(catalog.MODEL_NAMES)}
+    frameworks = {name: i for i, name in enumerate(catalog.FRAMEWORK_NAMES)}
+    return (
+        models.get(row["model"], len(models)),
+        str(row["model"]),
+        row["network"] != HOST_NETWORK,
+        str(row["network"]),
+        str(row["dataset"]),
+        str(row["scaling"]),
+        row["ranks_per_node"],
+        row["batch"],
+        frameworks.get(row["framework"], len(frameworks)),
+        str(row["framework"]),
+        row["nodes"],
     )
-    index = sorted(table.index, key=lambda i: tuple(keys.loc[i]))
-    return table.loc[index].reset_index(drop=True)
 
 
 def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
@@ -384,14 +382,32 @@ def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
     if runs.empty:
         return _empty(CELL_COLUMNS)
     table = _keyed(runs)
+    column = {name: table[name].to_numpy() for name in ("batch_per_rank", "global_batch", "world_size")}
+    value = {
+        name: pd.to_numeric(table[name], errors="coerce").to_numpy(dtype="float64")
+        for name in (
+            "throughput",
+            "exposed_comm_share",
+            "step_s",
+            "compute_s",
+            "exposed_comm_s",
+            "other_busy_share",
+        )
+    }
+    ok = table["_ok"].to_numpy(dtype=bool)
+    contended = table["contended"].to_numpy(dtype=bool)
+    failed = ~table["status"].eq("ok").to_numpy(dtype=bool)
     rows: list[dict[str, Any]] = []
-    samples: dict[tuple[Any, ...], np.ndarray] = {}
-    for key, group in table.groupby(list(CELL_KEYS), sort=False, dropna=False):
-        ok = group[group["_ok"]]
-        clean = ok[~ok["contended"]]
-        used = clean if len(clean) else ok
-        first = group.iloc[0]
+    samples: list[np.ndarray] = []
+    for key, positions in table.groupby(list(CELL_KEYS), sort=False, dropna=False).indices.items():
+        where = np.asarray(positions)
+        ok_at = where[ok[where]]
+        clean = ok_at[~contended[ok_at]]
+        used = clean if len(clean) else ok_at
+        first = where[0]
         row: dict[str, Any] = dict(zip(CELL_KEYS, key, strict=True))
+        throughput = median_interval(value["throughput"][used], confidence)
+        share = median_interval(value["exposed_comm_share"][used], confidence)
         row.update(
             cell=cell_name(
                 row["framework"],
@@ -399,20 +415,16 @@ def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
                 row["network"],
                 row["nodes"],
                 row["ranks_per_node"],
-                first["batch_per_rank"],
+                column["batch_per_rank"][first],
             ),
-            batch_per_rank=int(first["batch_per_rank"]),
-            global_batch=int(first["global_batch"]),
-            world_size=int(first["world_size"]),
-            runs=len(group),
-            failed_runs=int((~group["status"].eq("ok")).sum()),
-            contended_runs=int(ok["contended"].sum()),
+            batch_per_rank=column["batch_per_rank"][first],
+            global_batch=column["global_batch"][first],
+            world_size=column["world_size"][first],
+            runs=len(where),
+            failed_runs=int(failed[where].sum()),
+            contended_runs=int(contended[ok_at].sum()),
             repeats=len(clean),
-        )
-        throughput = median_interval(used["throughput"], confidence)
-        share = median_interval(used["exposed_comm_share"], confidence)
-        row.update(
-            interval=throughput.method if len(used) else NO_RUNS,
+            interval=throughput.method,
             coverage=throughput.coverage,
             throughput=throughput.value,
             throughput_low=throughput.low,
@@ -420,123 +432,117 @@ def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
             time_per_sample_s=1.0 / throughput.value if throughput.value > 0 else math.nan,
             time_per_sample_low=1.0 / throughput.high if throughput.high > 0 else math.nan,
             time_per_sample_high=1.0 / throughput.low if throughput.low > 0 else math.nan,
-            step_s=_median(used["step_s"]),
-            compute_s=_median(used["compute_s"]),
-            exposed_comm_s=_median(used["exposed_comm_s"]),
+            step_s=_median(value["step_s"][used]),
+            compute_s=_median(value["compute_s"][used]),
+            exposed_comm_s=_median(value["exposed_comm_s"][used]),
             exposed_comm_share=share.value,
             exposed_comm_share_low=share.low,
             exposed_comm_share_high=share.high,
-            other_busy_share=_max(group["other_busy_share"]),
+            other_busy_share=_max(value["other_busy_share"][where]),
         )
-        samples[key] = used["throughput"].to_numpy(dtype="float64")
         rows.append(row)
-    cell_table = pd.DataFrame(rows)
-    cell_table = _add_ratios(cell_table, samples, confidence)
-    cell_table = _add_flags(cell_table)
-    cell_table = _sort_cells(cell_table)
+        samples.append(value["throughput"][used])
+    _add_ratios(rows, samples, confidence)
+    _add_flags(rows)
+    rows.sort(key=_sort_key)
+    cell_table = pd.DataFrame(rows, columns=list(CELL_COLUMNS))
     for name in ("ranks_per_node", "batch", "nodes", "batch_per_rank", "global_batch", "world_size"):
         cell_table[name] = cell_table[name].astype("int64")
     cell_table["baseline_nodes"] = cell_table["baseline_nodes"].astype("Int64")
-    return cell_table[list(CELL_COLUMNS)]
+    cell_table["excluded"] = cell_table["excluded"].astype(bool)
+    return cell_table
 
 
-def _median(values: pd.Series) -> float:
+def _median(values: np.ndarray) -> float:
     x = _finite(values)
     return float(np.median(x)) if len(x) else math.nan
 
 
-def _max(values: pd.Series) -> float:
+def _max(values: np.ndarray) -> float:
     x = _finite(values)
     return float(x.max()) if len(x) else math.nan
 
 
-def _add_ratios(
-    table: pd.DataFrame, samples: dict[tuple[Any, ...], np.ndarray], confidence: float
-) -> pd.DataFrame:
-    """Baseline node count, speedup and efficiency (with intervals) of every cell."""
-    out = table.copy()
-    for name in ("baseline_nodes", "ideal_speedup", "speedup", "speedup_low", "speedup_high"):
-        out[name] = np.nan
-    out["ratio_interval"] = None
-    group_keys = ["framework", *SETUP]
-    has_values = out["throughput"].notna()
-    for _, group in out[has_values].groupby(group_keys, sort=False, dropna=False):
-        clean = group[group["repeats"].gt(0)]
-        base_nodes = int((clean if len(clean) else group)["nodes"].min())
-        base = group[group["nodes"].eq(base_nodes)].iloc[0]
-        base_values = samples[tuple(base[k] for k in CELL_KEYS)]
-        for index, cell in group.iterrows():
-            out.loc[index, "baseline_nodes"] = base_nodes
-            out.loc[index, "ideal_speedup"] = cell["nodes"] / base_nodes
-            if cell["nodes"] == base_nodes:
+def _add_ratios(rows: list[dict[str, Any]], samples: list[np.ndarray], confidence: float) -> None:
+    """Baseline node count, speedup and efficiency (with intervals) of every cell, in place."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, row in enumerate(rows):
+        row.update(baseline_nodes=math.nan, ideal_speedup=math.nan, ratio_interval=None)
+        row.update(speedup=math.nan, speedup_low=math.nan, speedup_high=math.nan)
+        if not math.isnan(row["throughput"]):
+            groups.setdefault(tuple(row[k] for k in ("framework", *SETUP)), []).append(i)
+    for members in groups.values():
+        clean = [i for i in members if rows[i]["repeats"] > 0]
+        base_nodes = min(rows[i]["nodes"] for i in (clean or members))
+        base = next(i for i in members if rows[i]["nodes"] == base_nodes)
+        for i in members:
+            row = rows[i]
+            if row["nodes"] == base_nodes:
                 ratio = Interval(1.0, 1.0, 1.0, BASELINE, 1.0)
             else:
-                ratio = ratio_interval(samples[tuple(cell[k] for k in CELL_KEYS)], base_values, confidence)
-            out.loc[index, ["speedup", "speedup_low", "speedup_high"]] = [ratio.value, ratio.low, ratio.high]
-            out.loc[index, "ratio_interval"] = ratio.method
-    for name in ("", "_low", "_high"):
-        out[f"efficiency{name}"] = out[f"speedup{name}"] / out["ideal_speedup"]
-    return out
+                ratio = ratio_interval(samples[i], samples[base], confidence)
+            ideal = row["nodes"] / base_nodes
+            row.update(baseline_nodes=base_nodes, ideal_speedup=ideal, ratio_interval=ratio.method)
+            row.update(speedup=ratio.value, speedup_low=ratio.low, speedup_high=ratio.high)
+    for row in rows:
+        for name in ("", "_low", "_high"):
+            row[f"efficiency{name}"] = row[f"speedup{name}"] / row["ideal_speedup"]
 
 
-def _add_flags(table: pd.DataFrame) -> pd.DataFrame:
-    """``excluded``, ``flag``, ``not_crowned_for`` and ``note`` of every cell."""
-    out = table.copy()
-    flags: list[list[str]] = [[] for _ in range(len(out))]
-    blocks: list[set[str]] = [set() for _ in range(len(out))]
-    notes: list[list[str]] = [[] for _ in range(len(out))]
-    excluded = np.zeros(len(out), dtype=bool)
+def _add_flags(rows: list[dict[str, Any]]) -> None:
+    """``excluded``, ``flag``, ``not_crowned_for`` and ``note`` of every cell, in place."""
     fixed = {
         tuple(row[k] for k in ("framework", *SETUP, "nodes")): row["exposed_comm_share"]
-        for _, row in out.iterrows()
+        for row in rows
         if row["world_size"] == 1 and row["exposed_comm_share"] > FIXED_OVERHEAD_SHARE
     }
-    for i, (_, row) in enumerate(out.iterrows()):
-        if row["repeats"] == 0 and row["contended_runs"] > 0:
-            excluded[i] = True
-            flags[i].append(
+    for row in rows:
+        flags: list[str] = []
+        blocks: set[str] = set()
+        notes: list[str] = []
+        row["excluded"] = row["repeats"] == 0 and row["contended_runs"] > 0
+        if row["excluded"]:
+            flags.append(
                 f"contended: all {row['contended_runs']} ok repeat(s) ran beside other work "
                 f"(other_busy_share up to {_fmt(row['other_busy_share'])}); excluded from the findings"
             )
-            blocks[i].update(QUESTIONS)
+            blocks.update(QUESTIONS)
         elif row["contended_runs"] > 0:
-            notes[i].append(f"{row['contended_runs']} contended repeat(s) left out")
+            notes.append(f"{row['contended_runs']} contended repeat(s) left out")
         if row["failed_runs"] > 0:
-            notes[i].append(f"{row['failed_runs']} failed run(s)")
+            notes.append(f"{row['failed_runs']} failed run(s)")
         if row["interval"] in (RANGE_LOW_N, SINGLE_RUN):
-            notes[i].append(f"low-n: {row['repeats'] or row['runs'] - row['failed_runs']} repeat(s)")
+            notes.append(f"low-n: {row['repeats'] or row['runs'] - row['failed_runs']} repeat(s)")
         share = row["exposed_comm_share"]
         if row["world_size"] == 1 and share > FIXED_OVERHEAD_SHARE:
-            flags[i].append(
+            flags.append(
                 f"fixed overhead: exposed 'communication' is {_fmt(share)} of the step with one rank, "
                 "where nothing is communicated (per-iteration framework overhead)"
             )
-            blocks[i].add(BEST_COMMUNICATION)
+            blocks.add(BEST_COMMUNICATION)
         base_nodes = row["baseline_nodes"]
-        if pd.isna(base_nodes) or row["nodes"] <= base_nodes:
-            continue
-        efficiency, low = row["efficiency"], row["efficiency_low"]
-        if efficiency > 1 and (low > 1 or math.isnan(low)):
-            why = "its whole interval is above 1" if low > 1 else "no interval to excuse it"
-            flags[i].append(
-                f"superlinear: efficiency {_fmt_interval(efficiency, low, row['efficiency_high'])} "
-                f"(speedup {_fmt(row['speedup'])} above the node ratio {_fmt(row['ideal_speedup'])}; {why}): "
-                f"likely a busy baseline, the {int(base_nodes)}-node runs slowed by other work on shared cores"
-            )
-            blocks[i].add(BEST_SCALING)
-        base_share = fixed.get((row["framework"], *(row[k] for k in SETUP), base_nodes))
-        if base_share is not None and row["scaling"] == "weak":
-            flags[i].append(
-                f"baseline is fixed overhead: the {int(base_nodes)}-node step is {_fmt(base_share)} "
-                "per-iteration overhead, spread over a global batch that grows with the nodes: the "
-                "efficiency measures that amortisation, not communication"
-            )
-            blocks[i].add(BEST_SCALING)
-    out["excluded"] = excluded
-    out["flag"] = ["; ".join(f) if f else None for f in flags]
-    out["not_crowned_for"] = [";".join(q for q in QUESTIONS if q in b) if b else None for b in blocks]
-    out["note"] = ["; ".join(n) if n else None for n in notes]
-    return out
+        if not math.isnan(base_nodes) and row["nodes"] > base_nodes:
+            efficiency, low = row["efficiency"], row["efficiency_low"]
+            if efficiency > 1 and (low > 1 or math.isnan(low)):
+                why = "its whole interval is above 1" if low > 1 else "no interval to excuse it"
+                flags.append(
+                    f"superlinear: efficiency {_fmt_interval(efficiency, low, row['efficiency_high'])} "
+                    f"(speedup {_fmt(row['speedup'])} above the node ratio {_fmt(row['ideal_speedup'])}; "
+                    f"{why}): likely a busy baseline, the {int(base_nodes)}-node runs slowed by other work "
+                    "on shared cores"
+                )
+                blocks.add(BEST_SCALING)
+            base_share = fixed.get((row["framework"], *(row[k] for k in SETUP), base_nodes))
+            if base_share is not None and row["scaling"] == "weak":
+                flags.append(
+                    f"baseline is fixed overhead: the {int(base_nodes)}-node step is {_fmt(base_share)} "
+                    "per-iteration overhead, spread over a global batch that grows with the nodes: the "
+                    "efficiency measures that amortisation, not communication"
+                )
+                blocks.add(BEST_SCALING)
+        row["flag"] = "; ".join(flags) or None
+        row["not_crowned_for"] = ";".join(q for q in QUESTIONS if q in blocks) or None
+        row["note"] = "; ".join(notes) or None
 
 
 # --- findings -------------------------------------------------------------------------------
@@ -638,9 +644,9 @@ def decide(competitors: list[Competitor], higher: bool) -> Decision:
     return decision
 
 
-def _setups(table: pd.DataFrame) -> list[tuple[Any, ...]]:
-    seen = dict.fromkeys(tuple(row) for row in table[list(SETUP)].itertuples(index=False))
-    return list(seen)
+def _setups(table: pd.DataFrame) -> Iterable[tuple[tuple[Any, ...], pd.DataFrame]]:
+    """(set-up, its cells) in the cells' order."""
+    return table.groupby(list(SETUP), sort=False, dropna=False)
 
 
 def competitors(
@@ -781,10 +787,7 @@ def findings(cell_table: pd.DataFrame) -> pd.DataFrame:
     if cell_table.empty:
         return _empty(columns)
     rows = []
-    for setup in _setups(cell_table):
-        mine = cell_table[
-            np.logical_and.reduce([cell_table[k].eq(v) for k, v in zip(SETUP, setup, strict=True)])
-        ]
+    for setup, mine in _setups(cell_table):
         row: dict[str, Any] = {name: np.nan for name in columns}
         row.update(dict(zip(SETUP, setup, strict=True)))
         have = mine[mine["throughput"].notna()]
@@ -932,16 +935,14 @@ def claims(cell_table: pd.DataFrame, claim_list: Sequence[Claim] = CLAIMS) -> pd
     if cell_table.empty:
         return _empty(CLAIM_COLUMNS)
     rows = []
-    for setup in _setups(cell_table):
-        mine = cell_table[
-            np.logical_and.reduce([cell_table[k].eq(v) for k, v in zip(SETUP, setup, strict=True)])
-        ]
+    for setup, mine in _setups(cell_table):
+        asked = {question: competitors(mine, question) for question in {c.question for c in claim_list}}
         for claim in claim_list:
             _, metric, higher = QUESTIONS[claim.question]
             row: dict[str, Any] = {name: np.nan for name in CLAIM_COLUMNS}
             row.update(dict(zip(SETUP, setup, strict=True)))
             row.update(claim=claim.text, framework=claim.framework, question=claim.question, metric=metric)
-            entries, nodes, _, na = competitors(mine, claim.question)
+            entries, nodes, _, na = asked[claim.question]
             row["nodes"] = nodes
             if not mine["framework"].eq(claim.framework).any():
                 na = f"{_label(claim.framework)} is not in this study for {_model_label(setup[0])}"
