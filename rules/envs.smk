@@ -1,11 +1,14 @@
 rule framework_env:
-    """One virtual environment per framework, from envs/<framework>.txt (+ .nodeps.txt).
+    """One virtual environment per framework, from envs/<framework>.lock (+ .nodeps.lock).
 
-    Frameworks pin incompatible numpy/protobuf ranges, so they never share a venv. The
-    marker's name carries the requirements' hash (dlscale.envs.env_marker), so changed
-    requirements are a new marker: that framework's venv and runs are redone, in the same
-    invocation, and nothing else. The requirement files are parameters, not inputs: their
-    content is in the name, and a fresh checkout's newer mtimes must not rebuild anything.
+    Frameworks pin incompatible numpy/protobuf ranges, so they never share a venv. pip
+    installs the lock with --require-hashes (every package at its locked version and
+    file hash; `make lock` makes the locks from envs/<framework>.txt). The marker's name
+    carries the lock's hash (dlscale.envs.env_marker) and the marker the full lock_sha256
+    and the installed packages, so a changed lock is a new marker: that framework's venv
+    and runs are redone, in the same invocation, and nothing else. The lock files are
+    parameters, not inputs: their content is in the name, and a fresh checkout's newer
+    mtimes must not rebuild anything.
     """
     output:
         marker=os.path.join(ENVS_DIR, "{framework}", "dlscale-env-{requirements}.json"),
