@@ -27,10 +27,10 @@ import pandas as pd
 
 from dlscale import atomic, catalog
 from dlscale.analysis import loss_curve
-from dlscale.outputs import FIGURE_FORMATS, FIGURES
+from dlscale.outputs import FIGURE_FORMATS, FIGURES, PERFMODEL_FIGURES
 
 FORMATS = FIGURE_FORMATS
-__all__ = ["FIGURES", "FORMATS", "make_figures", "make_perfmodel_figures"]
+__all__ = ["FIGURES", "FORMATS", "PERFMODEL_FIGURES", "make_figures", "make_perfmodel_figures"]
 
 #: How a point is marked: plain, or flagged (hover for the reason).
 MARKERS: tuple[str, ...] = ("ok", "flagged")
