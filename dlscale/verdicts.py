@@ -333,15 +333,33 @@ def cell_name(
 
 
 def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
-    """Runs with the cell keys filled in (``batch``, a network and a dataset everywhere)."""
+    """Runs with the cell keys filled in (``batch``, a network and a dataset everywhere).
+
+    Columns a runs table written by an older version may lack get their neutral value.
+    """
     table = runs.copy()
+    defaults: dict[str, Any] = {
+        "network": HOST_NETWORK,
+        "dataset": "",
+        "scaling": "weak",
+        "contended": False,
+        "other_busy_share": np.nan,
+        "exposed_comm_share": np.nan,
+        "step_s": np.nan,
+        "compute_s": np.nan,
+        "exposed_comm_s": np.nan,
+    }
+    for name, default in defaults.items():
+        if name not in table:
+            table[name] = default
+        elif not isinstance(default, float):
+            table[name] = table[name].astype(object).where(table[name].notna(), default)
+    if "world_size" not in table:
+        table["world_size"] = table["nodes"] * table["ranks_per_node"]
+    if "global_batch" not in table:
+        table["global_batch"] = table["batch_per_rank"] * table["world_size"]
+    table["contended"] = table["contended"].astype(bool)
     table["batch"] = batch_key(table).astype("int64")
-    table["network"] = table["network"].astype(object).where(table["network"].notna(), HOST_NETWORK)
-    table["dataset"] = table["dataset"].astype(object).where(table["dataset"].notna(), "")
-    contended = table["contended"] if "contended" in table else pd.Series(False, index=table.index)
-    table["contended"] = contended.astype(object).where(contended.notna(), False).astype(bool)
-    if "other_busy_share" not in table:
-        table["other_busy_share"] = np.nan
     table["_ok"] = table["status"].eq("ok") & table["throughput"].notna()
     return table
 

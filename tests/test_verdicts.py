@@ -187,6 +187,26 @@ def test_cells_summarise_repeats_with_hand_computed_intervals(tmp_path: Path) ->
     assert pd.isna(two["flag"]) and not two["excluded"]
 
 
+def test_cells_of_a_runs_table_from_an_older_version() -> None:
+    # no network, dataset, scaling, contention or split columns: neutral values
+    runs = pd.DataFrame(
+        {
+            "framework": "torch",
+            "model": "lenet",
+            "nodes": [1, 1, 2, 2],
+            "ranks_per_node": 1,
+            "batch_per_rank": 32,
+            "repeat": [0, 1, 0, 1],
+            "status": "ok",
+            "throughput": [100.0, 102.0, 180.0, 184.0],
+        }
+    )
+    two = cell(verdicts.cells(runs), "torch/lenet/n2x1/b32")
+    assert (two["network"], two["scaling"], two["global_batch"], two["repeats"]) == ("host", "weak", 64, 2)
+    assert two["speedup"] == pytest.approx(182 / 101)
+    assert not two["excluded"] and pd.isna(two["flag"])
+
+
 # --- findings: no clear winner, flags, contention, what a user pays --------------------------
 
 
