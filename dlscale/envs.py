@@ -395,7 +395,7 @@ def find_uv(uv: str | Path | None = None) -> str:
     """The uv binary: given, the lock tool's venv's, or on PATH."""
     for candidate in (uv, REPO_DIR / ".venvs" / LOCK_TOOL_ENV / "bin" / "uv", shutil.which("uv")):
         if candidate and Path(candidate).exists():
-            return str(candidate)
+            return os.path.abspath(candidate)  # uv runs in the requirements' folder
     raise EnvError("uv not found: `make lock` installs it into .venvs/lock-tool from envs/lock-tool.lock")
 
 
