@@ -24,6 +24,7 @@ include: "rules/bigdl.smk"
 include: "rules/data.smk"
 include: "rules/imagenet.smk"
 include: "rules/train.smk"
+include: "rules/commbench.smk"
 include: "rules/analysis.smk"
 
 

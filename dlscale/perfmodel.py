@@ -1,174 +1,195 @@
 """A calibrated model of one synchronous training step, to scale past the machines we have.
 
-This host has one machine and two cores; the study's question is how each framework
-scales to hundreds of nodes. So, as performance engineers do: measure the parts at small
-scale (compute per model, each framework's communication overheads), model the rest from
-the framework's synchronisation pattern on an alpha-beta network, check the model on
-runs over an emulated interconnect (``dlscale.netns``), and project.
+This host has one machine and two cores; the study's question is how each framework scales
+to a thousand nodes. So, as performance engineers do: measure each framework's
+communication library apart (``dlscale.commbench``: message sizes 1 KB-256 MB, worlds of
+2-8 emulated nodes, on loopback and on emulated links), measure compute in the study's own
+runs, model each framework's synchronisation as the pattern it really runs, check the
+model on runs it was not fitted on, and project with an uncertainty band.
 
-The model (weak scaling: the batch per rank is fixed, so compute per rank does not change
-with the node count). One step on ``P`` ranks, ``S`` gradient bytes (parameters x 4):
+Weak scaling: the batch per rank is fixed, so a rank's compute does not change with the
+node count. One step on ``N`` nodes (``P = N x ranks_per_node`` ranks), gradient ``S``
+bytes (parameters x 4)::
 
-    step(P) = compute + comm(P)
+    step(N) = compute + comm(N) + offset
 
-Compute and communication do not overlap: the ring frameworks here synchronise the whole
-flat gradient after the backward pass (torch times it apart from DDP's bucketed overlap;
-TensorFlow's collectives and Caffe-MPI's Allreduce do not overlap on CPU), and BigDL
-aggregates between two Spark stages. ``compute`` is measured: the median ``compute_s``
-of the framework and model at its smallest world (any network: no gradient moves in it).
+Compute and communication do not overlap here (the torch runner times the flat-gradient
+all-reduce apart from DDP's bucketing; TensorFlow's collectives and Caffe-MPI's Allreduce
+run after the backward pass; BigDL synchronises between two Spark jobs). ``compute`` is
+measured: the median ``compute_s`` of the set-up and model at its smallest world.
+``offset`` is the part of a run's exposed communication (``step_s - compute_s``) that the
+library alone does not explain (the runner's own barrier, flattening, Python between
+calls): the median, over the study's host-network runs of that set-up, of the measured
+exposed time minus the model's library time. It is the only thing fitted on training runs.
 
-``comm`` follows the framework's pattern on a network of latency ``alpha`` (s per
-message) and bandwidth ``beta`` (bytes/s), plus a fixed per-step cost ``c``:
+The terms of ``comm`` and where each comes from
+-----------------------------------------------
+Every library term is fitted on the micro-benchmarks (``fit_commbench``) by non-negative
+least squares on relative residuals (``scipy.optimize.nnls``; each point's error divided
+by its measurement, so microseconds count as much as seconds). On this host a benchmark
+of ``P`` processes shares ``C`` cores (``host_cores``, recorded with each row): parallel
+phases run ``rho(P) = max(1, P/C)`` times slower, so the fit multiplies the terms that
+every rank executes at once by ``rho``; a projection to nodes with their own cores uses
+``rho = 1``. ``alpha``/``gamma`` below are the library's software costs per message and per
+byte on this host (loopback included); a network adds its own per-hop latency ``a_n`` and
+per-byte time ``g_n = 1/beta_n`` to every message and byte that crosses it
+(``Link``; additive: the software path and the wire are not assumed to overlap).
 
-* ring all-reduce (torch over gloo, TensorFlow MultiWorkerMirrored, Caffe-MPI), ``P``
-  ranks: reduce-scatter then all-gather, ``2(P-1)`` steps of ``S/P`` bytes each way::
+* **ring all-reduce** (torch over gloo; TensorFlow ``MultiWorkerMirroredStrategy`` with
+  ``CommunicationImplementation.RING``): reduce-scatter then all-gather, ``2(P-1)`` steps
+  of ``S/P`` bytes (gloo's and TensorFlow's ring algorithms; Patarasuk & Yuan 2009)::
 
-      comm = c + 2(P-1)·alpha + 2(P-1)/P · S/beta          (comm = 0 at P = 1)
+      comm = rho·(c + 2(P-1)·alpha + 2(P-1)/P·S·gamma) + 2(P-1)·a_n + 2(P-1)/P·S·g_n
 
-* parameter servers (TensorFlow ps), ``W`` workers (one per rank), ``n_ps`` servers
-  holding ``S/n_ps`` each: every worker pushes ``S`` and pulls ``S``; a server's link
-  carries ``W·S/n_ps`` each way, a worker's ``S``; the busier link is the bottleneck::
+  fitted on ``gloo``/``tf-ring`` ``allreduce`` rows.
+* **Caffe-MPI**: one ``MPI_Allreduce`` per parameter blob (``dlscale.commbench.blobs``:
+  8 for LeNet, 161 for ResNet-50), each with the algorithm Open MPI's tuned component
+  picks for that blob's size and the world (``openmpi_allreduce_algorithm``: the fixed
+  decision table of Open MPI 4.1's ``coll_tuned_decision_fixed.c``, commutative ops:
+  recursive doubling for small blobs, Rabenseifner's reduce-scatter + all-gather for
+  large ones, ring or segmented ring at 2-3 ranks), each algorithm with its own message
+  and byte counts (``mpi_algorithm_terms``; Thakur, Rabenseifner & Gropp 2005)::
 
-      comm = c + 2·alpha + 2·max(W/n_ps, 1) · S/beta        (also at W = 1)
+      comm = sum over blobs b of  rho·(c + m_alg·alpha + b_alg·gamma) + m_alg·a_n + b_alg·g_n
 
-* BigDL's block-manager synchronisation (``AllReduceParameter``), ``N`` executors (one
-  per node): each executor fetches its ``1/N`` slice of the gradient from the ``N-1``
-  others, then the updated weight slices, ``2(N-1)/N · S`` bytes; ``c`` is the Spark
-  scheduling of the iteration's jobs, paid at ``N = 1`` too::
+  fitted on ``mpi`` ``allreduce`` rows of one flat buffer (``c`` is paid per call, so a
+  model of many blobs pays it many times); checked against the ``allreduce-blobs`` rows
+  (Caffe's per-blob pattern timed as such) in ``commbench_fits.csv``.
+* **parameter servers** (TensorFlow ``ParameterServerStrategy``, ``W`` workers, ``n_ps``
+  servers on nodes ``0, 1, ...``): every worker pulls ``S`` and pushes ``S``; a server
+  serves ``W·S/n_ps`` each way. The micro-benchmark (one server, ``W`` workers) gives a
+  fixed cost, a per-worker cost (the coordinator schedules one closure per worker) and
+  two per-byte costs, one per worker's bytes and one per server's bytes (the bottleneck)::
 
-      comm = c + 2(N-1)·alpha + 2(N-1)/N · S/beta
+      host part = c + W·a_w + S·gamma_w + W·S/n_ps·gamma_s
 
-Calibration (``calibrate``). Per set-up (framework, and TensorFlow's strategy), from the
-study's ok runs on the host network: the measured exposed communication of each run
-(``step_s - compute_s``: the synchronisation plus the wait for the slowest rank, the cost
-a user pays) is fitted as ``c + m·alpha_f + b·gamma_f`` (``m``, ``b``: the pattern's
-message and byte coefficients above; ``gamma_f = 1/beta_f``) by non-negative least squares
-on relative residuals (each run's error divided by its measurement, so LeNet's
-milliseconds count as much as AlexNet's tenths of seconds). Runs at ``P = 1`` enter for
-the patterns that communicate there (ps, BigDL). A coefficient the runs cannot separate
-(one world size: ``c`` and ``alpha`` are collinear) is not fitted: ``alpha_f`` is then 0
-(``c`` holds the host's few microseconds of latency) and an unidentified ``gamma_f`` is
-NaN. ``alpha_f``/``beta_f`` are what the framework achieves on this host's loopback:
-network plus the framework's own per-message and per-byte software cost.
+  On a network the busiest link carries the pulls of every remote worker from the
+  server's node, plus the chief's input batches (the chief shares node 0 with server 0
+  and feeds every worker its uint8 batch), and the pushes: on a real switched network
+  the server's ingress port carries every remote worker's push; on the emulated one
+  (``tc tbf`` shapes egress only) a push crosses only its worker's own link::
 
-The ``loopback`` preset (``loopback_preset``) is the host network as the fastest
-framework saw it: ``alpha_lo = min alpha_f``, ``beta_lo = max beta_f``. A framework's
-overheads are what it adds beyond that; on another network (``alpha_n``, ``beta_n``)::
+      wire = 2·a_n + (R·S/n_ps + R·B_in + push)·g_n,  R = W - (workers on node 0),
+      push = R·S/n_ps (real network) or ranks_per_node·S (emulated)
 
-      alpha = alpha_n + max(alpha_f - alpha_lo, 0)
-      1/beta = 1/beta_n + max(1/beta_f - 1/beta_lo, 0)
+* **BigDL** (``DistriOptimizer``: per iteration two Spark jobs, one task per executor:
+  the first fetches the weights, computes and puts the gradient slices in the block
+  manager, the second fetches and sums its gradient slice from every other executor,
+  updates and puts its weight slice; BigDL's ``optim/DistriOptimizer.scala``): the Spark
+  driver schedules, launches and collects one task per executor for each job, so the
+  scheduling grows with the executors ``N``; the exchange is ``2(N-1)`` block fetches of
+  ``S/N``. From the ``spark`` ``job`` rows (a JVM-only job of ``N`` tasks,
+  ``t_job = j_0 + j_1·N``) and ``shuffle`` rows (an all-to-all block exchange)::
 
-so the model on ``loopback`` gives back the host fit, and on a slow link every framework
-is bound by the link plus its own software cost (its bandwidth efficiency on the host
-is ``beta_f / beta_lo``).
+      comm = 2·(j_0 + j_1·N) + rho·(2(N-1)·alpha_blk + 2(N-1)/N·S·gamma_blk)
+             + 2(N-1)·a_n + 2(N-1)/N·S·g_n
 
-Everything here is arithmetic on small tables (numpy/pandas): it runs in the analysis
-step, never at DAG time.
+Where a set-up has no micro-benchmark rows (a study that did not run them), its library
+terms are fitted on its host-network training runs' exposed time instead (``source =
+runs``: the old model, which cannot separate per-byte from per-message cost when the runs
+have one gradient size), and ``offset`` is 0.
+
+Networks (``Link``)
+-------------------
+A projection preset (``dlscale.networks``) gives ``a_n`` (its latency) and ``g_n``
+(``1/bandwidth``); links carry traffic both ways at full rate (ingress shaped). An emulated
+network (``dlscale.netns``: ``tc tbf`` on every node's egress) adds bandwidth only:
+``g_n`` is the extra per-byte time of a TCP ping-pong across it over loopback's (both
+from ``dlscale.commbench.tcp``; the preset's bandwidth when not measured), ``a_n`` its
+extra one-way latency (about 0: this kernel has neither ``sch_netem`` nor ``fq``, so no
+delay is added; ``latency_sensitivity`` shows how much the projection depends on it).
+
+Validation, uncertainty
+-----------------------
+``validate`` predicts every run on an emulated network (held out: never used in a fit)
+from the micro-benchmarks and the host-network runs: compute from the host runs of the
+same layout (on one host, emulated nodes share its cores), communication from the model
+with the host's contention and the emulated link. ``bootstrap`` refits everything on
+resampled calibration data (micro-benchmark cells within each library, world and
+operation, and repeats within each cell; host runs; compute iterations) and gives every
+projected number a 95% percentile band; ``efficiency50`` the node count where each
+framework's efficiency first drops below 50%, with its band.
+
+Everything here is arithmetic on small tables (numpy, pandas, scipy): it runs in the
+analysis step, never at DAG time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import nnls
 
+from dlscale import catalog
+from dlscale.commbench import LIBRARIES
+from dlscale.commbench.blobs import blob_bytes
+from dlscale.netns import shaping_args
 from dlscale.networks import HOST, PRESETS, NetworkPreset, emulated_preset
-from dlscale.runners.caffe.models import EXPECTED_PARAMETERS
 
 #: Learnable parameters per model (the same architecture in every framework, tested).
-PARAMETERS: Mapping[str, int] = EXPECTED_PARAMETERS
-#: Gradients travel as float32.
+PARAMETERS: Mapping[str, int] = catalog.PARAMETERS
 BYTES_PER_PARAMETER = 4
-
-RING, PS, BIGDL = "ring", "ps", "bigdl"
+RING, PS, BIGDL = catalog.RING, catalog.PS, catalog.BIGDL
 #: Synchronisation pattern of each set-up (a framework, or a framework and its strategy).
-SETUP_PATTERN: Mapping[str, str] = {
-    "torch": RING,
-    "tensorflow": RING,  # MultiWorkerMirroredStrategy, CommunicationImplementation.RING
-    "tensorflow-ps": PS,
-    "caffe": RING,
-    "bigdl": BIGDL,
-}
+SETUP_PATTERN: Mapping[str, str] = catalog.SETUP_PATTERNS
 LOOPBACK = "loopback"
+#: Spark jobs per BigDL iteration (DistriOptimizer: compute + put, then aggregate + update).
+BIGDL_JOBS_PER_ITERATION = 2
+#: Bytes of one input sample as the ps chief ships it to a worker (uint8 pixels).
+SAMPLE_BYTES: Mapping[str, int] = {"mnist": 28 * 28, "fashion-mnist": 28 * 28, "imagenet": 3 * 224 * 224}
+#: Percentiles of the bootstrap band.
+BAND = (2.5, 97.5)
 
-#: Floor of a measurement in the relative weights of the fit (s): no division by zero.
-_WEIGHT_FLOOR_S = 1e-6
+_WEIGHT_FLOOR_S = 1e-7
 
 CALIBRATION_COLUMNS: tuple[str, ...] = (
     "setup",
-    "pattern",
     "runs",
     "world_sizes",
     "models",
-    "overhead_s",
-    "alpha_s",
-    "beta_Bps",
-    "bandwidth_efficiency",
-    "fitted",
-    "rel_rmse",
-)
+    "overhead_s", "framework", "pattern", "library", "source", "c_s", "alpha_s", "beta_Bps",
+    "per_worker_s", "server_beta_Bps", "job_s", "job_per_executor_s", "offset_s",
+    "host_runs", "host_rel_rmse", "fitted", "note",
+)  # fmt: skip
+FIT_COLUMNS: tuple[str, ...] = (
+    "library", "op", "coefficient", "value", "identified", "points", "worlds", "sizes",
+    "rel_rmse", "max_abs_rel_error", "host_cores", "network",
+)  # fmt: skip
 VALIDATION_COLUMNS: tuple[str, ...] = (
-    "run_id",
-    "framework",
-    "setup",
-    "model",
-    "nodes",
-    "ranks_per_node",
-    "world_size",
-    "network",
-    "alpha_s",
-    "beta_Bps",
-    "measured_s",
-    "predicted_s",
-    "error",
-    "measured_compute_s",
-    "predicted_compute_s",
-    "compute_source",
-    "measured_exposed_s",
-    "predicted_comm_s",
-    "comm_error",
-    "note",
-)
+    "run_id", "framework", "setup", "model", "nodes", "ranks_per_node", "world_size", "network",
+    "link_alpha_s", "link_beta_Bps", "measured_s", "predicted_s", "error", "measured_compute_s",
+    "predicted_compute_s", "compute_source", "measured_exposed_s", "predicted_comm_s",
+    "offset_s", "comm_error", "note",
+)  # fmt: skip
 SUMMARY_COLUMNS: tuple[str, ...] = (
-    "setup",
-    "framework",
-    "runs",
-    "predicted",
-    "median_abs_error",
-    "max_abs_error",
-    "median_error",
-    "networks",
-)
+    "setup", "framework", "runs", "predicted", "median_abs_error", "max_abs_error",
+    "median_error", "worst_run", "networks", "within_target",
+)  # fmt: skip
 PROJECTION_COLUMNS: tuple[str, ...] = (
-    "setup",
-    "framework",
-    "pattern",
-    "model",
-    "network",
-    "alpha_s",
-    "beta_Bps",
-    "nodes",
-    "ranks_per_node",
-    "world_size",
-    "batch_per_rank",
-    "gradient_bytes",
-    "compute_s",
-    "comm_s",
-    "step_s",
-    "throughput",
-    "speedup",
-    "efficiency",
-)
+    "setup", "framework", "pattern", "model", "network", "alpha_s", "beta_Bps", "nodes",
+    "ranks_per_node", "world_size", "batch_per_rank", "gradient_bytes", "compute_s",
+    "comm_s", "step_s", "throughput", "speedup", "efficiency", "step_lo", "step_hi",
+    "speedup_lo", "speedup_hi", "efficiency_lo", "efficiency_hi",
+)  # fmt: skip
+EFFICIENCY50_COLUMNS: tuple[str, ...] = (
+    "setup", "framework", "model", "network", "nodes50", "nodes50_lo", "nodes50_hi",
+    "above_max_share", "max_nodes", "summary",
+)  # fmt: skip
+SENSITIVITY_COLUMNS: tuple[str, ...] = (
+    "setup", "framework", "model", "network", "latency_us", "nodes", "efficiency", "nodes50",
+)  # fmt: skip
+#: Target of the validation: median |error| per framework on held-out runs.
+VALIDATION_TARGET = 0.10
 
 
-# --- the patterns ------------------------------------------------------------------------
+# --- message sizes and the patterns -----------------------------------------------------------
 
 
 def gradient_bytes(model: str) -> int:
@@ -176,158 +197,518 @@ def gradient_bytes(model: str) -> int:
     return PARAMETERS[model] * BYTES_PER_PARAMETER
 
 
-def ring_allreduce_s(ranks: int, size_bytes: float, alpha_s: float, beta_Bps: float) -> float:
-    """Ring all-reduce of ``size_bytes`` over ``ranks``: 2(P-1)·alpha + 2(P-1)/P · S/beta."""
-    p = int(ranks)
-    if p <= 1:
-        return 0.0
-    return 2 * (p - 1) * alpha_s + 2 * (p - 1) / p * size_bytes / beta_Bps
+def contention(ranks: Any, cores: int | None) -> Any:
+    """``rho = max(1, ranks/cores)``: how much slower a phase every rank runs at once gets
+    when ``ranks`` processes share ``cores`` (1 with ``cores=None``: a node of its own each)."""
+    ranks = np.asarray(ranks, dtype="float64")
+    if not cores:
+        return np.ones_like(ranks)
+    return np.maximum(1.0, ranks / float(cores))
 
 
-def parameter_server_s(
-    workers: int, size_bytes: float, alpha_s: float, beta_Bps: float, num_ps: int = 1
-) -> float:
-    """Push then pull of ``size_bytes`` per worker through ``num_ps`` servers.
+#: Open MPI 4.1 coll/tuned fixed decision for MPI_Allreduce with a commutative op:
+#: (communicator size below which the row applies, ((message bytes below, algorithm), ...)).
+#: Algorithms: 1 basic linear, 2 non-overlapping (reduce + bcast), 3 recursive doubling,
+#: 4 ring, 5 segmented ring, 6 Rabenseifner.
+OPENMPI_ALLREDUCE_DECISION: tuple[tuple[float, tuple[tuple[float, int], ...]], ...] = (
+    (4, ((8, 4), (4096, 3), (8192, 4), (16384, 3), (65536, 4), (262144, 5), (math.inf, 6))),
+    (8, ((16, 4), (8192, 3), (math.inf, 6))),
+    (16, ((8192, 3), (math.inf, 6))),
+    (32, ((64, 5), (4096, 3), (math.inf, 6))),
+    (64, ((128, 5), (math.inf, 6))),
+    (128, ((262144, 3), (math.inf, 6))),
+    (256, ((131072, 2), (262144, 3), (math.inf, 6))),
+    (512, ((4096, 2), (math.inf, 6))),
+    (2048, ((2048, 2), (16384, 3), (math.inf, 6))),
+    (4096, ((2048, 2), (4096, 5), (16384, 3), (math.inf, 6))),
+    (math.inf, ((2048, 2), (16384, 5), (32768, 3), (math.inf, 6))),
+)
+MPI_ALGORITHMS: Mapping[int, str] = {
+    1: "basic linear", 2: "non-overlapping", 3: "recursive doubling", 4: "ring", 5: "segmented ring",
+    6: "Rabenseifner",
+}  # fmt: skip
 
-    2·alpha + 2·max(W/n_ps, 1) · S/beta: each server's link carries W·S/n_ps each way.
+
+def openmpi_allreduce_algorithm(ranks: Any, nbytes: Any) -> np.ndarray:
+    """The algorithm Open MPI 4.1's tuned component picks for an all-reduce (vectorised)."""
+    p = np.asarray(ranks, dtype="float64")
+    s = np.asarray(nbytes, dtype="float64")
+    p, s = np.broadcast_arrays(p, s)
+    out = np.zeros(p.shape, dtype="int64")
+    done = np.zeros(p.shape, dtype=bool)
+    for below_p, rows in OPENMPI_ALLREDUCE_DECISION:
+        in_row = ~done & (p < below_p)
+        picked = np.zeros(p.shape, dtype=bool)
+        for below_s, alg in rows:
+            hit = in_row & ~picked & (s < below_s)
+            out[hit] = alg
+            picked |= hit
+        done |= in_row
+    return out
+
+
+def mpi_algorithm_terms(algorithm: Any, ranks: Any, nbytes: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Messages and bytes on one rank's critical path of Open MPI's all-reduce algorithms.
+
+    ``P`` ranks, ``S`` bytes, ``p2`` the largest power of 2 <= P, ``x = 1`` when P is not
+    one: recursive doubling ``log2 p2 + 2x`` messages of ``S``; ring and segmented ring
+    ``2(P-1)`` of ``S/P``; Rabenseifner ``2 log2 p2 + 2x`` messages, ``2(1-1/p2)·S + 2x·S``
+    bytes; basic linear ``2(P-1)`` of ``S``; reduce + broadcast ``2 ceil(log2 P)`` of ``S``.
+    Zero at one rank.
     """
-    return 2 * alpha_s + 2 * max(workers / num_ps, 1.0) * size_bytes / beta_Bps
+    alg = np.asarray(algorithm)
+    p = np.asarray(ranks, dtype="float64")
+    s = np.asarray(nbytes, dtype="float64")
+    alg, p, s = np.broadcast_arrays(alg, p, s)
+    safe = np.maximum(p, 1.0)
+    p2 = 2.0 ** np.floor(np.log2(safe))
+    lg = np.log2(p2)
+    extra = (safe != p2).astype("float64")
+    ceil_lg = np.ceil(np.log2(safe))
+    ring_m, ring_b = 2 * (safe - 1), 2 * (safe - 1) / safe * s
+    messages = np.select(
+        [alg == 1, alg == 2, alg == 3, alg == 6],
+        [2 * (safe - 1), 2 * ceil_lg, lg + 2 * extra, 2 * lg + 2 * extra],
+        ring_m,
+    )
+    nbytes_ = np.select(
+        [alg == 1, alg == 2, alg == 3, alg == 6],
+        [2 * (safe - 1) * s, 2 * ceil_lg * s, (lg + 2 * extra) * s, 2 * (1 - 1 / p2) * s + 2 * extra * s],
+        ring_b,
+    )
+    alone = safe <= 1
+    return np.where(alone, 0.0, messages), np.where(alone, 0.0, nbytes_)
 
 
-def bigdl_sync_s(
-    nodes: int, size_bytes: float, alpha_s: float, beta_Bps: float, scheduling_s: float
-) -> float:
-    """BigDL's block-manager exchange among ``nodes`` executors plus the per-iteration scheduling.
+def ring_terms(ranks: Any, nbytes: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Messages ``2(P-1)`` and bytes ``2(P-1)/P·S`` of a ring all-reduce (0 at one rank)."""
+    p = np.maximum(np.asarray(ranks, dtype="float64"), 1.0)
+    s = np.asarray(nbytes, dtype="float64")
+    return 2 * (p - 1) + 0 * s, 2 * (p - 1) / p * s
 
-    scheduling + 2(N-1)·alpha + 2(N-1)/N · S/beta.
-    """
-    n = int(nodes)
-    return scheduling_s + 2 * (n - 1) * alpha_s + 2 * (n - 1) / n * size_bytes / beta_Bps
+
+# --- fitting ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Terms:
-    """``comm = fixed·c + messages·alpha + bytes·(1/beta)`` for one pattern at one size."""
+class Fit:
+    """Non-negative coefficients of one library operation, and how well they fit."""
 
-    fixed: float
-    messages: float
-    bytes: float
+    library: str
+    op: str
+    coefficients: Mapping[str, float]
+    identified: tuple[str, ...] = ()
+    points: int = 0
+    worlds: tuple[int, ...] = ()
+    sizes: tuple[int, ...] = ()
+    rel_rmse: float = math.nan
+    max_abs_rel_error: float = math.nan
+    host_cores: int = 0
+    network: str = HOST
+
+    def get(self, name: str) -> float:
+        return float(self.coefficients.get(name, 0.0))
 
 
-def comm_terms(pattern: str, peers: int, size_bytes: float, num_ps: int = 1) -> Terms:
-    """The coefficients of ``c``, ``alpha`` and ``1/beta`` in ``pattern``'s comm time.
+def nnls_fit(
+    columns: Mapping[str, np.ndarray], measured: np.ndarray, order: Sequence[str] | None = None
+) -> tuple[dict[str, float], tuple[str, ...], np.ndarray]:
+    """Fit ``measured ≈ Σ coef·column`` with every coef >= 0, on relative residuals.
 
-    ``peers``: ranks for ring, workers for ps, executors (nodes) for BigDL.
+    Columns are taken in ``order``, each only where it adds to the rank of the design (the
+    data can tell it from those before); the others are 0 and not in ``identified``.
+    Returns ``(coefficients, identified, predictions)``.
     """
-    p = int(peers)
-    if pattern == RING:
-        if p <= 1:
-            return Terms(0.0, 0.0, 0.0)
-        return Terms(1.0, 2.0 * (p - 1), 2.0 * (p - 1) / p * size_bytes)
-    if pattern == PS:
-        return Terms(1.0, 2.0, 2.0 * max(p / num_ps, 1.0) * size_bytes)
-    if pattern == BIGDL:
-        return Terms(1.0, 2.0 * (p - 1), 2.0 * (p - 1) / p * size_bytes)
-    raise ValueError(f"unknown synchronisation pattern {pattern!r} (expected {RING}, {PS} or {BIGDL})")
+    y = np.asarray(measured, dtype="float64")
+    names = list(order or columns)
+    weights = 1.0 / np.maximum(np.abs(y), _WEIGHT_FLOOR_S)
+    scaled: dict[str, np.ndarray] = {}
+    norms: dict[str, float] = {}
+    for name in names:
+        col = np.asarray(columns[name], dtype="float64") * weights
+        norm = float(np.linalg.norm(col))
+        if norm > 0 and np.isfinite(norm):
+            scaled[name], norms[name] = col / norm, norm
+    picked: list[str] = []
+    for name in names:
+        if name in scaled:
+            trial = np.column_stack([scaled[n] for n in (*picked, name)])
+            if np.linalg.matrix_rank(trial, tol=1e-8) == len(picked) + 1:
+                picked.append(name)
+    coefficients = {name: 0.0 for name in names}
+    if picked and len(y):
+        solution, _ = nnls(np.column_stack([scaled[n] for n in picked]), y * weights)
+        for name, value in zip(picked, solution, strict=True):
+            coefficients[name] = float(value) / norms[name]
+    predicted = np.zeros_like(y)
+    for name in names:
+        predicted = predicted + coefficients[name] * np.asarray(columns[name], dtype="float64")
+    return coefficients, tuple(picked), predicted
 
 
-def peers_of(pattern: str, nodes: int, ranks_per_node: int) -> int:
-    """Who exchanges gradients: every rank (ring, ps) or one executor per node (BigDL)."""
-    return int(nodes) if pattern == BIGDL else int(nodes) * int(ranks_per_node)
+def _fit(
+    library: str, op: str, cells: pd.DataFrame, columns: dict[str, np.ndarray], order: Sequence[str]
+) -> Fit:
+    y = cells["seconds"].to_numpy(dtype="float64")
+    coefficients, identified, predicted = nnls_fit(columns, y, order)
+    rel = (predicted - y) / np.maximum(np.abs(y), _WEIGHT_FLOOR_S)
+    return Fit(
+        library=library,
+        op=op,
+        coefficients=coefficients,
+        identified=identified,
+        points=len(cells),
+        worlds=tuple(sorted(int(w) for w in cells["world"].unique())),
+        sizes=tuple(sorted(int(s) for s in cells["nbytes"].unique())),
+        rel_rmse=float(np.sqrt(np.mean(rel**2))) if len(rel) else math.nan,
+        max_abs_rel_error=float(np.max(np.abs(rel))) if len(rel) else math.nan,
+        host_cores=int(cells["host_cores"].max()) if "host_cores" in cells and len(cells) else 0,
+        network=str(cells["network"].iloc[0]) if "network" in cells and len(cells) else HOST,
+    )
 
 
-# --- calibration -------------------------------------------------------------------------
+def commbench_cells(raw: pd.DataFrame) -> pd.DataFrame:
+    """One row per benchmark cell (library, op, network, world, size, model, algorithm):
+    the median of its timed repeats (``seconds``) and how many there were."""
+    keys = ["library", "op", "network", "world", "nbytes", "parts", "model", "algorithm"]
+    if raw.empty:
+        return pd.DataFrame(columns=[*keys, "seconds", "repeats", "host_cores"])
+    frame = raw.copy()
+    for name, default in (("parts", 1), ("model", ""), ("algorithm", "default"), ("host_cores", 0)):
+        if name not in frame:
+            frame[name] = default
+    frame["model"] = frame["model"].fillna("").astype(str)
+    frame["algorithm"] = frame["algorithm"].fillna("default").astype(str)
+    return frame.groupby(keys, as_index=False, sort=True).agg(
+        seconds=("seconds", "median"), repeats=("seconds", "size"), host_cores=("host_cores", "max")
+    )
+
+
+def _host_cells(cells: pd.DataFrame, library: str, op: str, network: str = HOST) -> pd.DataFrame:
+    pick = cells[
+        cells["library"].eq(library) & cells["op"].eq(op) & cells["network"].eq(network)
+        & cells["algorithm"].eq("default")
+    ]  # fmt: skip
+    return pick[pick["seconds"] > 0]
+
+
+def design(
+    library: str, op: str, world: Any, nbytes: Any, cores: int | None
+) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
+    """The model's columns of one library operation at each (world, bytes), and the order
+    in which the fit identifies them (None for an operation the model does not fit)."""
+    p = np.asarray(world, dtype="float64")
+    s = np.asarray(nbytes, dtype="float64") + 0 * p
+    rho = contention(p, cores)
+    ones = np.ones_like(s)
+    if library == "mpi" and op == "allreduce":
+        m, b = mpi_algorithm_terms(openmpi_allreduce_algorithm(p, s), p, s)
+        return {"c": rho, "alpha": rho * m, "gamma": rho * b}, ("gamma", "c", "alpha")
+    if op == "allreduce":  # the ring libraries
+        m, b = ring_terms(p, s)
+        return {"c": rho, "alpha": rho * m, "gamma": rho * b}, ("gamma", "c", "alpha")
+    if op == "pushpull":
+        columns = {"c": ones, "per_worker": p * ones, "gamma_worker": s, "gamma_server": p * s}
+        return columns, ("gamma_server", "gamma_worker", "c", "per_worker")
+    if op == "job":
+        return {"c": ones, "per_task": p * ones}, ("c", "per_task")
+    if op == "shuffle":
+        return {"c": ones, "alpha": rho * (p - 1), "gamma": rho * (p - 1) / p * s}, ("gamma", "c", "alpha")
+    if op == "pingpong":
+        return {"alpha": ones, "gamma": s}, ("gamma", "alpha")
+    return None
+
+
+def fit_library(cells: pd.DataFrame, library: str, op: str, network: str = HOST) -> Fit | None:
+    """One library operation's coefficients from its benchmark cells on ``network``."""
+    pick = _host_cells(cells, library, op, network)
+    if pick.empty:
+        return None
+    cores = int(pick["host_cores"].max()) or None
+    made = design(library, op, pick["world"].to_numpy(), pick["nbytes"].to_numpy(), cores)
+    if made is None:
+        return None
+    return _fit(library, op, pick, *made)
+
+
+def predict_fit(fit: Fit, world: Any, nbytes: Any) -> np.ndarray:
+    """A fit's time of its operation at each (world, bytes) on the host it was measured on."""
+    made = design(fit.library, fit.op, world, nbytes, fit.host_cores or None)
+    if made is None:
+        return np.full(np.shape(nbytes), np.nan)
+    columns, _ = made
+    return sum(fit.get(name) * np.asarray(col, dtype="float64") for name, col in columns.items())
+
+
+def fit_curves(fits: Mapping[tuple[str, str, str], Fit], points: int = 40) -> pd.DataFrame:
+    """Each fit evaluated on a log grid of sizes at each world it was measured at (the
+    lines of the micro-benchmark figure)."""
+    rows = []
+    for fit in fits.values():
+        sizes = [s for s in fit.sizes if s > 0]
+        grid = np.geomspace(min(sizes), max(sizes), points) if sizes else np.array([0.0])
+        for world in fit.worlds:
+            seconds = predict_fit(fit, np.full(len(grid), world), grid)
+            rows += [
+                {"library": fit.library, "op": fit.op, "network": fit.network, "world": world,
+                 "nbytes": float(size), "seconds": float(value)}
+                for size, value in zip(grid, seconds, strict=True)
+            ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["library", "op", "network", "world", "nbytes", "seconds"])
+
+
+#: The operations fitted per library (``dlscale.commbench``'s rows).
+LIBRARY_OPS: Mapping[str, tuple[str, ...]] = {
+    "gloo": ("allreduce",),
+    "tf-ring": ("allreduce",),
+    "tf-ps": ("pushpull",),
+    "mpi": ("allreduce",),
+    "spark": ("job", "shuffle"),
+    "tcp": ("pingpong",),
+}
+
+
+def fit_commbench(cells: pd.DataFrame) -> dict[tuple[str, str, str], Fit]:
+    """Every library operation on every network it was measured on: ``(library, op, network)``."""
+    fits: dict[tuple[str, str, str], Fit] = {}
+    if cells.empty:
+        return fits
+    for library, ops in LIBRARY_OPS.items():
+        for op in ops:
+            for network in sorted(
+                cells.loc[cells["library"].eq(library) & cells["op"].eq(op), "network"].unique()
+            ):
+                if library != "tcp" and network != HOST:
+                    continue  # library costs are host costs; other networks are validation data
+                fit = fit_library(cells, library, op, str(network))
+                if fit is not None:
+                    fits[(library, op, str(network))] = fit
+    return fits
+
+
+def fits_table(fits: Mapping[tuple[str, str, str], Fit]) -> pd.DataFrame:
+    """The fitted coefficients, one row each (``commbench_fits.csv``), with derived bandwidths."""
+    rows = []
+    for fit in fits.values():
+        values = dict(fit.coefficients)
+        for name in [n for n in list(values) if n.startswith("gamma")]:
+            values[name.replace("gamma", "beta_Bps")] = math.inf if values[name] <= 0 else 1.0 / values[name]
+        for name, value in values.items():
+            base = name.replace("beta_Bps", "gamma")
+            rows.append(
+                {
+                    "library": fit.library, "op": fit.op, "coefficient": name, "value": value,
+                    "identified": base in fit.identified, "points": fit.points,
+                    "worlds": ";".join(map(str, fit.worlds)), "sizes": ";".join(map(str, fit.sizes)),
+                    "rel_rmse": fit.rel_rmse, "max_abs_rel_error": fit.max_abs_rel_error,
+                    "host_cores": fit.host_cores, "network": fit.network,
+                }
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=list(FIT_COLUMNS))
+
+
+def blob_pattern_check(cells: pd.DataFrame, fits: Mapping[tuple[str, str, str], Fit]) -> pd.DataFrame:
+    """Caffe's per-blob pattern as measured (``allreduce-blobs``) against the model's sum over
+    blobs of the flat-buffer fit: does one fit of ``mpi`` explain the many-blob pattern?"""
+    fit = fits.get(("mpi", "allreduce", HOST))
+    pick = _host_cells(cells, "mpi", "allreduce-blobs")
+    if fit is None or pick.empty:
+        return pd.DataFrame(columns=["model", "world", "measured_s", "predicted_s", "error", "flat_s"])
+    flat = _host_cells(cells, "mpi", "allreduce")
+    rows = []
+    for row in pick.itertuples(index=False):
+        predicted = float(
+            mpi_comm(fit, row.model, np.array([row.world]), Link.host(), int(fit.host_cores) or None)[0]
+        )
+        same = flat[flat["world"].eq(row.world) & flat["nbytes"].eq(row.nbytes)]
+        rows.append(
+            {"model": row.model, "world": int(row.world), "measured_s": float(row.seconds),
+             "predicted_s": predicted, "error": predicted / float(row.seconds) - 1.0,
+             "flat_s": float(same["seconds"].iloc[0]) if len(same) else math.nan}
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+# --- links ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Link:
+    """What a network adds to each message (``alpha_s``) and byte (``gamma_s_per_byte``)
+    that crosses it, beyond the host's own costs; ``ingress_shaped``: a node's incoming
+    traffic is limited too (a real network; False for ``tc tbf`` emulation)."""
+
+    name: str
+    alpha_s: float
+    gamma_s_per_byte: float
+    ingress_shaped: bool = True
+    #: Bytes a link passes at once before its rate applies (``tc tbf``'s bucket; 0 for a
+    #: real network): a node whose step sends ``B`` bytes in one go waits ``(B - burst)/beta``.
+    burst_bytes: float = 0.0
+
+    def wire(self, messages: Any, nbytes: Any) -> np.ndarray:
+        """What the network adds to ``messages`` hops carrying ``nbytes`` in a row."""
+        b = np.maximum(np.asarray(nbytes, dtype="float64") - self.burst_bytes, 0.0)
+        return np.asarray(messages, dtype="float64") * self.alpha_s + b * self.gamma_s_per_byte
+
+    @classmethod
+    def host(cls) -> Link:
+        return cls(HOST, 0.0, 0.0, True)
+
+    @classmethod
+    def of_preset(cls, preset: NetworkPreset, alpha_s: float | None = None) -> Link:
+        gamma = 0.0 if math.isinf(preset.bandwidth_Bps) else 1.0 / preset.bandwidth_Bps
+        return cls(preset.name, preset.latency_s if alpha_s is None else alpha_s, gamma, True)
+
+    @property
+    def beta_Bps(self) -> float:
+        return math.inf if self.gamma_s_per_byte <= 0 else 1.0 / self.gamma_s_per_byte
+
+
+def emulated_link(network: str, fits: Mapping[tuple[str, str, str], Fit] | None = None) -> Link:
+    """The link an emulated network adds to the host (``dlscale.netns``): the preset's rate,
+    the token bucket ``tc tbf`` is given (``netns.shaping_args``), egress only, and the extra
+    one-way latency a TCP ping-pong measured across it over loopback (0 when not measured:
+    no delay is emulated on this kernel)."""
+    preset = emulated_preset(network)
+    if preset is None:
+        return Link.host()
+    args = shaping_args(preset)
+    burst = float(args[args.index("burst") + 1])
+    alpha = 0.0
+    here, host = (fits or {}).get(("tcp", "pingpong", network)), (fits or {}).get(("tcp", "pingpong", HOST))
+    if here is not None and host is not None:
+        alpha = max(here.get("alpha") - host.get("alpha"), 0.0)
+    return Link(network, alpha, 1.0 / preset.bandwidth_Bps, False, burst)
+
+
+def preset_named(name: str) -> NetworkPreset:
+    """A projection preset by name (``loopback``: this host, no network added)."""
+    if name == LOOPBACK:
+        return NetworkPreset(LOOPBACK, 0.0, math.inf, False, "this host's loopback (the library costs alone)")
+    if name in PRESETS:
+        return PRESETS[name]
+    preset = emulated_preset(name)
+    if preset is None:
+        return preset_named(LOOPBACK)
+    return preset
+
+
+# --- per-set-up calibration -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """One set-up's fitted communication costs on the host (see the module docstring).
-
-    ``gamma_s_per_byte`` is ``1/beta_f`` (NaN when the runs could not tell it apart).
-    """
+    """Everything that predicts one set-up's communication (see the module docstring)."""
 
     setup: str
     pattern: str
-    overhead_s: float
-    alpha_s: float
-    gamma_s_per_byte: float
-    runs: int = 0
+    library: str
+    source: str  # "commbench" or "runs"
+    fits: Mapping[str, Fit]  # op -> fit ("allreduce", "pushpull", "job", "shuffle")
+    offset_s: float = 0.0
+    host_runs: int = 0
+    host_rel_rmse: float = math.nan
+    note: str = ""
     world_sizes: tuple[int, ...] = ()
     models: tuple[str, ...] = ()
-    fitted: tuple[str, ...] = ()
-    rel_rmse: float = math.nan
+
+    def offset(self, nodes: Any, ranks_per_node: int = 1) -> np.ndarray:
+        """The offset where the set-up synchronises (a ring of one rank does not)."""
+        p = np.asarray(nodes, dtype="float64") * ranks_per_node
+        return np.where((p > 1) | (self.pattern != RING), self.offset_s, 0.0)
+
+    def coefficient(self, op: str, name: str) -> float:
+        fit = self.fits.get(op)
+        return 0.0 if fit is None else fit.get(name)
 
     @property
-    def beta_Bps(self) -> float:
-        gamma = self.gamma_s_per_byte
-        if math.isnan(gamma):
-            return math.nan
-        return math.inf if gamma <= 0 else 1.0 / gamma
+    def host_cores(self) -> int:
+        return max((fit.host_cores for fit in self.fits.values()), default=0)
 
 
-def fit_overheads(
-    fixed: Iterable[float], messages: Iterable[float], nbytes: Iterable[float], measured: Iterable[float]
-) -> tuple[float, float, float, tuple[str, ...]]:
-    """Fit ``measured ≈ fixed·c + messages·alpha + nbytes·gamma`` with c, alpha, gamma >= 0.
+def mpi_terms(fit: Fit, model: str, ranks: np.ndarray, cores: int | None) -> tuple[np.ndarray, ...]:
+    """Caffe-MPI's per-blob all-reduces of ``model`` at each of ``ranks`` (vectorised):
+    the host time (library costs, with contention), and the messages and bytes that cross
+    the network, summed over blobs."""
+    p = np.asarray(ranks, dtype="float64")[:, None]
+    sizes = np.asarray(blob_bytes(model), dtype="float64")[None, :]
+    alg = openmpi_allreduce_algorithm(p, sizes)
+    m, b = mpi_algorithm_terms(alg, p, sizes)
+    rho = contention(p, cores)
+    host = np.where(p > 1, rho * (fit.get("c") + m * fit.get("alpha") + b * fit.get("gamma")), 0.0)
+    return host.sum(axis=1), m.sum(axis=1), b.sum(axis=1)
 
-    Least squares on relative residuals ((model - measured) / measured). Coefficients are
-    taken in the order gamma, c, alpha, each only where it adds to the rank of the design
-    (the data can tell it apart from those before); the others come back as 0 (c, alpha)
-    or NaN (gamma) and are not named in the returned ``fitted``. Non-negativity is exact:
-    every subset of the identifiable coefficients is solved and the best non-negative
-    solution kept (at most 7 small solves). Returns ``(c, alpha, gamma, fitted)``.
+
+def mpi_comm(fit: Fit, model: str, ranks: np.ndarray, link: Link, cores: int | None) -> np.ndarray:
+    """Caffe-MPI's per-blob all-reduces of ``model`` at each of ``ranks``, on ``link``."""
+    host, m, b = mpi_terms(fit, model, ranks, cores)
+    return host + link.wire(m, b)
+
+
+def library_comm(
+    cal: Calibration,
+    model: str,
+    nodes: Any,
+    ranks_per_node: int,
+    link: Link,
+    cores: int | None,
+    num_ps: int = 1,
+    batch_per_rank: int = 0,
+    dataset: str | None = None,
+) -> np.ndarray:
+    """The library's time of one step of ``cal``'s set-up at each node count (no offset).
+
+    ``cores``: the host's cores when the ranks share one host (validation, host fit),
+    None for nodes with cores of their own (projection). The network's part is
+    ``link.wire(messages, bytes)`` of the busiest node's traffic in the step.
     """
-    columns = {
-        "gamma": np.asarray(list(nbytes), dtype="float64"),
-        "c": np.asarray(list(fixed), dtype="float64"),
-        "alpha": np.asarray(list(messages), dtype="float64"),
-    }
-    y = np.asarray(list(measured), dtype="float64")
-    if not all(len(col) == len(y) for col in columns.values()):
-        raise ValueError("fit_overheads: every column needs one value per measurement")
-    result = {"c": 0.0, "alpha": 0.0, "gamma": math.nan}
-    if len(y) == 0:
-        return result["c"], result["alpha"], result["gamma"], ()
-    weights = 1.0 / np.maximum(np.abs(y), _WEIGHT_FLOOR_S)
-    scaled: dict[str, np.ndarray] = {}
-    for name, col in columns.items():
-        weighted = col * weights
-        norm = float(np.linalg.norm(weighted))
-        if norm > 0:
-            scaled[name] = weighted / norm
-    picked: list[str] = []
-    for name in ("gamma", "c", "alpha"):
-        if name not in scaled:
-            continue
-        trial = np.column_stack([scaled[n] for n in (*picked, name)])
-        if np.linalg.matrix_rank(trial, tol=1e-9) == len(picked) + 1:
-            picked.append(name)
-    target = y * weights
-    best: tuple[float, dict[str, float]] | None = None
-    for size in range(len(picked), 0, -1):
-        for subset in itertools.combinations(picked, size):
-            design = np.column_stack([scaled[n] for n in subset])
-            solution, *_ = np.linalg.lstsq(design, target, rcond=None)
-            if (solution < 0).any():
-                continue
-            residual = float(np.sum((design @ solution - target) ** 2))
-            if best is None or residual < best[0] - 1e-15:
-                unscaled = {
-                    n: float(v) / float(np.linalg.norm(columns[n] * weights))
-                    for n, v in zip(subset, solution, strict=True)
-                }
-                best = (residual, unscaled)
-    if best is not None:
-        for name in picked:
-            result[name] = best[1].get(name, 0.0)
-    if "gamma" not in picked:
-        result["gamma"] = math.nan
-    return (
-        result["c"],
-        result["alpha"],
-        result["gamma"],
-        tuple(n for n in ("c", "alpha", "gamma") if n in picked),
-    )
+    n = np.asarray(nodes, dtype="float64")
+    p = n * ranks_per_node
+    size = float(gradient_bytes(model))
+    if cal.pattern == RING and cal.library == "mpi" and cal.source == "commbench":
+        return mpi_comm(cal.fits["allreduce"], model, p, link, cores)
+    if cal.pattern == RING:
+        m, b = ring_terms(p, size)  # (Caffe fitted on runs: one flat ring stands in)
+        rho = contention(p, cores)
+        fit = cal.fits["allreduce"]
+        comm = rho * (fit.get("c") + m * fit.get("alpha") + b * fit.get("gamma")) + link.wire(m, b)
+        return np.where(p > 1, comm, 0.0)
+    if cal.pattern == PS:
+        fit = cal.fits["pushpull"]
+        host = (
+            fit.get("c")
+            + p * fit.get("per_worker")
+            + size * fit.get("gamma_worker")
+            + p * size / num_ps * fit.get("gamma_server")
+        )
+        remote = np.maximum(p - ranks_per_node, 0.0)
+        data = batch_per_rank * SAMPLE_BYTES.get(dataset or "", 0)
+        pull = remote * (size / num_ps + data)
+        push = (
+            remote * size / num_ps
+            if link.ingress_shaped
+            else np.where(remote > 0, ranks_per_node * size, 0.0)
+        )
+        # pulls leave the server's node, pushes another link (emulated) or its ingress (real):
+        # each link has its own budget (and bucket), the step pays both in turn
+        return (
+            host
+            + link.wire(np.where(remote > 0, 1.0, 0.0), pull)
+            + link.wire(np.where(remote > 0, 1.0, 0.0), push)
+        )
+    if cal.pattern == BIGDL:
+        job, shuffle = cal.fits.get("job"), cal.fits["shuffle"]
+        scheduling = (
+            0.0 if job is None else BIGDL_JOBS_PER_ITERATION * (job.get("c") + n * job.get("per_task"))
+        )
+        rho = contention(n, cores)
+        m, b = 2 * (n - 1), 2 * (n - 1) / n * size
+        exchange = rho * (m * shuffle.get("alpha") + b * shuffle.get("gamma"))
+        fixed = shuffle.get("c") if job is None else 0.0  # fitted on runs: the per-step Spark cost
+        # the weights are fetched in one job, the gradient slices in the next: two bursts
+        return scheduling + fixed + exchange + 2 * link.wire(m / 2, b / 2)
+    raise ValueError(f"unknown synchronisation pattern {cal.pattern!r}")
 
 
 def setup_of(framework: str, versions: Any = None) -> str:
@@ -342,184 +723,197 @@ def setup_of(framework: str, versions: Any = None) -> str:
     return str(framework)
 
 
-def measured_runs(runs: pd.DataFrame, num_ps: int = 1) -> pd.DataFrame:
-    """The ok runs of a runs table with what the model needs: set-up, pattern, peers, S, terms.
+def peers_of(pattern: str, nodes: int, ranks_per_node: int) -> int:
+    """Who exchanges gradients: every rank (ring, ps) or one executor per node (BigDL)."""
+    return int(nodes) if pattern == BIGDL else int(nodes) * int(ranks_per_node)
 
-    Runs of a framework or model the model does not know are left out (nothing to predict
-    them from). ``exposed_s`` is the run's median ``step_s - compute_s`` (its ``comm_s``
-    where the step was not split).
-    """
-    columns = [
-        "run_id",
-        "framework",
-        "setup",
-        "pattern",
-        "model",
-        "network",
-        "nodes",
-        "ranks_per_node",
-        "world_size",
-        "batch_per_rank",
-        "step_s",
-        "compute_s",
-        "exposed_s",
-        "peers",
-        "gradient_bytes",
-        "fixed",
-        "messages",
-        "bytes",
-    ]
+
+MEASURED_COLUMNS = (
+    "run_id", "framework", "setup", "pattern", "model", "dataset", "network", "nodes", "ranks_per_node",
+    "world_size", "batch_per_rank", "step_s", "compute_s", "exposed_s", "gradient_bytes",
+)  # fmt: skip
+
+
+def measured_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The ok runs the model knows (set-up and model in the catalog), with set-up, pattern,
+    gradient bytes and ``exposed_s`` (median ``step_s - compute_s``; ``comm_s`` if unsplit)."""
     if runs.empty or "status" not in runs:
-        return pd.DataFrame({name: pd.Series(dtype=object) for name in columns})
+        return pd.DataFrame({name: pd.Series(dtype=object) for name in MEASURED_COLUMNS})
     ok = runs[runs["status"].eq("ok") & runs["step_s"].notna()].copy()
     versions = ok["versions"] if "versions" in ok else pd.Series(None, index=ok.index)
     ok["setup"] = [setup_of(fw, v) for fw, v in zip(ok["framework"], versions, strict=True)]
     ok = ok[ok["setup"].isin(list(SETUP_PATTERN)) & ok["model"].isin(list(PARAMETERS))].copy()
-    if "network" not in ok:
-        ok["network"] = HOST
-    ok["network"] = ok["network"].fillna(HOST).astype(str)
+    ok["network"] = (
+        (ok["network"] if "network" in ok else pd.Series(HOST, index=ok.index)).fillna(HOST).astype(str)
+    )
+    if "dataset" not in ok:
+        ok["dataset"] = ok["model"].map(lambda m: catalog.MODELS[m].datasets[0])
     ok["pattern"] = ok["setup"].map(SETUP_PATTERN)
     for name in ("nodes", "ranks_per_node", "world_size", "batch_per_rank"):
         ok[name] = ok[name].astype("int64")
-    ok["peers"] = [
-        peers_of(p, n, r) for p, n, r in zip(ok["pattern"], ok["nodes"], ok["ranks_per_node"], strict=True)
-    ]
     ok["gradient_bytes"] = ok["model"].map(gradient_bytes).astype("float64")
+    if "compute_s" not in ok:
+        ok["compute_s"] = np.nan
     exposed = ok["exposed_comm_s"] if "exposed_comm_s" in ok else pd.Series(np.nan, index=ok.index)
-    ok["exposed_s"] = exposed.where(exposed.notna(), ok.get("comm_s"))
-    terms = [
-        comm_terms(p, n, s, num_ps)
-        for p, n, s in zip(ok["pattern"], ok["peers"], ok["gradient_bytes"], strict=True)
-    ]
-    ok["fixed"] = [t.fixed for t in terms]
-    ok["messages"] = [t.messages for t in terms]
-    ok["bytes"] = [t.bytes for t in terms]
-    return ok.reset_index(drop=True)[columns]
+    ok["exposed_s"] = exposed.where(exposed.notna(), ok.get("comm_s", np.nan))
+    return ok[list(MEASURED_COLUMNS)].reset_index(drop=True)
 
 
-def calibrate(runs: pd.DataFrame, num_ps: int = 1) -> dict[str, Calibration]:
-    """Fit every set-up's overheads from its ok host-network runs that communicate.
+def _communicating(measured: pd.DataFrame) -> pd.Series:
+    """Runs that synchronise: world > 1, or any world for ps and BigDL (they talk at 1 too)."""
+    return measured["world_size"].gt(1) | measured["pattern"].isin([PS, BIGDL])
 
-    Set-ups without such a run (e.g. a study of 1-node runs only) are absent: nothing can
-    be said about their communication.
-    """
-    measured = measured_runs(runs, num_ps)
-    usable = measured[measured["network"].eq(HOST) & measured["fixed"].gt(0) & measured["exposed_s"].notna()]
+
+def _runs_fit(setup: str, pattern: str, host: pd.DataFrame, num_ps: int) -> Calibration | None:
+    """The fallback: library terms fitted on the set-up's host runs (no micro-benchmarks)."""
+    group = host[host["exposed_s"].notna() & host["exposed_s"].gt(0)]
+    if group.empty:
+        return None
+    p = group["world_size"].to_numpy(dtype="float64")
+    n = group["nodes"].to_numpy(dtype="float64")
+    s = group["gradient_bytes"].to_numpy(dtype="float64")
+    cells = pd.DataFrame({"seconds": group["exposed_s"].to_numpy(), "world": p, "nbytes": s})
+    ones = np.ones_like(p)
+    library = LIBRARIES.get(setup, setup)
+    if pattern == RING:
+        m, b = ring_terms(p, s)
+        fit = _fit(library, "allreduce", cells, {"c": ones, "alpha": m, "gamma": b}, ("gamma", "c", "alpha"))
+        fits = {"allreduce": fit}
+    elif pattern == PS:
+        columns = {"c": ones, "per_worker": p, "gamma_worker": s, "gamma_server": p * s / num_ps}
+        fits = {
+            "pushpull": _fit(
+                library, "pushpull", cells, columns, ("gamma_server", "c", "gamma_worker", "per_worker")
+            )
+        }
+    else:
+        cells["world"] = n
+        columns = {"c": ones, "alpha": 2 * (n - 1), "gamma": 2 * (n - 1) / n * s}
+        fits = {"shuffle": _fit(library, "shuffle", cells, columns, ("gamma", "c", "alpha"))}
+    fit = next(iter(fits.values()))
+    return Calibration(
+        setup, pattern, library, "runs", fits, 0.0, len(group), fit.rel_rmse,
+        "no micro-benchmarks: library terms fitted on the host runs' exposed time",
+        tuple(sorted(int(w) for w in group["world_size"].unique())), tuple(sorted(group["model"].unique())),
+    )  # fmt: skip
+
+
+def calibrate(
+    runs: pd.DataFrame,
+    fits: Mapping[tuple[str, str, str], Fit] | None = None,
+    num_ps: int = 1,
+) -> dict[str, Calibration]:
+    """Per set-up: its library's micro-benchmark fits and the offset from its host runs
+    (or, without micro-benchmarks, library terms fitted on the host runs)."""
+    return calibrate_measured(measured_runs(runs), fits, num_ps)
+
+
+def calibrate_measured(
+    measured: pd.DataFrame, fits: Mapping[tuple[str, str, str], Fit] | None = None, num_ps: int = 1
+) -> dict[str, Calibration]:
+    """``calibrate`` on a table of ``measured_runs``."""
+    fits = fits or {}
+    host = measured[measured["network"].eq(HOST) & _communicating(measured)] if len(measured) else measured
     out: dict[str, Calibration] = {}
-    for setup, group in usable.groupby("setup", sort=True):
-        c, alpha, gamma, fitted = fit_overheads(
-            group["fixed"], group["messages"], group["bytes"], group["exposed_s"]
-        )
-        pattern = str(group["pattern"].iloc[0])
-        predicted = c * group["fixed"] + alpha * group["messages"] + np.nan_to_num(gamma) * group["bytes"]
-        rel = (predicted - group["exposed_s"]) / group["exposed_s"].abs().clip(lower=_WEIGHT_FLOOR_S)
-        out[str(setup)] = Calibration(
-            setup=str(setup),
-            pattern=pattern,
-            overhead_s=c,
-            alpha_s=alpha,
-            gamma_s_per_byte=gamma,
-            runs=len(group),
-            world_sizes=tuple(sorted(int(w) for w in group["world_size"].unique())),
-            models=tuple(sorted(str(m) for m in group["model"].unique())),
-            fitted=fitted,
-            rel_rmse=float(np.sqrt(np.mean(rel**2))),
-        )
+    setups = sorted(
+        set(host["setup"]) | {s for s, lib in LIBRARIES.items() if any(k[0] == lib for k in fits)}
+    )
+    for setup in setups:
+        pattern = SETUP_PATTERN.get(setup)
+        if pattern is None:
+            continue
+        library = LIBRARIES[setup]
+        own = {
+            op: fits[(library, op, HOST)]
+            for op in LIBRARY_OPS.get(library, ())
+            if (library, op, HOST) in fits
+        }
+        group = host[host["setup"].eq(setup)] if len(host) else host
+        needed = {RING: "allreduce", PS: "pushpull", BIGDL: "shuffle"}[pattern]
+        if needed not in own:
+            cal = _runs_fit(setup, pattern, group, num_ps)
+            if cal is not None:
+                out[setup] = cal
+            continue
+        cal = Calibration(setup, pattern, library, "commbench", own)
+        out[setup] = with_offset(cal, group, num_ps)
     return out
 
 
-def loopback_preset(calibrations: Mapping[str, Calibration]) -> NetworkPreset:
-    """The host's loopback as the fastest framework saw it: min fitted alpha, max fitted beta.
-
-    Without any fitted value the loopback is taken as free (0 s, infinite bandwidth): the
-    framework costs then stand alone.
-    """
-    alphas = [cal.alpha_s for cal in calibrations.values() if "alpha" in cal.fitted]
-    gammas = [cal.gamma_s_per_byte for cal in calibrations.values() if "gamma" in cal.fitted]
-    alpha = min(alphas) if alphas else 0.0
-    gamma = min(gammas) if gammas else 0.0
-    beta = math.inf if gamma <= 0 else 1.0 / gamma
-    who = ", ".join(sorted(calibrations)) or "none"
-    return NetworkPreset(
-        LOOPBACK,
-        alpha,
-        beta,
-        False,
-        f"this host's loopback as measured: fastest latency and bandwidth fitted over the host runs of {who}",
+def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> Calibration:
+    """``cal`` with its offset: the median of (measured exposed - library model) over host runs."""
+    group = host_runs[host_runs["exposed_s"].notna()]
+    if group.empty:
+        return dataclasses.replace(cal, note="no host runs: offset 0")
+    cores = cal.host_cores or None
+    residuals = []
+    for run in group.itertuples(index=False):
+        model = float(
+            library_comm(cal, run.model, [run.nodes], run.ranks_per_node, Link.host(), cores, num_ps,
+                         run.batch_per_rank, run.dataset)[0]
+        )  # fmt: skip
+        residuals.append((float(run.exposed_s), model))
+    measured = np.array([r[0] for r in residuals])
+    modelled = np.array([r[1] for r in residuals])
+    offset = float(np.median(measured - modelled))
+    rel = (modelled + offset - measured) / np.maximum(measured, _WEIGHT_FLOOR_S)
+    return dataclasses.replace(
+        cal,
+        offset_s=offset,
+        host_runs=len(group),
+        host_rel_rmse=float(np.sqrt(np.mean(rel**2))),
+        world_sizes=tuple(sorted(int(w) for w in group["world_size"].unique())),
+        models=tuple(sorted(str(m) for m in group["model"].unique())),
     )
 
 
-def network_preset(name: str, loopback: NetworkPreset) -> NetworkPreset:
-    """A preset by name (``loopback``, a ``PRESETS`` name or ``emulated-<name>``)."""
-    if name == LOOPBACK:
-        return loopback
-    if name in PRESETS:
-        return PRESETS[name]
-    preset = emulated_preset(name)
-    if preset is None:  # "host": the network the calibration ran on
-        return loopback
-    return preset
-
-
-def effective_link(cal: Calibration, network: NetworkPreset, loopback: NetworkPreset) -> tuple[float, float]:
-    """``(alpha, 1/beta)`` the set-up sees on ``network``: the network plus its own overheads."""
-    extra_alpha = max(cal.alpha_s - loopback.latency_s, 0.0)
-    gamma_lo = 0.0 if math.isinf(loopback.bandwidth_Bps) else 1.0 / loopback.bandwidth_Bps
-    gamma_f = cal.gamma_s_per_byte
-    extra_gamma = 0.0 if math.isnan(gamma_f) else max(gamma_f - gamma_lo, 0.0)
-    gamma_net = 0.0 if math.isinf(network.bandwidth_Bps) else 1.0 / network.bandwidth_Bps
-    return network.latency_s + extra_alpha, gamma_net + extra_gamma
-
-
-def predict_comm_s(
-    cal: Calibration,
-    network: NetworkPreset,
-    loopback: NetworkPreset,
-    peers: int,
-    size_bytes: float,
-    num_ps: int = 1,
-) -> float:
-    """Communication time of one step of ``cal``'s set-up on ``network``."""
-    terms = comm_terms(cal.pattern, peers, size_bytes, num_ps)
-    alpha, gamma = effective_link(cal, network, loopback)
-    return terms.fixed * cal.overhead_s + terms.messages * alpha + terms.bytes * gamma
-
-
-def calibration_table(calibrations: Mapping[str, Calibration], loopback: NetworkPreset) -> pd.DataFrame:
-    """The fitted overheads, one row per set-up (``calibration.csv``)."""
+def calibration_table(calibrations: Mapping[str, Calibration]) -> pd.DataFrame:
+    """One row per set-up (``calibration.csv``): the library terms used and the offset."""
     rows = []
     for cal in calibrations.values():
-        known = "gamma" in cal.fitted and math.isfinite(loopback.bandwidth_Bps)
-        efficiency = cal.beta_Bps / loopback.bandwidth_Bps if known else math.nan
+        main = cal.fits.get({RING: "allreduce", PS: "pushpull", BIGDL: "shuffle"}[cal.pattern])
+        gamma = main.get("gamma" if cal.pattern != PS else "gamma_worker") if main else math.nan
+        job = cal.fits.get("job")
         rows.append(
             {
-                "setup": cal.setup,
-                "pattern": cal.pattern,
-                "runs": cal.runs,
-                "world_sizes": ";".join(str(w) for w in cal.world_sizes),
-                "models": ";".join(cal.models),
-                "overhead_s": cal.overhead_s,
-                "alpha_s": cal.alpha_s if "alpha" in cal.fitted else math.nan,
-                "beta_Bps": cal.beta_Bps,
-                "bandwidth_efficiency": efficiency,
-                "fitted": ";".join(cal.fitted),
-                "rel_rmse": cal.rel_rmse,
+                "setup": cal.setup, "runs": cal.host_runs, "world_sizes": ";".join(map(str, cal.world_sizes)),
+                "models": ";".join(cal.models), "overhead_s": main.get("c") if main else math.nan,
+                "framework": cal.setup.split("-")[0], "pattern": cal.pattern,
+                "library": cal.library, "source": cal.source,
+                "c_s": main.get("c") if main else math.nan,
+                "alpha_s": main.get("alpha") if main else math.nan,
+                "beta_Bps": (math.inf if gamma <= 0 else 1.0 / gamma) if main else math.nan,
+                "per_worker_s": main.get("per_worker") if main and cal.pattern == PS else math.nan,
+                "server_beta_Bps": (
+                    (math.inf if main.get("gamma_server") <= 0 else 1.0 / main.get("gamma_server"))
+                    if main and cal.pattern == PS else math.nan
+                ),
+                "job_s": job.get("c") if job else math.nan,
+                "job_per_executor_s": job.get("per_task") if job else math.nan,
+                "offset_s": cal.offset_s, "host_runs": cal.host_runs, "host_rel_rmse": cal.host_rel_rmse,
+                "fitted": ";".join(f"{op}:{'+'.join(f.identified)}" for op, f in cal.fits.items()),
+                "note": cal.note,
             }
-        )
+        )  # fmt: skip
     return pd.DataFrame(rows, columns=list(CALIBRATION_COLUMNS))
 
 
-# --- compute -------------------------------------------------------------------------------
+# --- compute ----------------------------------------------------------------------------------
 
 
 def compute_baselines(measured: pd.DataFrame) -> pd.DataFrame:
-    """Per set-up, model and batch per rank: the median ``compute_s`` at the smallest world.
-
-    Any network: compute moves no gradient. Where a step was not split (compute_s null),
-    a 1-rank ring run's whole step is its compute. Columns: setup, model, batch_per_rank,
-    world_size (the world it was measured at), ranks_per_node, compute_s.
-    """
-    columns = ["setup", "model", "batch_per_rank", "world_size", "ranks_per_node", "compute_s"]
+    """Per set-up, model and batch per rank: the median ``compute_s`` at the smallest world
+    (any network: compute moves no gradient; a 1-rank ring run's whole step where unsplit)."""
+    columns = [
+        "setup",
+        "model",
+        "dataset",
+        "batch_per_rank",
+        "world_size",
+        "ranks_per_node",
+        "compute_s",
+        "run_id",
+    ]
     if measured.empty:
         return pd.DataFrame(columns=columns)
     frame = measured.copy()
@@ -529,86 +923,86 @@ def compute_baselines(measured: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=columns)
     keys = ["setup", "model", "batch_per_rank"]
-    smallest = frame.groupby(keys)["world_size"].transform("min")
-    at = frame[frame["world_size"].eq(smallest)]
+    at = frame[frame["world_size"].eq(frame.groupby(keys)["world_size"].transform("min"))]
     table = at.groupby(keys, as_index=False).agg(
+        dataset=("dataset", "first"),
         world_size=("world_size", "first"),
         ranks_per_node=("ranks_per_node", "min"),
         compute_s=("compute", "median"),
+        run_id=("run_id", "first"),
     )
     return table[columns]
 
 
-# --- validation ----------------------------------------------------------------------------
+# --- validation -------------------------------------------------------------------------------
+
+
+def prediction_error(predicted: float, measured: float) -> float:
+    """Relative error ``predicted / measured - 1`` (+0.1: the model predicts 10% too slow)."""
+    if not measured or math.isnan(measured) or math.isnan(predicted):
+        return math.nan
+    return predicted / measured - 1.0
 
 
 def validate(
     runs: pd.DataFrame,
     calibrations: Mapping[str, Calibration],
-    loopback: NetworkPreset,
+    fits: Mapping[tuple[str, str, str], Fit] | None = None,
     num_ps: int = 1,
 ) -> pd.DataFrame:
-    """Predicted against measured step time for every ok run on an emulated network.
+    """Predicted against measured step time of every held-out run (on an emulated network).
 
-    The prediction uses only host-network runs for communication (the calibration) and,
-    for compute, the median ``compute_s`` of host runs of the same set-up, model, batch
-    and layout when the study has them (on one host, emulated nodes share its cores, so
-    compute at 4 ranks is not compute at 1), else the compute at the smallest world;
-    ``compute_source`` says which. ``error = predicted / measured - 1``; ``comm_error``
-    compares the predicted communication with the run's exposed communication alone.
-    A run that cannot be predicted (its set-up has no calibration) is a row with a note.
+    Calibration never sees these runs: library terms come from the micro-benchmarks (or
+    host runs), offsets from host runs. Compute is the host runs' at the same layout when
+    the study has them, else the smallest world's (``compute_source``). A run that cannot
+    be predicted is a row with a note.
     """
-    measured = measured_runs(runs, num_ps)
+    fits = fits or {}
+    measured = measured_runs(runs)
     emulated = measured[measured["network"].ne(HOST)]
     if emulated.empty:
         return pd.DataFrame({name: pd.Series(dtype=object) for name in VALIDATION_COLUMNS})
-    baselines = compute_baselines(measured)
+    baselines = compute_baselines(measured).set_index(["setup", "model", "batch_per_rank"])
     host = measured[measured["network"].eq(HOST) & measured["compute_s"].notna()]
     same_layout = host.groupby(["setup", "model", "batch_per_rank", "nodes", "ranks_per_node"])[
         "compute_s"
     ].median()
-    base = baselines.set_index(["setup", "model", "batch_per_rank"])
     rows = []
     for run in emulated.itertuples(index=False):
         row: dict[str, Any] = {name: getattr(run, name, math.nan) for name in VALIDATION_COLUMNS}
         row.update(
-            measured_s=run.step_s,
-            measured_compute_s=run.compute_s,
-            measured_exposed_s=run.exposed_s,
-            predicted_s=math.nan,
-            predicted_compute_s=math.nan,
-            predicted_comm_s=math.nan,
-            error=math.nan,
-            comm_error=math.nan,
-            compute_source="",
-            note="",
-        )
+            measured_s=run.step_s, measured_compute_s=run.compute_s, measured_exposed_s=run.exposed_s,
+            predicted_s=math.nan, predicted_compute_s=math.nan, predicted_comm_s=math.nan, error=math.nan,
+            comm_error=math.nan, offset_s=math.nan, compute_source="", note="",
+        )  # fmt: skip
         try:
-            preset = network_preset(run.network, loopback)
+            link = emulated_link(run.network, fits)
         except KeyError:
             row["note"] = f"unknown network {run.network!r}"
             rows.append(row)
             continue
-        if emulated_preset(run.network) is not None:
-            # The emulation caps bandwidth only (dlscale.netns: no sch_netem here): its links
-            # have the host's own latency, not the preset's.
-            preset = dataclasses.replace(preset, latency_s=loopback.latency_s)
-        row["alpha_s"], row["beta_Bps"] = preset.latency_s, preset.bandwidth_Bps
+        row["link_alpha_s"], row["link_beta_Bps"] = link.alpha_s, link.beta_Bps
         layout = (run.setup, run.model, run.batch_per_rank, run.nodes, run.ranks_per_node)
         key = (run.setup, run.model, run.batch_per_rank)
         if layout in same_layout.index:
             row["predicted_compute_s"] = float(same_layout.loc[layout])
             row["compute_source"] = f"host runs at n{run.nodes}x{run.ranks_per_node}"
-        elif key in base.index:
-            entry = base.loc[key]
+        elif key in baselines.index:
+            entry = baselines.loc[key]
             row["predicted_compute_s"] = float(entry["compute_s"])
             row["compute_source"] = f"smallest world ({int(entry['world_size'])})"
         cal = calibrations.get(run.setup)
         if cal is None:
-            row["note"] = f"no host-network runs of {run.setup} at world > 1 to calibrate from"
+            row["note"] = f"no micro-benchmarks or host-network runs of {run.setup} to calibrate from"
         else:
-            comm = predict_comm_s(cal, preset, loopback, run.peers, run.gradient_bytes, num_ps)
-            row["predicted_comm_s"] = comm
+            cores = cal.host_cores or None
+            comm = float(
+                library_comm(cal, run.model, [run.nodes], run.ranks_per_node, link, cores, num_ps,
+                             run.batch_per_rank, run.dataset)[0]
+            )  # fmt: skip
+            offset = float(cal.offset([run.nodes], run.ranks_per_node)[0])
+            comm += offset
+            row["predicted_comm_s"], row["offset_s"] = comm, offset
             if pd.notna(run.exposed_s) and run.exposed_s > 0:
                 row["comm_error"] = comm / run.exposed_s - 1.0
             if math.isnan(row["predicted_compute_s"]):
@@ -623,36 +1017,30 @@ def validate(
     ).reset_index(drop=True)
 
 
-def prediction_error(predicted: float, measured: float) -> float:
-    """Relative error ``predicted / measured - 1`` (+0.1: the model predicts 10% too slow)."""
-    if not measured or math.isnan(measured) or math.isnan(predicted):
-        return math.nan
-    return predicted / measured - 1.0
-
-
-def validation_summary(validation: pd.DataFrame) -> pd.DataFrame:
-    """Per set-up: how many emulated runs, how many predicted, median and max |error|."""
+def validation_summary(validation: pd.DataFrame, target: float = VALIDATION_TARGET) -> pd.DataFrame:
+    """Per set-up: held-out runs, how many predicted, median and worst |error|, and the worst run."""
     if validation.empty:
         return pd.DataFrame({name: pd.Series(dtype=object) for name in SUMMARY_COLUMNS})
     rows = []
     for setup, group in validation.groupby("setup", sort=True):
-        errors = pd.to_numeric(group["error"], errors="coerce").dropna()
+        errors = pd.to_numeric(group["error"], errors="coerce")
+        known = errors.dropna()
+        worst = str(group.loc[known.abs().idxmax(), "run_id"]) if len(known) else ""
+        median = float(known.abs().median()) if len(known) else math.nan
         rows.append(
             {
-                "setup": setup,
-                "framework": group["framework"].iloc[0],
-                "runs": len(group),
-                "predicted": len(errors),
-                "median_abs_error": float(errors.abs().median()) if len(errors) else math.nan,
-                "max_abs_error": float(errors.abs().max()) if len(errors) else math.nan,
-                "median_error": float(errors.median()) if len(errors) else math.nan,
+                "setup": setup, "framework": group["framework"].iloc[0], "runs": len(group),
+                "predicted": len(known), "median_abs_error": median,
+                "max_abs_error": float(known.abs().max()) if len(known) else math.nan,
+                "median_error": float(known.median()) if len(known) else math.nan, "worst_run": worst,
                 "networks": ";".join(sorted(group["network"].astype(str).unique())),
+                "within_target": bool(median <= target) if len(known) else False,
             }
-        )
+        )  # fmt: skip
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
 
 
-# --- projection ----------------------------------------------------------------------------
+# --- projection -------------------------------------------------------------------------------
 
 
 def node_counts(max_nodes: int) -> list[int]:
@@ -665,100 +1053,386 @@ def node_counts(max_nodes: int) -> list[int]:
     return counts
 
 
+@dataclass(frozen=True)
+class Curve:
+    """One projected curve's inputs: a set-up, a model, its compute and batch."""
+
+    setup: str
+    model: str
+    dataset: str
+    batch_per_rank: int
+    compute_s: float
+
+
+def curves(measured: pd.DataFrame, calibrations: Mapping[str, Calibration]) -> list[Curve]:
+    """A curve per calibrated set-up and model with a compute measurement (the batch of its
+    smallest world; a strong-scaling study's first batch: the projection is weak from 1 node)."""
+    base = compute_baselines(measured).sort_values(["world_size", "batch_per_rank"], kind="stable")
+    base = base.drop_duplicates(["setup", "model"]).sort_values(["setup", "model"])
+    return [
+        Curve(b.setup, b.model, str(b.dataset), int(b.batch_per_rank), float(b.compute_s))
+        for b in base.itertuples(index=False)
+        if b.setup in calibrations
+    ]
+
+
+def step_times(
+    cal: Calibration, curve: Curve, nodes: np.ndarray, ranks_per_node: int, link: Link, num_ps: int = 1
+) -> np.ndarray:
+    """Projected step time at each node count (nodes with their own cores: no contention)."""
+    comm = library_comm(
+        cal, curve.model, nodes, ranks_per_node, link, None, num_ps, curve.batch_per_rank, curve.dataset
+    )
+    return curve.compute_s + np.maximum(comm + cal.offset(nodes, ranks_per_node), 0.0)
+
+
+def first_below_half(nodes: np.ndarray, efficiency: np.ndarray) -> float:
+    """The smallest node count whose efficiency is below 0.5 (inf when none is)."""
+    below = np.nonzero(efficiency < 0.5)[0]
+    return float(nodes[below[0]]) if len(below) else math.inf
+
+
+@dataclass
+class Projection:
+    """The projection's tables: ``table`` (per node count, with bands), ``efficiency50``."""
+
+    table: pd.DataFrame
+    efficiency50: pd.DataFrame
+    replicates: int = 0
+    samples: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+
+def project_point(
+    calibrations: Mapping[str, Calibration],
+    items: Iterable[Curve],
+    link: Link,
+    counts: Sequence[int],
+    max_nodes: int,
+    ranks_per_node: int = 1,
+    num_ps: int = 1,
+) -> dict[tuple[str, str], tuple[np.ndarray, float]]:
+    """Per curve: step times at ``counts`` and the 50%-efficiency node count (all integers
+    up to ``max_nodes`` searched)."""
+    every = np.arange(1, int(max_nodes) + 1, dtype="float64")
+    out = {}
+    for curve in items:
+        cal = calibrations.get(curve.setup)
+        if cal is None:
+            continue
+        steps_all = step_times(cal, curve, every, ranks_per_node, link, num_ps)
+        efficiency = steps_all[0] / steps_all
+        steps = steps_all[np.asarray(counts, dtype="int64") - 1]
+        out[(curve.setup, curve.model)] = (steps, first_below_half(every, efficiency))
+    return out
+
+
 def project(
     runs: pd.DataFrame,
     calibrations: Mapping[str, Calibration],
     network: NetworkPreset,
-    loopback: NetworkPreset,
+    max_nodes: int = 1024,
+    ranks_per_node: int = 1,
+    num_ps: int = 1,
+    replicates: Sequence[Mapping[str, Calibration]] = (),
+    replicate_curves: Sequence[Sequence[Curve]] = (),
+    latency_s: float | None = None,
+) -> Projection:
+    """Speedup and efficiency at 1, 2, 4, ... ``max_nodes`` on ``network``, per set-up and model.
+
+    Weak scaling from the compute of the smallest world; every rank talks over ``network``.
+    ``speedup`` is throughput against the same set-up at 1 node, ``efficiency = speedup /
+    nodes``. With bootstrap ``replicates`` (calibrations refitted on resampled data, and
+    their resampled compute curves), every number gets a 95% band (``*_lo``, ``*_hi``).
+    """
+    measured = measured_runs(runs)
+    items = curves(measured, calibrations)
+    counts = node_counts(max_nodes)
+    link = Link.of_preset(network, latency_s)
+    point = project_point(calibrations, items, link, counts, max_nodes, ranks_per_node, num_ps)
+    samples: dict[tuple[str, str], list[tuple[np.ndarray, float]]] = {key: [] for key in point}
+    for cals, cvs in zip(replicates, replicate_curves or [items] * len(replicates), strict=False):
+        for key, value in project_point(cals, cvs, link, counts, max_nodes, ranks_per_node, num_ps).items():
+            if key in samples:
+                samples[key].append(value)
+    rows, e50 = [], []
+    counts_arr = np.asarray(counts, dtype="float64")
+    for curve in items:
+        key = (curve.setup, curve.model)
+        if key not in point:
+            continue
+        steps, n50 = point[key]
+        cal = calibrations[curve.setup]
+        world = counts_arr * ranks_per_node
+        throughput = world * curve.batch_per_rank / steps
+        speedup = throughput / throughput[0]
+        band: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        reps = samples[key]
+        if reps:
+            rep_steps = np.vstack([r[0] for r in reps])
+            rep_speedup = rep_steps[:, :1] / rep_steps * counts_arr
+            for name, values in (
+                ("step", rep_steps),
+                ("speedup", rep_speedup),
+                ("efficiency", rep_speedup / counts_arr),
+            ):
+                band[name] = (np.percentile(values, BAND[0], axis=0), np.percentile(values, BAND[1], axis=0))
+        for i, nodes in enumerate(counts):
+            rows.append(
+                {
+                    "setup": curve.setup, "framework": curve.setup.split("-")[0], "pattern": cal.pattern,
+                    "model": curve.model, "network": network.name, "alpha_s": link.alpha_s,
+                    "beta_Bps": link.beta_Bps, "nodes": nodes, "ranks_per_node": ranks_per_node,
+                    "world_size": nodes * ranks_per_node, "batch_per_rank": curve.batch_per_rank,
+                    "gradient_bytes": gradient_bytes(curve.model), "compute_s": curve.compute_s,
+                    "comm_s": float(steps[i]) - curve.compute_s, "step_s": float(steps[i]),
+                    "throughput": float(throughput[i]), "speedup": float(speedup[i]),
+                    "efficiency": float(speedup[i]) / nodes,
+                    **{
+                        f"{name}_{side}": float(band[name][j][i]) if name in band else math.nan
+                        for name in ("step", "speedup", "efficiency")
+                        for j, side in enumerate(("lo", "hi"))
+                    },
+                }
+            )  # fmt: skip
+        rep50 = np.array([r[1] for r in reps]) if reps else np.array([])
+        e50.append(efficiency50_row(curve, network.name, n50, rep50, max_nodes))
+    table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
+    return Projection(
+        table,
+        pd.DataFrame(e50, columns=list(EFFICIENCY50_COLUMNS)),
+        len(replicates),
+        {k: np.array([r[1] for r in v]) for k, v in samples.items()},
+    )
+
+
+def efficiency50_row(
+    curve: Curve, network: str, n50: float, replicates: np.ndarray, max_nodes: int
+) -> dict[str, Any]:
+    """One row of ``efficiency50.csv``: the point estimate and the 95% band (NaN: beyond
+    ``max_nodes``; ``above_max_share`` is the share of replicates that never drop below 50%)."""
+
+    def finite(value: float) -> float:
+        return value if math.isfinite(value) else math.nan
+
+    lo = hi = math.nan
+    share = math.nan
+    if len(replicates):
+        beyond = float(max_nodes) + 1.0  # a replicate that never drops below 50% (inf)
+        capped = np.where(np.isfinite(replicates), replicates, beyond)
+        lo = float(np.percentile(capped, BAND[0], method="lower"))
+        hi = float(np.percentile(capped, BAND[1], method="higher"))
+        lo, hi = (math.inf if v > max_nodes else v for v in (lo, hi))
+        share = float(np.mean(~np.isfinite(replicates)))
+
+    def text(value: float) -> str:
+        return f">{max_nodes}" if not math.isfinite(value) else f"{value:.0f}"
+
+    summary = text(n50) + (f" [{text(lo)}, {text(hi)}]" if len(replicates) else "")
+    return {
+        "setup": curve.setup, "framework": curve.setup.split("-")[0], "model": curve.model, "network": network,
+        "nodes50": finite(n50), "nodes50_lo": finite(lo), "nodes50_hi": finite(hi),
+        "above_max_share": share, "max_nodes": max_nodes, "summary": summary,
+    }  # fmt: skip
+
+
+# --- uncertainty: the bootstrap ------------------------------------------------------------------
+
+
+_CELL_KEYS = ["library", "op", "network", "world", "nbytes", "parts", "model", "algorithm"]
+
+
+class CellSampler:
+    """Bootstrap draws of the micro-benchmark cells: within every (library, op, network,
+    world, model, algorithm) stratum, cells drawn with replacement, and within each drawn
+    cell its repeats, whose median is the cell's time. Built once; ``draw`` per replicate."""
+
+    def __init__(self, raw: pd.DataFrame):
+        self.cells = commbench_cells(raw)
+        frame = raw.copy()
+        for name, default in (("parts", 1), ("model", ""), ("algorithm", "default"), ("host_cores", 0)):
+            if name not in frame:
+                frame[name] = default
+        frame["model"] = frame["model"].fillna("").astype(str)
+        frame["algorithm"] = frame["algorithm"].fillna("default").astype(str)
+        repeats = {k: g["seconds"].to_numpy(dtype="float64") for k, g in frame.groupby(_CELL_KEYS, sort=True)}
+        self.repeats = [
+            repeats[tuple(row)] for row in self.cells[_CELL_KEYS].itertuples(index=False, name=None)
+        ]
+        strata = self.cells.groupby(
+            ["library", "op", "network", "world", "model", "algorithm"], sort=True
+        ).indices
+        self.strata = [np.asarray(index) for index in strata.values()]
+
+    def draw(self, rng: np.random.Generator) -> pd.DataFrame:
+        if self.cells.empty:
+            return self.cells
+        picks = np.concatenate([index[rng.integers(0, len(index), len(index))] for index in self.strata])
+        seconds = np.empty(len(picks))
+        for i, cell in enumerate(picks):
+            values = self.repeats[cell]
+            seconds[i] = np.median(values[rng.integers(0, len(values), len(values))])
+        drawn = self.cells.iloc[picks].reset_index(drop=True)
+        drawn["seconds"] = seconds
+        return drawn
+
+
+def resample_cells(raw: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+    """One bootstrap draw of the micro-benchmark cells (see ``CellSampler``)."""
+    return CellSampler(raw).draw(rng)
+
+
+def resample_runs(measured: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
+    """One bootstrap draw of the host runs: within every set-up, runs drawn with replacement."""
+    if measured.empty:
+        return measured
+    parts = [g.iloc[rng.integers(0, len(g), len(g))] for _, g in measured.groupby("setup", sort=True)]
+    return pd.concat(parts, ignore_index=True)
+
+
+def bootstrap(
+    runs: pd.DataFrame,
+    raw: pd.DataFrame,
+    replicates: int = 200,
+    num_ps: int = 1,
+    seed: int = 0,
+    iterations: pd.DataFrame | None = None,
+) -> tuple[list[dict[str, Calibration]], list[list[Curve]]]:
+    """``replicates`` calibrations refitted on resampled data (see ``resample_cells``,
+    ``resample_runs``), and per replicate the compute curves (compute resampled from the
+    baseline runs' iterations where given)."""
+    rng = np.random.default_rng(seed)
+    measured = measured_runs(runs)
+    host = measured[measured["network"].eq(HOST)]
+    compute_runs = compute_samples(measured, iterations)
+    sampler = CellSampler(raw) if raw is not None and not raw.empty else None
+    out_cals: list[dict[str, Calibration]] = []
+    out_curves: list[list[Curve]] = []
+    for _ in range(int(replicates)):
+        cells = sampler.draw(rng) if sampler is not None else pd.DataFrame()
+        fits = fit_commbench(cells) if not cells.empty else {}
+        cals = calibrate_measured(resample_runs(host, rng), fits, num_ps)
+        out_cals.append(cals)
+        base = curves(measured, cals)
+        out_curves.append(
+            [
+                dataclasses.replace(
+                    c, compute_s=_resampled_median(compute_runs.get((c.setup, c.model)), rng, c.compute_s)
+                )
+                for c in base
+            ]
+        )
+    return out_cals, out_curves
+
+
+def compute_samples(
+    measured: pd.DataFrame, iterations: pd.DataFrame | None
+) -> dict[tuple[str, str], np.ndarray]:
+    """Per (set-up, model): the per-iteration compute times of its baseline run(s)."""
+    if iterations is None or iterations.empty or measured.empty:
+        return {}
+    base = compute_baselines(measured)
+    frame = iterations
+    if "warmup" in frame:
+        frame = frame[~frame["warmup"].fillna(False).astype(bool)]
+    column = "compute_s" if "compute_s" in frame else None
+    out = {}
+    for b in base.itertuples(index=False):
+        rows = frame[frame["run_id"].eq(b.run_id)]
+        values = rows[column] if column else pd.Series(dtype=float)
+        if column is None or values.isna().all():
+            values = rows.get("step_s", pd.Series(dtype=float))
+        values = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype="float64")
+        if len(values):
+            out[(b.setup, b.model)] = values
+    return out
+
+
+def _resampled_median(values: np.ndarray | None, rng: np.random.Generator, default: float) -> float:
+    if values is None or not len(values):
+        return default
+    return float(np.median(values[rng.integers(0, len(values), len(values))]))
+
+
+# --- latency -----------------------------------------------------------------------------------
+
+
+def latency_sensitivity(
+    runs: pd.DataFrame,
+    calibrations: Mapping[str, Calibration],
+    network: NetworkPreset,
+    latencies_us: Sequence[float] = tuple(float(v) for v in np.geomspace(1, 100, 11)),
     max_nodes: int = 1024,
     ranks_per_node: int = 1,
     num_ps: int = 1,
 ) -> pd.DataFrame:
-    """Speedup and efficiency at 1, 2, 4, ... ``max_nodes`` nodes on ``network``, per set-up and model.
-
-    Weak scaling: each rank keeps the batch and the compute time measured at the smallest
-    world (of a strong-scaling study too: its batch per rank there); every rank talks over ``network`` (ranks of one node too: no faster intra-node
-    path is modelled). ``speedup`` is throughput against the same set-up and model at 1
-    node, ``efficiency = speedup / nodes``. Only calibrated set-ups are projected.
-    """
-    measured = measured_runs(runs, num_ps)
-    # One curve per set-up and model: the batch of its smallest world (a strong-scaling
-    # study has a batch per rank for every node count; the projection keeps the first).
-    baselines = compute_baselines(measured).sort_values(["world_size", "batch_per_rank"], kind="stable")
-    baselines = baselines.drop_duplicates(["setup", "model"]).sort_values(["setup", "model"])
+    """Efficiency at ``max_nodes`` and the 50% node count as the network's per-hop latency
+    goes from 1 to 100 us (bandwidth held at ``network``'s): what the projection's latency
+    assumption is worth."""
+    measured = measured_runs(runs)
+    items = curves(measured, calibrations)
     rows = []
-    counts = node_counts(max_nodes)
-    for base in baselines.itertuples(index=False):
-        cal = calibrations.get(base.setup)
-        if cal is None:
-            continue
-        size = gradient_bytes(base.model)
-        alpha, gamma = effective_link(cal, network, loopback)
-        first_throughput = math.nan
-        for nodes in counts:
-            world = nodes * ranks_per_node
-            peers = peers_of(cal.pattern, nodes, ranks_per_node)
-            comm = predict_comm_s(cal, network, loopback, peers, size, num_ps)
-            step = float(base.compute_s) + comm
-            throughput = world * int(base.batch_per_rank) / step if step > 0 else math.nan
-            if nodes == counts[0]:
-                first_throughput = throughput
-            speedup = throughput / first_throughput
+    for latency in latencies_us:
+        link = Link.of_preset(network, latency * 1e-6)
+        point = project_point(calibrations, items, link, [1, max_nodes], max_nodes, ranks_per_node, num_ps)
+        for (setup, model), (steps, n50) in point.items():
             rows.append(
                 {
-                    "setup": base.setup,
-                    "framework": base.setup.split("-")[0],
-                    "pattern": cal.pattern,
-                    "model": base.model,
-                    "network": network.name,
-                    "alpha_s": alpha,
-                    "beta_Bps": math.inf if gamma <= 0 else 1.0 / gamma,
-                    "nodes": nodes,
-                    "ranks_per_node": ranks_per_node,
-                    "world_size": world,
-                    "batch_per_rank": int(base.batch_per_rank),
-                    "gradient_bytes": size,
-                    "compute_s": float(base.compute_s),
-                    "comm_s": comm,
-                    "step_s": step,
-                    "throughput": throughput,
-                    "speedup": speedup,
-                    "efficiency": speedup / nodes,
+                    "setup": setup, "framework": setup.split("-")[0], "model": model, "network": network.name,
+                    "latency_us": float(latency), "nodes": max_nodes, "efficiency": float(steps[0] / steps[-1]),
+                    "nodes50": n50 if math.isfinite(n50) else math.nan,
                 }
-            )
-    return pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=list(SENSITIVITY_COLUMNS))
 
 
 __all__ = (
     "BIGDL",
     "CALIBRATION_COLUMNS",
+    "EFFICIENCY50_COLUMNS",
+    "FIT_COLUMNS",
     "LOOPBACK",
     "PARAMETERS",
     "PROJECTION_COLUMNS",
     "PS",
     "RING",
+    "SENSITIVITY_COLUMNS",
     "SETUP_PATTERN",
     "SUMMARY_COLUMNS",
     "VALIDATION_COLUMNS",
     "Calibration",
-    "Terms",
-    "bigdl_sync_s",
+    "Curve",
+    "Fit",
+    "Link",
+    "Projection",
+    "blob_pattern_check",
+    "CellSampler",
+    "bootstrap",
     "calibrate",
+    "calibrate_measured",
     "calibration_table",
-    "comm_terms",
+    "commbench_cells",
     "compute_baselines",
-    "effective_link",
-    "fit_overheads",
+    "contention",
+    "emulated_link",
+    "fit_commbench",
+    "design",
+    "fit_curves",
+    "fit_library",
+    "predict_fit",
+    "fits_table",
     "gradient_bytes",
-    "loopback_preset",
+    "latency_sensitivity",
+    "library_comm",
     "measured_runs",
-    "network_preset",
+    "mpi_algorithm_terms",
+    "nnls_fit",
     "node_counts",
-    "parameter_server_s",
-    "predict_comm_s",
+    "openmpi_allreduce_algorithm",
+    "peers_of",
     "prediction_error",
+    "preset_named",
     "project",
-    "ring_allreduce_s",
+    "ring_terms",
     "setup_of",
     "validate",
     "validation_summary",

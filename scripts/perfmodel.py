@@ -1,19 +1,25 @@
-"""Snakemake glue: the runs table -> the scaling model's calibration, validation and projection.
+"""Snakemake glue: runs + micro-benchmarks -> the scaling model's fits, validation, projection.
 
-Outputs: ``calibration``, ``validation``, ``validation_summary``, ``projection`` (CSV) and
-the ``projection``/``validation`` figures as ``<figure>_<format>``; params ``network``
-and ``max_nodes`` (the config's ``projection``), ``ranks_per_node`` and ``num_ps``. All
-logic lives in ``dlscale.perfmodel`` and ``dlscale.figures``. A study with nothing to
-calibrate from still gets every file (empty tables, figures that say why).
+Inputs: ``runs`` (parquet), optional ``iterations`` (parquet: compute per iteration, for
+the bootstrap) and ``commbench`` (the micro-benchmark CSVs, none when the study skips
+them). Outputs: the tables ``calibration``, ``validation``, ``validation_summary``,
+``projection`` and, where the rule declares them, ``efficiency50``, ``commbench``,
+``commbench_fits``, ``commbench_blobs``, ``latency_sensitivity``; the figures as
+``<figure>_<format>`` for every figure of ``dlscale.perfmodel_figures`` the rule declares.
+Params: ``network``, ``max_nodes``, ``ranks_per_node``, ``num_ps``, ``bootstrap``
+(replicates) and ``seed``. All logic lives in ``dlscale.perfmodel`` and
+``dlscale.perfmodel_figures``; a study with nothing to calibrate from still gets every file.
 """
 
 import logging
+from pathlib import Path
 
 import pandas as pd
 
-from dlscale import atomic, figures
+from dlscale import atomic, perfmodel_figures
 from dlscale import perfmodel as pm
 from dlscale.logsetup import log_to
+from dlscale.outputs import FIGURE_FORMATS
 
 log_to(snakemake.log[0])
 log = logging.getLogger("perfmodel")
@@ -23,44 +29,97 @@ def write_csv(table: pd.DataFrame, target: str) -> None:
     atomic.replace_with(target, lambda tmp: table.to_csv(tmp, index=False))
 
 
-try:
-    runs = pd.read_parquet(snakemake.input.runs)
-    params = snakemake.params
-    num_ps = int(params.num_ps)
-    ranks_per_node = int(params.ranks_per_node)
-    calibrations = pm.calibrate(runs, num_ps=num_ps)
-    loopback = pm.loopback_preset(calibrations)
-    network = pm.network_preset(str(params.network), loopback)
-    log.info("%s: %s", loopback.name, loopback)
-    for cal in calibrations.values():
-        log.info("calibrated %s", cal)
-    if not calibrations:
-        log.warning("no ok host-network run at world > 1: nothing to calibrate the model from")
+def read_commbench(paths: list[str]) -> pd.DataFrame:
+    frames = []
+    for path in paths:
+        try:
+            frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        except pd.errors.EmptyDataError:
+            continue
+        if len(frame):
+            frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-    validation = pm.validate(runs, calibrations, loopback, num_ps=num_ps)
+
+try:
+    inputs, params, out = snakemake.input, snakemake.params, snakemake.output
+    runs = pd.read_parquet(inputs.runs)
+    iterations = None
+    if "iterations" in inputs.keys() and Path(inputs.iterations).exists():
+        iterations = pd.read_parquet(inputs.iterations)
+    raw = read_commbench(list(inputs.commbench) if "commbench" in inputs.keys() else [])
+    num_ps, ranks_per_node, max_nodes = int(params.num_ps), int(params.ranks_per_node), int(params.max_nodes)
+    replicates = int(getattr(params, "bootstrap", 200))
+    seed = int(getattr(params, "seed", 0))
+
+    cells = pm.commbench_cells(raw)
+    fits = pm.fit_commbench(cells)
+    for fit in fits.values():
+        log.info(
+            "fit %s %s on %s: %s (rel rmse %.3f, worst %.3f)",
+            fit.library, fit.op, fit.network, dict(fit.coefficients), fit.rel_rmse, fit.max_abs_rel_error,
+        )  # fmt: skip
+    calibrations = pm.calibrate(runs, fits, num_ps)
+    for cal in calibrations.values():
+        log.info("calibrated %s from %s: offset %.6f s (%s)", cal.setup, cal.source, cal.offset_s, cal.note)
+    if not calibrations:
+        log.warning("no micro-benchmarks and no ok host-network run that communicates: nothing to calibrate")
+
+    validation = pm.validate(runs, calibrations, fits, num_ps)
     summary = pm.validation_summary(validation)
     for row in summary.itertuples():
-        log.info("validation %s: %d runs, median |error| %s", row.setup, row.runs, row.median_abs_error)
-    projection = pm.project(
-        runs, calibrations, network, loopback, int(params.max_nodes), ranks_per_node, num_ps=num_ps
-    )
-    network_of = runs["network"] if "network" in runs else pd.Series("host", index=runs.index)
-    host_runs = runs[runs["status"].eq("ok") & network_of.fillna("host").eq("host")] if len(runs) else runs
-    measured_nodes = int(host_runs["nodes"].max()) if len(host_runs) else 1
+        log.info(
+            "validation %s: %d held-out runs, median |error| %s, worst %s (%s)",
+            row.setup, row.runs, row.median_abs_error, row.max_abs_error, row.worst_run,
+        )  # fmt: skip
+
+    network = pm.preset_named(str(params.network))
+    reps, rep_curves = pm.bootstrap(runs, raw, replicates, num_ps, seed, iterations)
+    projection = pm.project(runs, calibrations, network, max_nodes, ranks_per_node, num_ps, reps, rep_curves)
+    for row in projection.efficiency50.itertuples():
+        log.info("50%% efficiency on %s: %s %s at %s nodes", row.network, row.setup, row.model, row.summary)
+    ok = runs[runs["status"].eq("ok")] if "status" in runs else runs
+    host_nodes = ok.loc[
+        ok.get("network", pd.Series("host", index=ok.index)).fillna("host").eq("host"), "nodes"
+    ]
     host_model = pm.project(
-        runs, calibrations, loopback, loopback, max(measured_nodes, 2), ranks_per_node, num_ps
+        runs, calibrations, pm.preset_named(pm.LOOPBACK), max(int(host_nodes.max()) if len(host_nodes) else 1, 2),
+        ranks_per_node, num_ps,
+    ).table  # fmt: skip
+    sensitivity = pm.latency_sensitivity(
+        runs, calibrations, network, max_nodes=max_nodes, ranks_per_node=ranks_per_node, num_ps=num_ps
     )
 
-    out = snakemake.output
-    write_csv(pm.calibration_table(calibrations, loopback), out.calibration)
-    write_csv(validation, out.validation)
-    write_csv(summary, out.validation_summary)
-    write_csv(projection, out.projection)
-    paths = {
-        name: {fmt: str(getattr(out, f"{name}_{fmt}")) for fmt in figures.FORMATS}
-        for name in figures.PERFMODEL_FIGURES
+    tables = {
+        "calibration": pm.calibration_table(calibrations),
+        "validation": validation,
+        "validation_summary": summary,
+        "projection": projection.table,
+        "efficiency50": projection.efficiency50,
+        "commbench": raw,
+        "commbench_fits": pm.fits_table(fits),
+        "commbench_blobs": pm.blob_pattern_check(cells, fits),
+        "latency_sensitivity": sensitivity,
     }
-    figures.make_perfmodel_figures(projection, runs, validation, summary, paths, host_model=host_model)
+    names = set(out.keys())
+    for name, table in tables.items():
+        if name in names:
+            write_csv(table, getattr(out, name))
+    paths = {
+        name: {fmt: str(getattr(out, f"{name}_{fmt}")) for fmt in FIGURE_FORMATS if f"{name}_{fmt}" in names}
+        for name in perfmodel_figures.PERFMODEL_FIGURES
+    }
+    perfmodel_figures.make_perfmodel_figures(
+        {name: p for name, p in paths.items() if p},
+        projection.table,
+        runs,
+        validation,
+        summary,
+        sensitivity,
+        cells[cells["op"].ne("allreduce-blobs")] if len(cells) else cells,
+        pm.fit_curves(fits),
+        host_model=host_model,
+    )
     log.info("wrote %s", ", ".join(str(path) for path in out))
 except Exception:
     log.exception("perfmodel failed")

@@ -1,4 +1,4 @@
-"""dlscale.perfmodel: the model's arithmetic on hand-computed cases, calibration on synthetic runs."""
+"""dlscale.perfmodel: the patterns by hand, fits on synthetic sweeps, validation, projection, bands."""
 
 from __future__ import annotations
 
@@ -7,99 +7,243 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
-from dlscale import figures
+from dlscale import catalog, perfmodel_figures
 from dlscale import perfmodel as pm
-from dlscale.networks import PRESETS, NetworkPreset
+from dlscale.commbench.blobs import blob_bytes
+from dlscale.networks import PRESETS
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1e6
+SIZES = [1024, 16384, 262144, 4 << 20, 64 << 20]
 
 
 # --- the patterns, by hand -------------------------------------------------------------------
 
 
-def test_ring_allreduce_by_hand() -> None:
-    # P = 4, S = 4 MB, alpha = 10 us, beta = 1 GB/s: 2*3*10us + 2*3/4 * 4MB / 1GB/s
-    assert pm.ring_allreduce_s(4, 4 * MB, 10e-6, 1e9) == pytest.approx(60e-6 + 6e-3, rel=1e-12)
-    # P = 2: one exchange of S each way in halves: 2 alpha + S / beta
-    assert pm.ring_allreduce_s(2, 4 * MB, 10e-6, 1e9) == pytest.approx(20e-6 + 4e-3, rel=1e-12)
-    assert pm.ring_allreduce_s(1, 4 * MB, 10e-6, 1e9) == 0.0
+def test_ring_terms_by_hand() -> None:
+    m, b = pm.ring_terms(4, 4 * MB)
+    assert (float(m), float(b)) == (6.0, pytest.approx(6 / 4 * 4 * MB))
+    m, b = pm.ring_terms(1, 4 * MB)
+    assert (float(m), float(b)) == (0.0, 0.0)
 
 
-def test_parameter_servers_by_hand() -> None:
-    # 8 workers, 2 servers, S = 1 MB, beta = 100 MB/s: each server link carries 4 MB each way
-    assert pm.parameter_server_s(8, 1 * MB, 10e-6, 100 * MB, num_ps=2) == pytest.approx(
-        20e-6 + 0.08, rel=1e-12
+def test_openmpi_decision_table() -> None:
+    """Open MPI 4.1's fixed decision (commutative): a few cells of the table, by hand."""
+    cases = {
+        (2, 1000): 3, (2, 5000): 4, (2, 100_000): 5, (2, 1 << 20): 6,  # < 4 ranks
+        (4, 8): 4, (4, 100): 3, (4, 10_000): 6,  # 4-7 ranks
+        (8, 4096): 3, (8, 1 << 20): 6,
+        (100, 100_000): 3, (100, 1 << 20): 6,
+        (200, 1000): 2, (200, 200_000): 3,
+        (1024, 1000): 2, (1024, 10_000): 3, (1024, 100_000): 6,
+    }  # fmt: skip
+    for (ranks, size), algorithm in cases.items():
+        assert int(pm.openmpi_allreduce_algorithm(ranks, size)) == algorithm, (ranks, size)
+    vector = pm.openmpi_allreduce_algorithm(np.array([2, 8, 1024]), np.array([1 << 20] * 3))
+    assert vector.tolist() == [6, 6, 6]
+
+
+def test_mpi_algorithm_terms_by_hand() -> None:
+    s = 8 * MB
+    # ring and segmented ring: 2(P-1) of S/P
+    for alg in (4, 5):
+        m, b = pm.mpi_algorithm_terms(alg, 8, s)
+        assert (float(m), float(b)) == (14.0, pytest.approx(14 / 8 * s))
+    # recursive doubling at 8: 3 steps of S; at 6 (not a power of 2): 2 + 2 extra
+    assert [float(v) for v in pm.mpi_algorithm_terms(3, 8, s)] == [3.0, 3 * s]
+    assert [float(v) for v in pm.mpi_algorithm_terms(3, 6, s)] == [4.0, 4 * s]
+    # Rabenseifner at 1024: 20 messages, 2(1 - 1/1024) S; a ring would be 2046 messages
+    m, b = pm.mpi_algorithm_terms(6, 1024, s)
+    assert float(m) == 20.0 and float(b) == pytest.approx(2 * (1 - 1 / 1024) * s)
+    assert [float(v) for v in pm.mpi_algorithm_terms(6, 1, s)] == [0.0, 0.0]
+
+
+def test_contention() -> None:
+    assert pm.contention([1, 2, 4, 8], 2).tolist() == [1.0, 1.0, 2.0, 4.0]
+    assert pm.contention([8], None).tolist() == [1.0]
+
+
+def test_link_wire_and_the_token_bucket() -> None:
+    link = pm.Link("x", 10e-6, 1e-8, False, burst_bytes=1000)
+    assert float(link.wire(2, 500)) == pytest.approx(20e-6)  # inside the bucket: no rate
+    assert float(link.wire(2, 3000)) == pytest.approx(20e-6 + 2000 * 1e-8)
+    emulated = pm.emulated_link("emulated-1gbe", {})
+    assert emulated.gamma_s_per_byte == pytest.approx(1 / PRESETS["1gbe"].bandwidth_Bps)
+    assert emulated.burst_bytes == 256 * 1024 and not emulated.ingress_shaped and emulated.alpha_s == 0.0
+    real = pm.Link.of_preset(PRESETS["th-express2"])
+    assert (real.alpha_s, real.burst_bytes, real.ingress_shaped) == (1.6e-6, 0.0, True)
+
+
+# --- synthetic micro-benchmarks --------------------------------------------------------------
+
+
+def bench_rows(
+    library: str, op: str, world: int, nbytes: int, seconds: float, noise: float, rng: Any, repeats: int = 5
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "framework": "x", "library": library, "op": op, "network": "host", "world": world,
+            "nbytes": nbytes, "parts": 1, "model": "", "algorithm": "default", "repeat": r,
+            "seconds": seconds * (1 + noise * rng.standard_normal()), "host_cores": 2,
+        }
+        for r in range(repeats)
+    ]  # fmt: skip
+
+
+TRUE = {
+    "gloo": {"c": 50e-6, "alpha": 20e-6, "gamma": 1 / 1.2e9},
+    "tf-ring": {"c": 300e-6, "alpha": 150e-6, "gamma": 1 / 0.4e9},
+    "mpi": {"c": 8e-6, "alpha": 6e-6, "gamma": 1 / 1.5e9},
+    "tf-ps": {"c": 2e-3, "per_worker": 5e-4, "gamma_worker": 1e-9, "gamma_server": 2e-9},
+    "job": {"c": 8e-3, "per_task": 2e-3},
+    "shuffle": {"c": 30e-3, "alpha": 1e-3, "gamma": 1 / 0.3e9},
+    "tcp": {"alpha": 12e-6, "gamma": 1 / 3e9},
+}
+
+
+def synthetic_bench(
+    noise: float = 0.0,
+    seed: int = 0,
+    sizes: list[int] = SIZES,
+    repeats: int = 5,
+    job_slope: float | None = None,
+) -> pd.DataFrame:
+    """Every library's sweep, timed exactly as the model says (times relative noise)."""
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    for world in (2, 4, 8):
+        rho = max(1.0, world / 2)
+        for s in sizes:
+            m, b = pm.ring_terms(world, s)
+            for lib in ("gloo", "tf-ring"):
+                t = TRUE[lib]
+                rows += bench_rows(
+                    lib,
+                    "allreduce",
+                    world,
+                    s,
+                    rho * (t["c"] + m * t["alpha"] + b * t["gamma"]),
+                    noise,
+                    rng,
+                    repeats,
+                )
+            t = TRUE["mpi"]
+            m2, b2 = pm.mpi_algorithm_terms(pm.openmpi_allreduce_algorithm(world, s), world, s)
+            rows += bench_rows(
+                "mpi",
+                "allreduce",
+                world,
+                s,
+                rho * (t["c"] + m2 * t["alpha"] + b2 * t["gamma"]),
+                noise,
+                rng,
+                repeats,
+            )
+    for workers in (1, 2, 4):
+        t = TRUE["tf-ps"]
+        for s in sizes:
+            seconds = (
+                t["c"] + workers * t["per_worker"] + s * t["gamma_worker"] + workers * s * t["gamma_server"]
+            )
+            rows += bench_rows("tf-ps", "pushpull", workers, s, seconds, noise, rng, repeats)
+    job = dict(TRUE["job"], **({} if job_slope is None else {"per_task": job_slope}))
+    for executors in (1, 2, 4, 8):
+        rho = max(1.0, executors / 2)
+        rows += bench_rows(
+            "spark", "job", executors, 0, job["c"] + executors * job["per_task"], noise, rng, max(repeats, 10)
+        )
+        t = TRUE["shuffle"]
+        for s in sizes[2:]:
+            seconds = t["c"] + rho * (
+                (executors - 1) * t["alpha"] + (executors - 1) / executors * s * t["gamma"]
+            )
+            rows += bench_rows("spark", "shuffle", executors, s, seconds, noise, rng, repeats)
+    for s in sizes:
+        rows += bench_rows(
+            "tcp", "pingpong", 2, s, TRUE["tcp"]["alpha"] + s * TRUE["tcp"]["gamma"], noise, rng, repeats
+        )
+    return pd.DataFrame(rows)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def exact_fits() -> dict[tuple[str, str, str], pm.Fit]:
+    return pm.fit_commbench(pm.commbench_cells(synthetic_bench()))
+
+
+@pytest.mark.parametrize(
+    ("library", "op", "truth"),
+    [
+        ("gloo", "allreduce", "gloo"),
+        ("tf-ring", "allreduce", "tf-ring"),
+        ("mpi", "allreduce", "mpi"),
+        ("tf-ps", "pushpull", "tf-ps"),
+        ("spark", "job", "job"),
+        ("spark", "shuffle", "shuffle"),
+        ("tcp", "pingpong", "tcp"),
+    ],
+)
+def test_fits_recover_known_alpha_beta(exact_fits, library: str, op: str, truth: str) -> None:
+    """Synthetic sweeps (sizes 1 KB-64 MB, worlds 2-8, contention on 2 cores) give back
+    the costs they were made from, per-message and per-byte apart."""
+    fit = exact_fits[(library, op, "host")]
+    for name, value in TRUE[truth].items():
+        assert fit.get(name) == pytest.approx(value, rel=1e-6), name
+        assert name in fit.identified
+    assert fit.rel_rmse < 1e-9 and fit.host_cores == 2
+
+
+def test_fits_with_noise_stay_close_and_report_residuals() -> None:
+    fits = pm.fit_commbench(pm.commbench_cells(synthetic_bench(noise=0.03, seed=3)))
+    gloo = fits[("gloo", "allreduce", "host")]
+    assert gloo.get("gamma") == pytest.approx(TRUE["gloo"]["gamma"], rel=0.05)
+    assert gloo.get("alpha") == pytest.approx(TRUE["gloo"]["alpha"], rel=0.25)
+    assert 0 < gloo.rel_rmse < 0.05 and gloo.max_abs_rel_error < 0.1
+    table = pm.fits_table(fits)
+    assert list(table.columns) == list(pm.FIT_COLUMNS)
+    beta = table[(table["library"] == "gloo") & (table["coefficient"] == "beta_Bps")]["value"].iloc[0]
+    assert beta == pytest.approx(1.2e9, rel=0.05)
+
+
+def test_one_world_cannot_separate_latency_from_fixed_cost() -> None:
+    raw = synthetic_bench()
+    raw = raw[(raw["library"] == "gloo") & (raw["world"] == 2)]
+    fit = pm.fit_commbench(pm.commbench_cells(raw))[("gloo", "allreduce", "host")]
+    assert fit.identified == ("gamma", "c") and fit.get("alpha") == 0.0
+    assert fit.get("c") == pytest.approx(TRUE["gloo"]["c"] + 2 * TRUE["gloo"]["alpha"], rel=1e-6)
+    assert fit.get("gamma") == pytest.approx(TRUE["gloo"]["gamma"], rel=1e-6)
+
+
+def test_nnls_is_non_negative() -> None:
+    sizes = np.array([1e6, 1e7, 1e8])
+    coef, identified, _ = pm.nnls_fit(
+        {"c": np.ones(3), "gamma": sizes}, sizes * 1e-9 - 0.0005, ("gamma", "c")
     )
-    # 1 worker, 2 servers: the worker's own link (S each way) is the bottleneck
-    assert pm.parameter_server_s(1, 1 * MB, 10e-6, 100 * MB, num_ps=2) == pytest.approx(
-        20e-6 + 0.02, rel=1e-12
-    )
+    assert coef["c"] == 0.0 and coef["gamma"] > 0 and identified == ("gamma", "c")
 
 
-def test_bigdl_sync_by_hand() -> None:
-    # 4 executors, S = 4 MB, alpha 10 us, beta 1 GB/s, 50 ms of Spark scheduling
-    assert pm.bigdl_sync_s(4, 4 * MB, 10e-6, 1e9, 0.05) == pytest.approx(0.05 + 60e-6 + 6e-3, rel=1e-12)
-    assert pm.bigdl_sync_s(1, 4 * MB, 10e-6, 1e9, 0.05) == pytest.approx(0.05)
+def test_blob_pattern_check(exact_fits) -> None:
+    """Caffe's per-blob pattern measured against the sum over blobs of the flat fit."""
+    t = TRUE["mpi"]
+    p = 4
+    sizes = np.array(blob_bytes("lenet"), dtype=float)
+    m, b = pm.mpi_algorithm_terms(pm.openmpi_allreduce_algorithm(p, sizes), p, sizes)
+    seconds = float(np.sum(2 * (t["c"] + m * t["alpha"] + b * t["gamma"])))
+    row = {
+        "framework": "caffe", "library": "mpi", "op": "allreduce-blobs", "network": "host", "world": p,
+        "nbytes": int(sizes.sum()), "parts": len(sizes), "model": "lenet", "algorithm": "default",
+        "repeat": 0, "seconds": seconds, "host_cores": 2,
+    }  # fmt: skip
+    cells = pm.commbench_cells(pd.concat([synthetic_bench(), pd.DataFrame([row])], ignore_index=True))
+    check = pm.blob_pattern_check(cells, exact_fits)
+    assert check.loc[0, "model"] == "lenet" and abs(check.loc[0, "error"]) < 1e-6
 
 
-@pytest.mark.parametrize("peers", [1, 2, 3, 8, 64])
-def test_terms_match_the_closed_forms(peers: int) -> None:
-    size, alpha, beta, c = 3 * MB, 7e-6, 2e9, 0.004
-
-    def comm(pattern: str, num_ps: int = 1) -> float:
-        t = pm.comm_terms(pattern, peers, size, num_ps)
-        return t.fixed * c + t.messages * alpha + t.bytes / beta
-
-    ring = pm.ring_allreduce_s(peers, size, alpha, beta)
-    assert comm(pm.RING) == pytest.approx(ring + (c if peers > 1 else 0.0), rel=1e-12)
-    assert comm(pm.PS, 2) == pytest.approx(c + pm.parameter_server_s(peers, size, alpha, beta, 2), rel=1e-12)
-    assert comm(pm.BIGDL) == pytest.approx(pm.bigdl_sync_s(peers, size, alpha, beta, c), rel=1e-12)
-
-
-def test_peers_and_gradient_bytes() -> None:
-    assert pm.peers_of(pm.RING, 4, 2) == 8
-    assert pm.peers_of(pm.PS, 4, 2) == 8
-    assert pm.peers_of(pm.BIGDL, 4, 2) == 4  # one executor per node
-    assert pm.gradient_bytes("lenet") == 431_080 * 4
-    assert dict(pm.PARAMETERS) == {
-        "lenet": 431_080,
-        "autoencoder": 2_837_314,
-        "alexnet": 61_100_840,
-        "resnet50": 25_557_032,
-    }
-    with pytest.raises(ValueError, match="unknown synchronisation pattern"):
-        pm.comm_terms("gossip", 2, 1.0)
-
-
-def test_node_counts() -> None:
-    assert pm.node_counts(1024) == [2**k for k in range(11)]
-    assert pm.node_counts(6) == [1, 2, 4, 6]
-    assert pm.node_counts(1) == [1]
-    with pytest.raises(ValueError):
-        pm.node_counts(0)
-
-
-def test_prediction_error_arithmetic() -> None:
-    assert pm.prediction_error(1.1, 1.0) == pytest.approx(0.1)
-    assert pm.prediction_error(0.5, 2.0) == pytest.approx(-0.75)
-    assert math.isnan(pm.prediction_error(1.0, 0.0))
-    assert math.isnan(pm.prediction_error(math.nan, 1.0))
-
-
-def test_setup_of_reads_the_tensorflow_strategy() -> None:
-    assert pm.setup_of("tensorflow", json.dumps({"strategy": "ps"})) == "tensorflow-ps"
-    assert pm.setup_of("tensorflow", json.dumps({"strategy": "mwms"})) == "tensorflow"
-    assert pm.setup_of("tensorflow", "{}") == "tensorflow"
-    assert pm.setup_of("tensorflow", "not json") == "tensorflow"
-    assert pm.setup_of("torch", None) == "torch"
-
-
-# --- calibration ------------------------------------------------------------------------------
+# --- runs, calibration, the Spark driver ---------------------------------------------------------
 
 
 def run_row(
@@ -109,160 +253,275 @@ def run_row(
     *,
     compute: float,
     exposed: float,
-    ranks_per_node: int = 1,
-    batch: int = 32,
     network: str = "host",
-    repeat: int = 0,
+    batch: int = 64,
     strategy: str | None = None,
     step: float | None = None,
 ) -> dict[str, Any]:
     """One ok row of a runs table with what the model reads (as dlscale.analysis writes it)."""
-    world = nodes * ranks_per_node
     suffix = "" if network == "host" else "-" + network.removeprefix("emulated-")
     step = compute + exposed if step is None else step
-    versions = {"strategy": strategy} if strategy else {}
     return {
-        "run_id": f"{framework}/{model}/n{nodes}x{ranks_per_node}{suffix}/b{batch}/r{repeat}",
-        "framework": framework,
-        "model": model,
-        "network": network,
-        "nodes": nodes,
-        "ranks_per_node": ranks_per_node,
-        "world_size": world,
-        "batch_per_rank": batch,
-        "status": "ok",
-        "step_s": step,
-        "compute_s": compute,
-        "comm_s": exposed,
-        "exposed_comm_s": step - compute,
-        "throughput": world * batch / step,
-        "speedup": math.nan,
-        "efficiency": math.nan,
-        "versions": json.dumps(versions),
-    }
+        "run_id": f"{framework}/{model}/n{nodes}x1{suffix}/b{batch}/r0",
+        "framework": framework, "model": model, "network": network, "nodes": nodes,
+        "ranks_per_node": 1, "world_size": nodes, "batch_per_rank": batch, "status": "ok",
+        "step_s": step, "compute_s": compute, "comm_s": exposed, "exposed_comm_s": step - compute,
+        "throughput": nodes * batch / step, "speedup": math.nan, "efficiency": math.nan,
+        "versions": json.dumps({"strategy": strategy} if strategy else {}),
+    }  # fmt: skip
 
 
-COMPUTE = {"lenet": 0.01, "autoencoder": 0.015, "alexnet": 0.5, "resnet50": 1.6}
-
-
-def synthetic_runs(
-    framework: str, c: float, alpha: float, beta: float, worlds: list[int], strategy: str | None = None
-) -> list[dict[str, Any]]:
-    """Host runs whose exposed communication is exactly the model's, for every model."""
-    pattern = pm.SETUP_PATTERN[pm.setup_of(framework, json.dumps({"strategy": strategy} if strategy else {}))]
+def modelled_runs(fits, offset: float = 0.002, compute: float = 0.016) -> pd.DataFrame:
+    """Host runs whose exposed time is the model's library time plus ``offset``."""
+    cals = pm.calibrate(pd.DataFrame(), fits)
     rows = []
-    for model, compute in COMPUTE.items():
-        for nodes in worlds:
-            t = pm.comm_terms(pattern, nodes, pm.gradient_bytes(model), num_ps=1)
-            exposed = t.fixed * c + t.messages * alpha + t.bytes / beta
-            rows.append(run_row(framework, model, nodes, compute=compute, exposed=exposed, strategy=strategy))
-    return rows
+    for setup, cal in cals.items():
+        framework, strategy = setup.split("-")[0], ("ps" if setup.endswith("-ps") else None)
+        for nodes in (1, 2, 4):
+            contended = compute * max(1.0, nodes / 2)
+            library = float(pm.library_comm(cal, "lenet", [nodes], 1, pm.Link.host(), 2, 1, 64, "mnist")[0])
+            exposed = library + (offset if library > 0 else 0.0)
+            rows.append(
+                run_row(framework, "lenet", nodes, compute=contended, exposed=exposed, strategy=strategy)
+            )
+    return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize(
-    ("framework", "strategy", "worlds"),
-    [("torch", None, [1, 2, 4, 8]), ("tensorflow", "ps", [1, 2, 4]), ("bigdl", None, [1, 2, 4])],
-)
-def test_calibration_recovers_known_costs(framework: str, strategy: str | None, worlds: list[int]) -> None:
-    c, alpha, beta = 0.003, 40e-6, 0.8e9
-    runs = pd.DataFrame(synthetic_runs(framework, c, alpha, beta, worlds, strategy))
-    cal = pm.calibrate(runs)[pm.setup_of(framework, json.dumps({"strategy": strategy} if strategy else {}))]
-    if strategy == "ps":  # always 2 messages (push, pull): the latency is part of the fixed cost
-        assert cal.fitted == ("c", "gamma")
-        assert cal.overhead_s == pytest.approx(c + 2 * alpha, rel=1e-9)
-    else:
-        assert cal.fitted == ("c", "alpha", "gamma")
-        assert cal.overhead_s == pytest.approx(c, rel=1e-9)
-        assert cal.alpha_s == pytest.approx(alpha, rel=1e-9)
-    assert cal.beta_Bps == pytest.approx(beta, rel=1e-9)
-    assert cal.rel_rmse < 1e-9
-    # ring runs at world 1 do not communicate and are not calibration points; ps and BigDL ones are
-    expected = len(COMPUTE) * (len(worlds) - (1 if framework == "torch" else 0))
-    assert cal.runs == expected
+def test_calibration_takes_the_library_from_benchmarks_and_the_offset_from_runs(exact_fits) -> None:
+    runs = modelled_runs(exact_fits, offset=0.002)
+    cals = pm.calibrate(runs, exact_fits)
+    assert set(cals) == set(catalog.SETUP_PATTERNS)
+    for cal in cals.values():
+        assert cal.source == "commbench"
+        assert cal.offset_s == pytest.approx(0.002, abs=1e-9)
+        assert cal.host_rel_rmse < 1e-6
+    table = pm.calibration_table(cals).set_index("setup")
+    assert list(table.reset_index().columns) == list(pm.CALIBRATION_COLUMNS)
+    assert table.loc["bigdl", "job_per_executor_s"] == pytest.approx(TRUE["job"]["per_task"])
+    assert table.loc["torch", "beta_Bps"] == pytest.approx(1.2e9)
 
 
-def test_one_world_size_cannot_separate_latency_from_fixed_cost() -> None:
-    runs = pd.DataFrame(synthetic_runs("torch", 0.003, 40e-6, 0.8e9, [1, 2]))
+@pytest.mark.parametrize("slope", [2e-3, 0.0])
+def test_spark_cost_grows_with_executors_when_the_data_say_so(slope: float) -> None:
+    fits = pm.fit_commbench(pm.commbench_cells(synthetic_bench(job_slope=slope)))
+    cal = pm.calibrate(pd.DataFrame(), fits)["bigdl"]
+    assert cal.fits["job"].get("per_task") == pytest.approx(slope, abs=1e-9)
+    nodes = np.array([1, 16, 256, 1024])
+    link = pm.Link.of_preset(PRESETS["th-express2"])
+    comm = pm.library_comm(cal, "lenet", nodes, 1, link, None)
+    scheduling = pm.BIGDL_JOBS_PER_ITERATION * (TRUE["job"]["c"] + nodes * slope)
+    exchange = (
+        2 * (nodes - 1) * TRUE["shuffle"]["alpha"]
+        + 2 * (nodes - 1) / nodes * pm.gradient_bytes("lenet") * TRUE["shuffle"]["gamma"]
+    )
+    wire = link.wire(2 * (nodes - 1), 2 * (nodes - 1) / nodes * pm.gradient_bytes("lenet"))
+    assert comm == pytest.approx(scheduling + exchange + wire, rel=1e-9)
+    driver = comm - exchange - wire  # the Spark driver's scheduling of 2 jobs per iteration
+    if slope:  # grows with the executors: 2 jobs x 1024 tasks x 2 ms at 1024 nodes
+        assert np.all(np.diff(driver) > 0)
+        assert driver[-1] == pytest.approx(2 * (TRUE["job"]["c"] + 1024 * slope), rel=1e-6)
+    else:  # flat when the data are
+        assert driver == pytest.approx(np.full(4, 2 * TRUE["job"]["c"]), rel=1e-6)
+
+
+def test_parameter_server_bottleneck_and_the_emulation_of_it(exact_fits) -> None:
+    cal = pm.calibrate(pd.DataFrame(), exact_fits)["tensorflow-ps"]
+    s = pm.gradient_bytes("alexnet")
+    real = pm.Link("real", 0.0, 1e-9, True)
+    emulated = pm.Link("emulated", 0.0, 1e-9, False)
+
+    def host(w):
+        return (
+            TRUE["tf-ps"]["c"]
+            + w * TRUE["tf-ps"]["per_worker"]
+            + s * TRUE["tf-ps"]["gamma_worker"]
+            + w * s * TRUE["tf-ps"]["gamma_server"]
+        )
+
+    # 8 workers, one server on node 0 with worker 0: 7 remote pulls, and 7 remote pushes
+    # through the server's ingress (real) or one push per worker link (tc tbf: egress only)
+    data = 16 * pm.SAMPLE_BYTES["imagenet"]
+    got_real = pm.library_comm(cal, "alexnet", [8], 1, real, None, 1, 16, "imagenet")[0]
+    got_emulated = pm.library_comm(cal, "alexnet", [8], 1, emulated, None, 1, 16, "imagenet")[0]
+    assert got_real == pytest.approx(host(8) + (7 * (s + data) + 7 * s) * 1e-9, rel=1e-9)
+    assert got_emulated == pytest.approx(host(8) + (7 * (s + data) + s) * 1e-9, rel=1e-9)
+    # one node: no network at all
+    assert pm.library_comm(cal, "alexnet", [1], 1, real, None)[0] == pytest.approx(host(1), rel=1e-9)
+
+
+def test_caffe_pays_per_blob_with_the_algorithm_open_mpi_picks(exact_fits) -> None:
+    cal = pm.calibrate(pd.DataFrame(), exact_fits)["caffe"]
+    t = TRUE["mpi"]
+    link = pm.Link.of_preset(PRESETS["th-express2"])
+    for p in (2, 64, 1024):
+        sizes = np.array(blob_bytes("resnet50"), dtype=float)
+        m, b = pm.mpi_algorithm_terms(pm.openmpi_allreduce_algorithm(p, sizes), p, sizes)
+        expected = float(np.sum(t["c"] + m * t["alpha"] + b * t["gamma"])) + float(
+            link.wire(m.sum(), b.sum())
+        )
+        assert pm.library_comm(cal, "resnet50", [p], 1, link, None)[0] == pytest.approx(expected, rel=1e-9)
+
+
+def test_without_benchmarks_the_runs_calibrate_the_library() -> None:
+    """A study without micro-benchmarks still gets a model: the library terms from its runs."""
+    rows = []
+    for model, compute in (("lenet", 0.01), ("autoencoder", 0.015)):
+        for nodes in (1, 2):
+            m, b = pm.ring_terms(nodes, pm.gradient_bytes(model))
+            exposed = float(0.003 + m * 40e-6 + b / 0.8e9) if nodes > 1 else 0.0
+            rows.append(run_row("torch", model, nodes, compute=compute, exposed=exposed))
+    runs = pd.DataFrame(rows)
     cal = pm.calibrate(runs)["torch"]
-    assert cal.fitted == ("c", "gamma")
-    assert cal.alpha_s == 0.0
-    assert cal.overhead_s == pytest.approx(0.003 + 2 * 40e-6, rel=1e-9)  # c holds the 2 latencies
-    assert cal.beta_Bps == pytest.approx(0.8e9, rel=1e-9)
-    table = pm.calibration_table({"torch": cal}, pm.loopback_preset({"torch": cal}))
-    assert math.isnan(table.loc[0, "alpha_s"]) and table.loc[0, "fitted"] == "c;gamma"
-
-
-def test_fit_is_non_negative() -> None:
-    # y = S * 1e-9 - 0.001: unconstrained least squares would give c = -0.001
-    sizes = [1e6, 1e7, 1e8]
-    c, alpha, gamma, fitted = pm.fit_overheads(
-        [1, 1, 1], [2, 2, 2], sizes, [s * 1e-9 - 0.0005 for s in sizes]
+    assert cal.source == "runs" and cal.host_runs == 2 and cal.world_sizes == (2,)
+    assert cal.fits["allreduce"].get("gamma") == pytest.approx(1 / 0.8e9, rel=1e-6)
+    table = pm.calibration_table({"torch": cal})
+    assert (
+        table.loc[0, "runs"] == 2 and table.loc[0, "world_sizes"] == "2" and table.loc[0, "overhead_s"] >= 0
     )
-    assert c == 0.0 and alpha == 0.0 and gamma > 0
-    assert fitted == ("c", "gamma")
-    # one measurement: bandwidth only
-    c, alpha, gamma, fitted = pm.fit_overheads([1], [2], [1e6], [0.002])
-    assert (c, alpha, fitted) == (0.0, 0.0, ("gamma",)) and gamma == pytest.approx(2e-9)
-    # no bytes at all (BigDL on one node): only the fixed cost, bandwidth unknown
-    c, alpha, gamma, fitted = pm.fit_overheads([1, 1], [0, 0], [0, 0], [0.05, 0.07])
-    # relative least squares: c minimises sum(((c - y) / y)^2), c = sum(1/y) / sum(1/y^2)
-    expected = (1 / 0.05 + 1 / 0.07) / (1 / 0.05**2 + 1 / 0.07**2)
-    assert c == pytest.approx(expected, rel=1e-12) and math.isnan(gamma) and fitted == ("c",)
+    projection = pm.project(runs, {"torch": cal}, PRESETS["th-express2"], 1024).table
+    one = projection[projection["nodes"] == 1]
+    assert (one["efficiency"] == 1.0).all() and (one["comm_s"] == 0.0).all()
+    assert projection["efficiency"].between(0, 1).all()
 
 
-def test_no_runs_that_communicate_calibrate_nothing() -> None:
-    runs = pd.DataFrame([run_row("torch", "lenet", 1, compute=0.01, exposed=0.0)])
-    assert pm.calibrate(runs) == {}
-    assert pm.calibrate(pd.DataFrame()) == {}
-    loopback = pm.loopback_preset({})
-    assert (loopback.latency_s, loopback.bandwidth_Bps) == (0.0, math.inf)
+# --- validation on held-out runs -----------------------------------------------------------------
 
 
-# --- networks: the loopback and the overheads on top of a preset ------------------------------
-
-
-def two_frameworks() -> tuple[dict[str, pm.Calibration], NetworkPreset]:
-    rows = synthetic_runs("torch", 0.002, 20e-6, 1.0e9, [1, 2, 4]) + synthetic_runs(
-        "caffe", 0.004, 50e-6, 0.5e9, [1, 2, 4]
+def test_validation_predicts_held_out_runs_from_benchmarks_and_host_runs(exact_fits) -> None:
+    runs = modelled_runs(exact_fits, offset=0.002)
+    held_out = []
+    cals = pm.calibrate(runs, exact_fits)
+    for nodes, factor in ((2, 1.1), (4, 0.8)):
+        link = pm.emulated_link("emulated-100mbe", exact_fits)
+        library = float(pm.library_comm(cals["torch"], "lenet", [nodes], 1, link, 2)[0])
+        compute = 0.016 * max(1.0, nodes / 2)
+        predicted = compute + library + 0.002
+        held_out.append(
+            run_row(
+                "torch",
+                "lenet",
+                nodes,
+                compute=compute,
+                exposed=0.0,
+                network="emulated-100mbe",
+                step=predicted / factor,
+            )
+        )
+    held_out.append(
+        run_row("torch", "lenet", 8, compute=0.05, exposed=0.0, network="emulated-1gbe", step=0.2)
     )
-    cals = pm.calibrate(pd.DataFrame(rows))
-    return cals, pm.loopback_preset(cals)
+    all_runs = pd.concat([runs, pd.DataFrame(held_out)], ignore_index=True)
+    assert pm.calibrate(all_runs, exact_fits)["torch"].offset_s == pytest.approx(
+        0.002
+    )  # held-out runs unseen
+    table = pm.validate(all_runs, cals, exact_fits).set_index("run_id")
+    assert list(table.reset_index().columns) == list(pm.VALIDATION_COLUMNS)
+    two = table.loc["torch/lenet/n2x1-100mbe/b64/r0"]
+    assert two["error"] == pytest.approx(0.1, rel=1e-6) and two["compute_source"] == "host runs at n2x1"
+    assert two["link_beta_Bps"] == pytest.approx(PRESETS["100mbe"].bandwidth_Bps)
+    assert table.loc["torch/lenet/n4x1-100mbe/b64/r0", "error"] == pytest.approx(-0.2, rel=1e-6)
+    eight = table.loc["torch/lenet/n8x1-1gbe/b64/r0"]
+    assert eight["compute_source"] == "smallest world (1)"
+    summary = pm.validation_summary(table.reset_index()).set_index("setup")
+    assert list(summary.reset_index().columns) == list(pm.SUMMARY_COLUMNS)
+    torch = summary.loc["torch"]
+    assert torch["runs"] == 3 and torch["predicted"] == 3
+    assert torch["max_abs_error"] >= torch["median_abs_error"] >= 0.1
+    assert torch["worst_run"] in table.index and not torch["within_target"]
 
 
-def test_loopback_is_the_fastest_framework_and_reproduces_the_host() -> None:
-    cals, loopback = two_frameworks()
-    assert loopback.latency_s == pytest.approx(20e-6, rel=1e-9)
-    assert loopback.bandwidth_Bps == pytest.approx(1.0e9, rel=1e-9)
-    size = pm.gradient_bytes("alexnet")
-    for name, (c, alpha, beta) in {"torch": (0.002, 20e-6, 1e9), "caffe": (0.004, 50e-6, 0.5e9)}.items():
-        host = pm.predict_comm_s(cals[name], loopback, loopback, 4, size)
-        assert host == pytest.approx(c + pm.ring_allreduce_s(4, size, alpha, beta), rel=1e-9)
-    table = pm.calibration_table(cals, loopback).set_index("setup")
-    assert table.loc["caffe", "bandwidth_efficiency"] == pytest.approx(0.5, rel=1e-9)
-    assert table.loc["torch", "bandwidth_efficiency"] == pytest.approx(1.0, rel=1e-9)
+def test_validation_without_emulated_runs_is_empty(exact_fits) -> None:
+    runs = modelled_runs(exact_fits)
+    table = pm.validate(runs, pm.calibrate(runs, exact_fits), exact_fits)
+    assert table.empty and list(table.columns) == list(pm.VALIDATION_COLUMNS)
+    assert pm.validation_summary(table).empty
 
 
-def test_overheads_add_to_a_slower_network() -> None:
-    cals, loopback = two_frameworks()
-    net = NetworkPreset("slow", 100e-6, 100e6, True, "test")
-    alpha, gamma = pm.effective_link(cals["caffe"], net, loopback)
-    assert alpha == pytest.approx(100e-6 + (50e-6 - 20e-6), rel=1e-9)
-    assert gamma == pytest.approx(1 / 100e6 + (1 / 0.5e9 - 1 / 1e9), rel=1e-9)
-    size = pm.gradient_bytes("lenet")
-    expected = 0.004 + 2 * 3 * alpha + 2 * 3 / 4 * size * gamma
-    assert pm.predict_comm_s(cals["caffe"], net, loopback, 4, size) == pytest.approx(expected, rel=1e-9)
-    # the fastest framework adds nothing to the network
-    assert pm.effective_link(cals["torch"], net, loopback) == pytest.approx((100e-6, 1 / 100e6), rel=1e-9)
+# --- projection, bands, 50% efficiency, latency --------------------------------------------------
 
 
-def test_network_preset_names() -> None:
-    loopback = pm.loopback_preset({})
-    assert pm.network_preset("loopback", loopback) is loopback
-    assert pm.network_preset("host", loopback) is loopback
-    assert pm.network_preset("th-express2", loopback) is PRESETS["th-express2"]
-    assert pm.network_preset("emulated-1gbe", loopback) is PRESETS["1gbe"]
-    with pytest.raises(KeyError):
-        pm.network_preset("emulated-warp", loopback)
+def test_projection_by_hand(exact_fits) -> None:
+    runs = modelled_runs(exact_fits, offset=0.002)
+    cals = pm.calibrate(runs, exact_fits)
+    result = pm.project(runs, cals, PRESETS["10gbe"], max_nodes=1024)
+    table = result.table
+    assert list(table.columns) == list(pm.PROJECTION_COLUMNS)
+    assert set(table["setup"]) == {"torch", "tensorflow", "tensorflow-ps", "caffe", "bigdl"}
+    assert len(table) == 5 * 11
+    torch = table[table["setup"] == "torch"].set_index("nodes")
+    link = pm.Link.of_preset(PRESETS["10gbe"])
+    m, b = pm.ring_terms(4, pm.gradient_bytes("lenet"))
+    t = TRUE["gloo"]
+    comm = t["c"] + m * t["alpha"] + b * t["gamma"] + float(link.wire(m, b)) + 0.002
+    assert torch.loc[4, "comm_s"] == pytest.approx(comm, rel=1e-9)
+    assert torch.loc[4, "efficiency"] == pytest.approx(0.016 / (0.016 + comm), rel=1e-9)
+    assert torch.loc[1, "comm_s"] == 0.0 and torch.loc[1, "efficiency"] == 1.0
+    assert math.isnan(torch.loc[4, "efficiency_lo"])  # no bootstrap asked
+    e50 = result.efficiency50.set_index("setup")
+    assert list(result.efficiency50.columns) == list(pm.EFFICIENCY50_COLUMNS)
+    # the 50% crossing is the first node count whose efficiency is below one half
+    nodes = np.arange(1, 1025)
+    steps = pm.step_times(cals["bigdl"], pm.curves(pm.measured_runs(runs), cals)[0], nodes, 1, link)
+    expected = nodes[np.nonzero(steps[0] / steps < 0.5)[0][0]]
+    assert e50.loc["bigdl", "nodes50"] == expected
+
+
+def test_projection_band_contains_the_point_and_widens_without_data() -> None:
+    """The bootstrap band holds the point estimate, and removing calibration data (sizes
+    and repeats of the micro-benchmarks) widens it."""
+    full = synthetic_bench(noise=0.15, seed=11, repeats=6)
+    fits = pm.fit_commbench(pm.commbench_cells(full))
+    runs = modelled_runs(fits)
+    sparse = synthetic_bench(noise=0.15, seed=11, sizes=[1024, 4 << 20], repeats=2)
+
+    def widths(raw: pd.DataFrame) -> tuple[pd.DataFrame, float]:
+        own = pm.fit_commbench(pm.commbench_cells(raw))
+        cals = pm.calibrate(runs, own)
+        reps, curves = pm.bootstrap(runs, raw, replicates=60, seed=5)
+        table = pm.project(
+            runs, cals, PRESETS["th-express2"], 256, replicates=reps, replicate_curves=curves
+        ).table
+        torch = table[(table["setup"] == "torch") & (table["nodes"] == 256)].iloc[0]
+        return table, float(torch["efficiency_hi"] - torch["efficiency_lo"])
+
+    table, wide_full = widths(full)
+    assert table["efficiency_lo"].notna().all() and table["efficiency_hi"].notna().all()
+    inside = (table["efficiency_lo"] <= table["efficiency"] + 1e-9) & (
+        table["efficiency"] <= table["efficiency_hi"] + 1e-9
+    )
+    assert inside.mean() > 0.9
+    _, wide_sparse = widths(sparse)
+    assert wide_full > 0
+    assert wide_sparse > 1.5 * wide_full
+
+
+def test_efficiency50_band_and_censoring() -> None:
+    curve = pm.Curve("torch", "lenet", "mnist", 64, 0.01)
+    row = pm.efficiency50_row(curve, "th-express2", 100.0, np.array([80.0, 100.0, 120.0, math.inf]), 1024)
+    assert row["nodes50"] == 100.0 and row["nodes50_lo"] <= 100.0 and row["above_max_share"] == 0.25
+    assert math.isnan(row["nodes50_hi"]) and row["summary"].endswith(">1024]")
+    never = pm.efficiency50_row(curve, "th-express2", math.inf, np.array([]), 1024)
+    assert math.isnan(never["nodes50"]) and never["summary"] == ">1024"
+
+
+def test_latency_sensitivity_is_monotone(exact_fits) -> None:
+    runs = modelled_runs(exact_fits)
+    cals = pm.calibrate(runs, exact_fits)
+    table = pm.latency_sensitivity(runs, cals, PRESETS["th-express2"], [1, 10, 100], max_nodes=256)
+    assert list(table.columns) == list(pm.SENSITIVITY_COLUMNS)
+    for _, group in table.groupby("setup"):
+        assert group.sort_values("latency_us")["efficiency"].is_monotonic_decreasing
+
+
+def test_node_counts_and_presets() -> None:
+    assert pm.node_counts(1024) == [2**k for k in range(11)]
+    assert pm.node_counts(6) == [1, 2, 4, 6]
+    with pytest.raises(ValueError):
+        pm.node_counts(0)
+    assert pm.preset_named("th-express2") is PRESETS["th-express2"]
+    assert pm.preset_named("loopback").bandwidth_Bps == math.inf
+    assert pm.setup_of("tensorflow", json.dumps({"strategy": "ps"})) == "tensorflow-ps"
+    assert pm.setup_of("tensorflow", "not json") == "tensorflow"
 
 
 def test_schema_offers_every_preset_for_the_projection() -> None:
@@ -270,160 +529,44 @@ def test_schema_offers_every_preset_for_the_projection() -> None:
     projection = schema["properties"]["projection"]["properties"]
     assert set(projection["network"]["enum"]) == {pm.LOOPBACK, *PRESETS}
     assert projection["network"]["default"] == "th-express2"
-    assert projection["max_nodes"]["default"] == 1024
 
 
-# --- validation -------------------------------------------------------------------------------
+# --- figures ---------------------------------------------------------------------------------------
 
 
-def test_validation_predicts_from_host_runs_alone() -> None:
-    rows = synthetic_runs("torch", 0.002, 20e-6, 1.0e9, [1, 2, 4])
-    net = PRESETS["1gbe"]
-    size = pm.gradient_bytes("lenet")
-    # The emulation caps bandwidth only: its links keep the host's latency (20 us here).
-    host_alpha = 20e-6
-    comm2 = 0.002 + pm.ring_allreduce_s(2, size, host_alpha, net.bandwidth_Bps)
-    comm8 = 0.002 + pm.ring_allreduce_s(8, size, host_alpha, net.bandwidth_Bps)
-    # measured: 2 nodes 10% slower than the model; 8 nodes (no host run at 8) 20% faster
-    rows.append(
-        run_row(
-            "torch",
-            "lenet",
-            2,
-            compute=0.011,
-            exposed=0.0,
-            network="emulated-1gbe",
-            step=(0.01 + comm2) / 1.1,
-        )
+def test_figures_with_and_without_data(tmp_path: Path, exact_fits) -> None:
+    runs = modelled_runs(exact_fits)
+    runs = pd.concat(
+        [
+            runs,
+            pd.DataFrame(
+                [run_row("torch", "lenet", 2, compute=0.016, exposed=0.02, network="emulated-1gbe")]
+            ),
+        ],
+        ignore_index=True,
     )
-    rows.append(
-        run_row(
-            "torch", "lenet", 8, compute=0.02, exposed=0.0, network="emulated-1gbe", step=(0.01 + comm8) / 0.8
-        )
-    )
-    rows.append(run_row("caffe", "lenet", 2, compute=0.01, exposed=0.01, network="emulated-1gbe"))
-    runs = pd.DataFrame(rows)
-    cals = pm.calibrate(runs)
-    assert set(cals) == {"torch"}  # emulated runs never enter the calibration
-    table = pm.validate(runs, cals, pm.loopback_preset(cals)).set_index("run_id")
-    assert list(table.reset_index().columns) == list(pm.VALIDATION_COLUMNS)
-    two = table.loc["torch/lenet/n2x1-1gbe/b32/r0"]
-    # host runs at n2x1 computed in 0.01 s: that is the compute used
-    assert two["predicted_compute_s"] == pytest.approx(0.01) and two["compute_source"] == "host runs at n2x1"
-    assert two["predicted_s"] == pytest.approx(0.01 + comm2, rel=1e-9)
-    assert two["error"] == pytest.approx(0.1, rel=1e-9)
-    assert two["alpha_s"] == pytest.approx(host_alpha) and two["beta_Bps"] == net.bandwidth_Bps
-    eight = table.loc["torch/lenet/n8x1-1gbe/b32/r0"]
-    assert eight["compute_source"] == "smallest world (1)"
-    assert eight["error"] == pytest.approx(-0.2, rel=1e-9)
-    caffe = table.loc["caffe/lenet/n2x1-1gbe/b32/r0"]
-    assert math.isnan(caffe["predicted_s"]) and "no host-network runs of caffe" in caffe["note"]
-    summary = pm.validation_summary(table.reset_index()).set_index("setup")
-    assert summary.loc["torch", "median_abs_error"] == pytest.approx(0.15, rel=1e-9)
-    assert summary.loc["torch", "max_abs_error"] == pytest.approx(0.2, rel=1e-9)
-    assert (summary.loc["torch", "runs"], summary.loc["torch", "predicted"]) == (2, 2)
-    assert (summary.loc["caffe", "runs"], summary.loc["caffe", "predicted"]) == (1, 0)
-
-
-def test_validation_without_emulated_runs_is_empty() -> None:
-    runs = pd.DataFrame(synthetic_runs("torch", 0.002, 20e-6, 1.0e9, [1, 2]))
-    cals = pm.calibrate(runs)
-    table = pm.validate(runs, cals, pm.loopback_preset(cals))
-    assert table.empty and list(table.columns) == list(pm.VALIDATION_COLUMNS)
-    assert pm.validation_summary(table).empty
-
-
-# --- projection -------------------------------------------------------------------------------
-
-
-def test_projection_by_hand() -> None:
-    runs = pd.DataFrame(synthetic_runs("torch", 0.002, 20e-6, 1.0e9, [1, 2, 4]))
-    cals = pm.calibrate(runs)
-    loopback = pm.loopback_preset(cals)
-    net = PRESETS["10gbe"]
-    table = pm.project(runs, cals, net, loopback, max_nodes=1024)
-    assert list(table.columns) == list(pm.PROJECTION_COLUMNS)
-    assert len(table) == len(COMPUTE) * 11
-    first = table[table["nodes"].eq(1)]
-    assert (first["speedup"] == 1.0).all() and (first["efficiency"] == 1.0).all()
-    assert (first["comm_s"] == 0.0).all()
-    row = table[table["model"].eq("alexnet") & table["nodes"].eq(4)].iloc[0]
-    comm = 0.002 + pm.ring_allreduce_s(4, pm.gradient_bytes("alexnet"), net.latency_s, net.bandwidth_Bps)
-    step = 0.5 + comm
-    assert row["comm_s"] == pytest.approx(comm, rel=1e-9)
-    assert row["throughput"] == pytest.approx(4 * 32 / step, rel=1e-9)
-    assert row["speedup"] == pytest.approx(4 * 0.5 / step, rel=1e-9)
-    assert row["efficiency"] == pytest.approx(0.5 / step, rel=1e-9)
-    for _, curve in table.groupby("model"):
-        assert curve["efficiency"].is_monotonic_decreasing
-        assert (curve["efficiency"] <= 1.0).all()
-
-
-def test_projection_of_parameter_servers_collapses() -> None:
-    """One parameter server carries every worker's gradient: efficiency falls like 1/N."""
-    runs = pd.DataFrame(synthetic_runs("tensorflow", 0.002, 20e-6, 1.0e9, [1, 2, 4], strategy="ps"))
-    cals = pm.calibrate(runs)
-    table = pm.project(runs, cals, PRESETS["10gbe"], pm.loopback_preset(cals), max_nodes=64)
-    alexnet = table[table["model"].eq("alexnet")].set_index("nodes")
-    assert (alexnet["setup"] == "tensorflow-ps").all() and (alexnet["pattern"] == pm.PS).all()
-    assert alexnet.loc[1, "efficiency"] == 1.0
-    assert alexnet.loc[64, "efficiency"] < 0.05
-
-
-def test_projection_keeps_the_batch_of_the_smallest_world() -> None:
-    """A strong-scaling study halves the batch per rank at 2 nodes; the projection is weak from 1 node."""
-    rows = [
-        run_row("torch", "lenet", 1, compute=0.02, exposed=0.0, batch=64),
-        run_row("torch", "lenet", 2, compute=0.01, exposed=0.004, batch=32),
-    ]
-    runs = pd.DataFrame(rows)
-    cals = pm.calibrate(runs)
-    table = pm.project(runs, cals, PRESETS["10gbe"], pm.loopback_preset(cals), max_nodes=4)
-    assert table["nodes"].tolist() == [1, 2, 4]
-    assert (table["batch_per_rank"] == 64).all() and (table["compute_s"] == 0.02).all()
-
-
-def test_nothing_to_project_without_calibration() -> None:
-    runs = pd.DataFrame([run_row("torch", "lenet", 1, compute=0.01, exposed=0.0)])
-    table = pm.project(runs, {}, PRESETS["th-express2"], pm.loopback_preset({}))
-    assert table.empty and list(table.columns) == list(pm.PROJECTION_COLUMNS)
-
-
-def test_figures_with_and_without_data(tmp_path: Path) -> None:
-    rows = synthetic_runs("torch", 0.002, 20e-6, 1.0e9, [1, 2, 4])
-    rows.append(run_row("torch", "lenet", 2, compute=0.01, exposed=0.02, network="emulated-1gbe"))
-    runs = pd.DataFrame(rows)
-    cals = pm.calibrate(runs)
-    loopback = pm.loopback_preset(cals)
-    projection = pm.project(runs, cals, PRESETS["th-express2"], loopback, 16)
-    validation = pm.validate(runs, cals, loopback)
-    summary = pm.validation_summary(validation)
-    out = {name: {"svg": str(tmp_path / "full" / f"{name}.svg")} for name in figures.PERFMODEL_FIGURES}
-    figures.make_perfmodel_figures(projection, runs, validation, summary, out, host_model=projection)
-    svg = (tmp_path / "full" / "validation.svg").read_text()
-    assert "median |error|" in svg
+    cals = pm.calibrate(runs, exact_fits)
+    raw = synthetic_bench(noise=0.05)
+    reps, curves = pm.bootstrap(runs, raw, replicates=5)
+    projection = pm.project(runs, cals, PRESETS["th-express2"], 64, replicates=reps, replicate_curves=curves)
+    validation = pm.validate(runs, cals, exact_fits)
+    names = perfmodel_figures.PERFMODEL_FIGURES
+    out = {name: {"svg": str(tmp_path / "full" / f"{name}.svg")} for name in names}
+    perfmodel_figures.make_perfmodel_figures(
+        out, projection.table, runs, validation, pm.validation_summary(validation),
+        pm.latency_sensitivity(runs, cals, PRESETS["th-express2"], max_nodes=64),
+        pm.commbench_cells(raw), pm.fit_curves(exact_fits),
+    )  # fmt: skip
+    assert "median |error|" in (tmp_path / "full" / "validation.svg").read_text()
     assert "th-express2" in (tmp_path / "full" / "projection.svg").read_text()
-    empty = {name: {"svg": str(tmp_path / "empty" / f"{name}.svg")} for name in figures.PERFMODEL_FIGURES}
+    empty = {name: {"svg": str(tmp_path / "empty" / f"{name}.svg")} for name in names}
     nothing = pd.DataFrame()
-    figures.make_perfmodel_figures(
-        pm.project(nothing, {}, PRESETS["1gbe"], pm.loopback_preset({})),
-        nothing,
-        pm.validate(nothing, {}, pm.loopback_preset({})),
-        pm.validation_summary(pd.DataFrame()),
-        empty,
-    )
+    perfmodel_figures.make_perfmodel_figures(
+        empty, pm.project(nothing, {}, PRESETS["1gbe"]).table, nothing, pm.validate(nothing, {}),
+        pm.validation_summary(nothing), pm.latency_sensitivity(nothing, {}, PRESETS["1gbe"]),
+        pm.commbench_cells(nothing), pm.fit_curves({}),
+    )  # fmt: skip
     assert "no framework to project" in (tmp_path / "empty" / "projection.svg").read_text()
     assert "no runs on an emulated network" in (tmp_path / "empty" / "validation.svg").read_text()
-
-
-def test_runs_on_different_networks_are_different_curves() -> None:
-    """The study's figures draw host and emulated runs of one framework as separate lines."""
-    rows = [
-        {**run_row("torch", "lenet", n, compute=0.01, exposed=0.01, network=net), "scaling": "weak"}
-        for n in (1, 2)
-        for net in ("host", "emulated-1gbe")
-    ]
-    ok = pd.DataFrame(rows).assign(global_batch=lambda d: d["batch_per_rank"] * d["world_size"])
-    series = figures._series(ok)
-    assert series.nunique() == 2
-    assert series[ok["network"].eq("emulated-1gbe")].str.endswith("emulated-1gbe)").all()
+    with pytest.raises(KeyError):
+        perfmodel_figures.draw({}, {"nope": {}})

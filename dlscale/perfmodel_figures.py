@@ -1,0 +1,344 @@
+"""The scaling model's figures: projection with its band, validation, latency sensitivity, micro-benchmarks.
+
+Drawn with altair from the tables of ``dlscale.perfmodel`` and written in every format of
+``dlscale.outputs.FIGURE_FORMATS`` through ``dlscale.figures.save_chart`` (atomic). A table
+with nothing in it gives a chart that says why, never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from dlscale import catalog
+from dlscale.figures import empty_chart, save_chart
+
+#: Figures this module draws, by the name the perfmodel rule gives their files.
+PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation", "latency_sensitivity", "commbench")
+
+_WIDTH, _HEIGHT = 200, 160
+
+
+def _setup_order(values: pd.Series) -> list[str]:
+    preferred = [s for fw in catalog.FRAMEWORKS.values() for s in fw.setups]
+    present = [str(v) for v in pd.unique(values.dropna())]
+    return [s for s in preferred if s in present] + sorted(s for s in present if s not in preferred)
+
+
+def _model_order(values: pd.Series) -> list[str]:
+    present = set(values.astype(str))
+    return [m for m in catalog.MODEL_NAMES if m in present] + sorted(present - set(catalog.MODEL_NAMES))
+
+
+def _colour(setups: list[str], title: str = "framework") -> alt.Color:
+    return alt.Color("setup:N", title=title, scale=alt.Scale(domain=setups, scheme="tableau10"))
+
+
+def _nodes_x(top: int) -> alt.X:
+    ticks = [n for n in (1, 4, 16, 64, 256, 1024, 4096, 16384) if n <= top]
+    if top not in ticks:
+        ticks.append(top)
+    return alt.X(
+        "nodes:Q",
+        title="nodes",
+        scale=alt.Scale(type="log", base=2, domain=[1, top], nice=False),
+        axis=alt.Axis(values=ticks, format="d"),
+    )
+
+
+def projection_chart(
+    projection: pd.DataFrame, runs: pd.DataFrame | None = None, host_model: pd.DataFrame | None = None
+) -> alt.TopLevelMixin:
+    """Projected speedup and efficiency vs nodes, each with its 95% bootstrap band.
+
+    Lines: the model on the projection's network (solid) and on this host (dashed, over the
+    measured node counts); bands: the 2.5-97.5 percentiles of the bootstrap; points: the
+    measured host-network runs; grey: ideal. The 50% efficiency line is marked.
+    """
+    if projection.empty:
+        return empty_chart("Projection: no framework to project (needs micro-benchmarks or ok host runs)")
+    network = str(projection["network"].iloc[0])
+    lines = projection.assign(curve=f"model on {network}")
+    if host_model is not None and not host_model.empty:
+        lines = pd.concat([lines, host_model.assign(curve="model on this host")], ignore_index=True)
+    points = pd.DataFrame(columns=["model", "setup", "nodes", "speedup", "efficiency", "run_id"])
+    if runs is not None and not runs.empty and "status" in runs:
+        from dlscale.perfmodel import setup_of
+
+        ok = runs[runs["status"].eq("ok") & runs.get("speedup", pd.Series(np.nan, index=runs.index)).notna()]
+        if "network" in ok:
+            ok = ok[ok["network"].fillna("host").eq("host")]
+        if not ok.empty:
+            versions = ok["versions"] if "versions" in ok else pd.Series(None, index=ok.index)
+            points = ok.assign(setup=[setup_of(f, v) for f, v in zip(ok["framework"], versions, strict=True)])
+            points = points[["model", "setup", "nodes", "speedup", "efficiency", "run_id"]]
+    models = _model_order(projection["model"])
+    points = points[points["model"].isin(models)]
+    setups = _setup_order(pd.concat([lines["setup"], points["setup"]]))
+    colour = _colour(setups)
+    x = _nodes_x(int(lines["nodes"].max()))
+    data = pd.concat(
+        [lines.assign(kind="model"), points.assign(kind="measured", curve="measured (host)")],
+        ignore_index=True,
+    )
+    data["ideal"] = data["nodes"].astype(float)
+    data["one"], data["half"] = 1.0, 0.5
+    dash = alt.StrokeDash(
+        "curve:N",
+        title="line",
+        scale=alt.Scale(domain=[f"model on {network}", "model on this host"], range=[[1, 0], [5, 3]]),
+    )
+    rows = []
+    for metric, title, scale, ideal in (
+        ("speedup", "speedup (x 1 node)", alt.Scale(type="log", base=2), "ideal"),
+        ("efficiency", "parallel efficiency", alt.Scale(domain=[0, 1.05], clamp=True), "one"),
+    ):
+        y = alt.Y(f"{metric}:Q", title=title, scale=scale)
+        model_rows = alt.datum.kind == "model"
+        projected = (alt.datum.kind == "model") & (alt.datum.curve == f"model on {network}")
+        layers = [
+            alt.Chart()
+            .transform_filter(model_rows)
+            .mark_line(color="gray", strokeDash=[2, 2], strokeWidth=1)
+            .encode(x=x, y=alt.Y(f"{ideal}:Q", title=title, scale=scale)),
+            alt.Chart()
+            .transform_filter(projected)
+            .mark_area(opacity=0.18)
+            .encode(
+                x=x,
+                y=alt.Y(f"{metric}_lo:Q", title=title, scale=scale),
+                y2=f"{metric}_hi:Q",
+                color=colour,
+            ),
+            alt.Chart()
+            .transform_filter(model_rows)
+            .mark_line(strokeWidth=2)
+            .encode(
+                x=x,
+                y=y,
+                color=colour,
+                strokeDash=dash,
+                detail="curve:N",
+                tooltip=[
+                    "setup:N",
+                    "curve:N",
+                    "nodes:Q",
+                    alt.Tooltip("speedup:Q", format=".1f"),
+                    alt.Tooltip("efficiency:Q", format=".0%"),
+                    alt.Tooltip("efficiency_lo:Q", format=".0%"),
+                    alt.Tooltip("efficiency_hi:Q", format=".0%"),
+                    alt.Tooltip("compute_s:Q", format=".4f"),
+                    alt.Tooltip("comm_s:Q", format=".4f"),
+                ],
+            ),
+            alt.Chart()
+            .transform_filter(alt.datum.kind == "measured")
+            .mark_point(filled=True, size=45, opacity=0.8)
+            .encode(x=x, y=y, color=colour, tooltip=["run_id:N", alt.Tooltip(f"{metric}:Q", format=".2f")]),
+        ]
+        if metric == "efficiency":
+            layers.append(
+                alt.Chart()
+                .transform_filter(model_rows)
+                .mark_rule(color="firebrick", strokeDash=[3, 3], strokeWidth=1)
+                .encode(y=alt.Y("half:Q", title=title, scale=scale))
+            )
+        rows.append(
+            alt.layer(*layers, data=data)
+            .properties(width=_WIDTH, height=_HEIGHT)
+            .facet(column=alt.Column("model:N", title=None, sort=models))
+        )
+    return alt.vconcat(*rows).properties(
+        title=f"Projected scaling on {network}: lines model, bands 95% bootstrap, points measured on this host"
+    )
+
+
+def validation_chart(validation: pd.DataFrame, summary: pd.DataFrame | None = None) -> alt.TopLevelMixin:
+    """Predicted vs measured step time of the held-out runs, with y = x and +-10% lines."""
+    table = validation
+    if len(validation):
+        table = validation[pd.to_numeric(validation["predicted_s"], errors="coerce").notna()]
+    if table.empty:
+        why = (
+            "no runs on an emulated network (the held-out runs)"
+            if validation.empty
+            else "no run could be predicted"
+        )
+        return empty_chart(f"Validation: {why}")
+    table = table.copy()
+    labels: dict[str, str] = {}
+    if summary is not None and not summary.empty:
+        for row in summary.itertuples():
+            if pd.notna(row.median_abs_error):
+                labels[row.setup] = (
+                    f"{row.setup} (median |error| {row.median_abs_error:.0%}, worst {row.max_abs_error:.0%})"
+                )
+    table["label"] = table["setup"].map(lambda s: labels.get(s, s))
+    order = _setup_order(table["setup"])
+    low = float(min(table["measured_s"].min(), table["predicted_s"].min())) * 0.8
+    high = float(max(table["measured_s"].max(), table["predicted_s"].max())) * 1.25
+    scale = alt.Scale(type="log", domain=[low, high], nice=False)
+    x = alt.X("measured_s:Q", title="measured step (s, median)", scale=scale)
+    y = alt.Y("predicted_s:Q", title="predicted step (s)", scale=scale)
+    guide = pd.DataFrame(
+        [
+            {"measured_s": v, "predicted_s": v * f, "line": name}
+            for f, name in ((1.0, "y = x"), (1.1, "+10%"), (0.9, "-10%"))
+            for v in (low, high)
+        ]
+    )
+    guides = (
+        alt.Chart(guide)
+        .mark_line(color="gray", strokeWidth=1)
+        .encode(
+            x=x,
+            y=y,
+            detail="line:N",
+            strokeDash=alt.condition(alt.datum.line == "y = x", alt.value([1, 0]), alt.value([4, 4])),
+        )
+    )
+    points = (
+        alt.Chart(table)
+        .mark_point(filled=True, size=60, opacity=0.8)
+        .encode(
+            x=x,
+            y=y,
+            color=alt.Color(
+                "label:N",
+                title="framework",
+                scale=alt.Scale(domain=[labels.get(s, s) for s in order], scheme="tableau10"),
+            ),
+            shape=alt.Shape("network:N", title="network"),
+            tooltip=[
+                "run_id:N",
+                "network:N",
+                "world_size:Q",
+                alt.Tooltip("measured_s:Q", format=".4f"),
+                alt.Tooltip("predicted_s:Q", format=".4f"),
+                alt.Tooltip("error:Q", format="+.0%"),
+                alt.Tooltip("predicted_compute_s:Q", format=".4f"),
+                alt.Tooltip("predicted_comm_s:Q", format=".4f"),
+                "compute_source:N",
+            ],
+        )
+    )
+    return alt.layer(guides, points).properties(
+        width=380, height=320, title="Held-out runs on emulated networks: predicted vs measured step time"
+    )
+
+
+def latency_chart(sensitivity: pd.DataFrame) -> alt.TopLevelMixin:
+    """Efficiency at the largest node count and the 50% node count against per-hop latency."""
+    if sensitivity.empty:
+        return empty_chart("Latency sensitivity: no framework to project")
+    network = str(sensitivity["network"].iloc[0])
+    top = int(sensitivity["nodes"].max())
+    setups = _setup_order(sensitivity["setup"])
+    models = _model_order(sensitivity["model"])
+    x = alt.X("latency_us:Q", title="per-hop latency (us)", scale=alt.Scale(type="log", domain=[1, 100]))
+    base = alt.Chart(sensitivity).mark_line(point=True).encode(x=x, color=_colour(setups))
+    efficiency = (
+        base.encode(
+            y=alt.Y("efficiency:Q", title=f"efficiency at {top} nodes", scale=alt.Scale(domain=[0, 1])),
+            tooltip=["setup:N", "latency_us:Q", alt.Tooltip("efficiency:Q", format=".0%"), "nodes50:Q"],
+        )
+        .properties(width=_WIDTH, height=_HEIGHT)
+        .facet(column=alt.Column("model:N", title=None, sort=models))
+    )
+    n50 = (
+        base.transform_filter("isValid(datum.nodes50)")
+        .encode(
+            y=alt.Y("nodes50:Q", title="nodes at 50% efficiency", scale=alt.Scale(type="log", base=2)),
+            tooltip=["setup:N", "latency_us:Q", "nodes50:Q"],
+        )
+        .properties(width=_WIDTH, height=_HEIGHT)
+        .facet(column=alt.Column("model:N", title=None, sort=models))
+    )
+    return alt.vconcat(efficiency, n50).properties(
+        title=f"Sensitivity to latency on {network}'s bandwidth (missing points: never below 50% up to {top} nodes)"
+    )
+
+
+def commbench_chart(cells: pd.DataFrame, predicted: pd.DataFrame) -> alt.TopLevelMixin:
+    """Micro-benchmark medians (points) and the fitted model (lines), time vs size per world."""
+    if cells.empty:
+        return empty_chart("Micro-benchmarks: none run in this study")
+    data = cells.copy()
+    data["series"] = data["library"] + " " + data["op"]
+    data["kind"] = "measured"
+    lines = predicted.assign(series=predicted["library"] + " " + predicted["op"], kind="model")
+    both = pd.concat([data, lines], ignore_index=True)
+    both["world"] = both["world"].astype(int).astype(str)
+    both = both[both["nbytes"] > 0]
+    if both.empty:
+        return empty_chart("Micro-benchmarks: no sized operations")
+    x = alt.X("nbytes:Q", title="bytes per rank", scale=alt.Scale(type="log"))
+    y = alt.Y("seconds:Q", title="seconds per operation", scale=alt.Scale(type="log"))
+    colour = alt.Color("world:N", title="world (ranks, workers, executors)")
+    shape = alt.Shape("network:N", title="network")
+    points = (
+        alt.Chart()
+        .transform_filter(alt.datum.kind == "measured")
+        .mark_point(filled=True, size=35)
+        .encode(
+            x=x,
+            y=y,
+            color=colour,
+            shape=shape,
+            tooltip=["series:N", "world:N", "network:N", "nbytes:Q", "seconds:Q"],
+        )
+    )
+    fitted = (
+        alt.Chart()
+        .transform_filter(alt.datum.kind == "model")
+        .mark_line()
+        .encode(x=x, y=y, color=colour, detail="network:N")
+    )
+    return (
+        alt.layer(points, fitted, data=both)
+        .properties(width=_WIDTH, height=_HEIGHT)
+        .facet(facet=alt.Facet("series:N", title=None), columns=3)
+        .properties(title="Communication micro-benchmarks (points: medians) and the fitted model (lines)")
+    )
+
+
+def _styled(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
+    return chart.configure(background="white").configure_title(fontSize=14, anchor="start")
+
+
+def draw(builders: dict[str, Callable[[], alt.TopLevelMixin]], out: dict[str, dict[str, str]]) -> None:
+    """Build the charts ``out`` names and save each in the formats it lists (suffix checked)."""
+    unknown = sorted(set(out) - set(builders))
+    if unknown:
+        raise KeyError(f"unknown figure(s) {', '.join(unknown)}; expected {', '.join(builders)}")
+    for name, paths in out.items():
+        chart = _styled(builders[name]())
+        for fmt, target in paths.items():
+            if Path(target).suffix != f".{fmt}":
+                raise ValueError(f"{name} {fmt} output {target} does not end in .{fmt}")
+            save_chart(chart, target)
+
+
+def make_perfmodel_figures(
+    out: dict[str, dict[str, str]],
+    projection: pd.DataFrame,
+    runs: pd.DataFrame,
+    validation: pd.DataFrame,
+    summary: pd.DataFrame,
+    sensitivity: pd.DataFrame,
+    cells: pd.DataFrame,
+    predicted: pd.DataFrame,
+    host_model: pd.DataFrame | None = None,
+) -> None:
+    """Draw the figures ``out`` names (``PERFMODEL_FIGURES``) into its paths."""
+    builders: dict[str, Callable[[], alt.TopLevelMixin]] = {
+        "projection": lambda: projection_chart(projection, runs, host_model),
+        "validation": lambda: validation_chart(validation, summary),
+        "latency_sensitivity": lambda: latency_chart(sensitivity),
+        "commbench": lambda: commbench_chart(cells, predicted),
+    }
+    draw(builders, out)
