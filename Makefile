@@ -9,11 +9,10 @@ PROFILE ?= profiles/local
 
 .PHONY: demo test test-faults lint unit format system clean-results
 
-$(VENV)/.installed: envs/workflow.txt pyproject.toml
+# The workflow's own venv, from its lock (hash-checked, exactly the lock, dlscale editable).
+$(VENV)/.installed: envs/workflow.lock pyproject.toml
 	bash scripts/ensure-system.sh
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --disable-pip-version-check -q -r envs/workflow.txt
-	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e .
+	$(PYTHON) -m dlscale.envs build $(VENV) workflow
 	touch $@
 
 system:

@@ -26,6 +26,6 @@ rule train:
         python=train_python,
         markers=train_markers,
     shell:
-        "{params.markers} {params.python:q} -m dlscale.launch"
+        "DLSCALE_ENV_MARKER={input.env:q} {params.markers} {params.python:q} -m dlscale.launch"
         " --spec-json {params.spec:q} --data {input.data:q} --events {output.events:q}"
         " --python {params.python:q} --config-sha256 {params.spec_sha} > {log:q} 2>&1"

@@ -1,12 +1,12 @@
 """One invocation brings the study up to date after a framework's requirements change.
 
 The regression (snakemake#4166, with the venv marker as an ``ancient`` input): a changed
-requirements file planned the environment rebuild alone, printed "100% done" and left
+lock file planned the environment rebuild alone, printed "100% done" and left
 every run of the study missing until a second invocation. The markers are now named by
 what they are built from (dlscale.envs.env_marker), so the plan is complete at once.
 
 Runs a copy of the workflow (its own envs/ folder, so the test edits a copy of a
-requirements file, never the checkout's) on a tiny torch + TensorFlow study.
+lock file, never the checkout's) on a tiny torch + TensorFlow study.
 """
 
 from __future__ import annotations
@@ -85,8 +85,9 @@ def test_changed_requirements_rebuild_and_rerun_in_one_invocation(copied_workflo
     tf_before, torch_before = tf_events.stat().st_mtime_ns, torch_events.stat().st_mtime_ns
     assert "Nothing to be done" in snakemake(workflow, workdir, "--dry-run").stdout
 
-    requirements = workflow / "envs" / "torch.txt"
-    requirements.write_text(requirements.read_text() + "# a changed pin, as a user would edit it\n")
+    # A changed lock (as `make lock` after a changed pin makes it): torch's environment.
+    lock = workflow / "envs" / "torch.lock"
+    lock.write_text(lock.read_text() + "# relocked\n")
     new_marker = env_marker(envs, "torch", workflow / "envs")
     try:
         dry = snakemake(workflow, workdir, "--dry-run")
