@@ -7,7 +7,9 @@
 # Settings: the study's `commbench` object (read with defaults until the schema has it):
 #   enabled     bool       run them at all (default false: the default study turns them on)
 #   sizes       [int]      bytes per rank                       (default 1 KiB, 64 KiB, 4 MiB)
-#   worlds      [int]      ranks of the collectives and ps workers (default [2, 4])
+#   worlds      [int]      ranks of the collectives                 (default [2, 4])
+#   tensorflow_worlds [int] TensorFlow's ring worlds; its ps runs the largest number of
+#                          workers, 1..max at once           (default [2]: TF starts slowly)
 #   executors   [int]      Spark executors of the BigDL jobs     (default [1, 2, 4])
 #   networks    [str]      host and/or emulated-<preset>         (default [host])
 #   repeats     int        timed operations per cell             (default 5)
@@ -23,6 +25,7 @@ COMMBENCH = {
     "enabled": False,
     "sizes": list(dlcommbench.DEFAULT_SIZES),
     "worlds": list(dlcommbench.DEFAULT_WORLDS),
+    "tensorflow_worlds": [2],
     "executors": list(dlcommbench.DEFAULT_EXECUTORS),
     "networks": [dlnetworks.HOST],
     "repeats": dlcommbench.DEFAULT_REPEATS,
@@ -92,6 +95,8 @@ def commbench_args(wildcards):
         *map(str, settings["sizes"]),
         "--worlds",
         *map(str, settings["worlds"]),
+        "--tf-worlds",
+        *map(str, settings["tensorflow_worlds"]),
         "--executors",
         *map(str, settings["executors"]),
         "--repeats",

@@ -52,6 +52,7 @@ RAW_COLUMNS: tuple[str, ...] = (
     "repeat",  # index of the timed operation within its cell
     "seconds",  # wall time of the operation on rank 0 (driver for spark)
     "host_cores",  # cores this host gave the benchmark (the contention factor's divisor)
+    "latency_us",  # per-hop delay added on the emulated network (dlscale.commbench.latency)
 )
 
 #: Reference benchmark that is not a framework: the raw network.

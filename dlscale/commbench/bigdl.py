@@ -157,7 +157,7 @@ def rank_main(args: argparse.Namespace) -> None:
 
 def drive(args: argparse.Namespace) -> list[dict[str, Any]]:
     nodes = max(args.executors)
-    with common.network(nodes, args.network) as net:
+    with common.network(nodes, args.network, args.latency_us) as net:
         role = "driver" if net is not None and net.preset is not None else "driver-isolated"
         argv = [
             *common.on_node(net, 0),

@@ -76,7 +76,7 @@ def drive(args: argparse.Namespace) -> list[dict[str, Any]]:
             m for m in args.models if common.sizes_for([sum(blob_bytes(m))], args.network, args.max_op_s)
         ]
         for algorithm in args.algorithms:
-            with common.network(world, args.network) as net:
+            with common.network(world, args.network, args.latency_us) as net:
                 iface = common.interface(net)
                 extra = {
                     "OMPI_MCA_btl": "self,tcp",  # emulated nodes: no shared-memory shortcut

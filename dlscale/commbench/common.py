@@ -56,10 +56,19 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--network", default="host", help="host or emulated-<preset>")
     p.add_argument("--worlds", type=int, nargs="+", default=list(DEFAULT_WORLDS))
     p.add_argument("--executors", type=int, nargs="+", default=list(DEFAULT_EXECUTORS))
+    p.add_argument(
+        "--tf-worlds", type=int, nargs="+", default=None, help="TensorFlow's worlds (default --worlds)"
+    )
     p.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES))
     p.add_argument("--models", nargs="*", default=[], help="models whose per-blob pattern to time (caffe)")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
     p.add_argument("--max-op-s", type=float, default=DEFAULT_MAX_OP_S)
+    p.add_argument(
+        "--latency-us",
+        type=float,
+        default=0.0,
+        help="per-hop delay on an emulated network (commbench.latency)",
+    )
     p.add_argument("--timeout-s", type=float, default=600.0)
     p.add_argument("--out", type=Path, help="CSV to write (driver)")
     # One rank's side (set by the driver).
@@ -94,8 +103,12 @@ def sizes_for(sizes: Sequence[int], network: str, max_op_s: float, bytes_factor:
 
 
 @contextmanager
-def network(nodes: int, name: str) -> Iterator[netns.RunNetwork | None]:
-    """The benchmark's network for ``nodes`` nodes: None means plain loopback (no root)."""
+def network(nodes: int, name: str, latency_us: float = 0.0) -> Iterator[netns.RunNetwork | None]:
+    """The benchmark's network for ``nodes`` nodes: None means plain loopback (no root).
+
+    ``latency_us`` > 0 adds that delay to every hop of an emulated network
+    (``dlscale.commbench.latency``).
+    """
     preset = emulated_preset(name)
     why = netns.unavailable(shaping=preset is not None)
     if why:
@@ -105,7 +118,13 @@ def network(nodes: int, name: str) -> Iterator[netns.RunNetwork | None]:
         return
     net = netns.isolated("cb") if preset is None else netns.emulated(nodes, preset, "cb")
     try:
-        yield net
+        if latency_us > 0 and preset is not None:
+            from dlscale.commbench.latency import Delay
+
+            with Delay(net, latency_us * 1e-6):
+                yield net
+        else:
+            yield net
     finally:
         net.close()
 
@@ -230,7 +249,7 @@ def per_rank_sweep(
     rows: list[dict[str, Any]] = []
     for world in args.worlds:
         sizes = sizes_for(args.sizes, args.network, args.max_op_s, bytes_factor)
-        with network(world, args.network) as net:
+        with network(world, args.network, args.latency_us) as net:
             master = f"{address(net, 0)}:{BASE_PORT}"
             iface = interface(net)
             argvs = [
@@ -286,7 +305,7 @@ def main(
         return 2
     started = time.time()
     rows = drive(args)
-    write_rows(rows, args.out, network=args.network, **fixed)
+    write_rows(rows, args.out, network=args.network, latency_us=args.latency_us, **fixed)
     print(
         f"[commbench] {len(rows)} rows in {time.time() - started:.1f} s -> {args.out}",
         file=sys.stderr,

@@ -82,7 +82,7 @@ def rank_main(args: argparse.Namespace) -> None:
 def drive(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Always two nodes: the listener (node 1) is the one whose address rank 0 dials."""
     sizes = common.sizes_for(args.sizes, args.network, args.max_op_s, 2.0)
-    with common.network(2, args.network) as net:
+    with common.network(2, args.network, args.latency_us) as net:
         peer = f"{common.address(net, 1)}:{common.BASE_PORT}"
         argvs = [
             [

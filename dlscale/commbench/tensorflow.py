@@ -9,9 +9,12 @@
   as barrier; worker 0 reports. World 1 is skipped (nothing to reduce).
 * ``tf-ps`` / ``pushpull``: ParameterServerStrategy (as the ps runner): a chief on node
   0, ``world`` workers (worker ``i`` on node ``i``), one parameter server on node 0
-  holding one variable of ``nbytes``. One operation is ``world`` closures scheduled and
-  joined, each reading the variable from the server (pull) and adding a same-sized
-  tensor back (push): every worker moves ``nbytes`` each way through the one server.
+  holding one variable of ``nbytes``. One operation is ``k`` closures scheduled at once
+  and joined (``k = 1 .. world``: idle workers take one each; the row's ``world`` is
+  ``k``), each reading the variable from the server (pull) and adding a same-sized
+  tensor back (push): every active worker moves ``nbytes`` each way through the one
+  server. One cluster of the most workers serves every ``k`` (TensorFlow's start-up is
+  the expensive part). ``--tf-worlds`` (default ``--worlds``) sizes both.
 """
 
 from __future__ import annotations
@@ -113,18 +116,19 @@ def ps_chief(args: argparse.Namespace) -> None:
 
             pushpull = _pushpull_fn(tf, variable)
 
-            def one_round() -> None:
-                for _ in range(workers):
-                    coordinator.schedule(pushpull, args=(tf.constant(0.0),))
+            def one_round(active: int, fn: Any = pushpull) -> None:
+                for _ in range(active):  # idle workers each take one closure
+                    coordinator.schedule(fn, args=(tf.constant(0.0),))
                 coordinator.join()
 
-            one_round()  # warm-up: tracing, connections
-            for repeat in range(args.repeats):
-                seconds = common.timed(one_round, lambda: None)
-                common.emit(
-                    {"library": "tf-ps", "op": "pushpull", "world": workers, "nbytes": n * 4,
-                     "repeat": repeat, "seconds": seconds}
-                )  # fmt: skip
+            one_round(workers)  # warm-up: tracing, connections
+            for active in range(1, workers + 1):
+                for repeat in range(args.repeats):
+                    seconds = common.timed(lambda active=active: one_round(active), lambda: None)
+                    common.emit(
+                        {"library": "tf-ps", "op": "pushpull", "world": active, "nbytes": n * 4,
+                         "repeat": repeat, "seconds": seconds}
+                    )  # fmt: skip
             del variable
     finally:
         (work_dir / DONE_FILE).write_text("done\n")
@@ -142,8 +146,8 @@ def rank_main(args: argparse.Namespace) -> None:
 def drive(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     sizes = common.sizes_for(args.sizes, args.network, args.max_op_s, 2.0)
-    for world in [w for w in args.worlds if w > 1]:
-        with common.network(world, args.network) as net:
+    for world in [w for w in (args.tf_worlds or args.worlds) if w > 1]:
+        with common.network(world, args.network, args.latency_us) as net:
             hosts = [f"{common.address(net, k)}:{common.BASE_PORT + k}" for k in range(world)]
             env = common.rank_env(net, {ENV_CLUSTER: json.dumps({"worker": hosts})})
             argvs = [
@@ -157,34 +161,33 @@ def drive(args: argparse.Namespace) -> list[dict[str, Any]]:
             started = time.time()
             rows += common.run_processes(argvs, env, args.timeout_s)
             print(f"[commbench]   {time.time() - started:.1f} s", file=sys.stderr, flush=True)
-    # the ps bottleneck: one server's link carries every worker's pull (and push)
-    ps_sizes = common.sizes_for(args.sizes, args.network, args.max_op_s, 2.0 * max(args.worlds))
-    for workers in args.worlds:
-        with (
-            common.network(workers, args.network) as net,
-            tempfile.TemporaryDirectory(prefix="cb-tfps-") as work,
-        ):
-            nodes = [0, *range(workers), 0]  # chief, workers, one ps
-            hosts = [
-                f"{common.address(net, node)}:{common.BASE_PORT + 100 + i}" for i, node in enumerate(nodes)
-            ]
-            cluster = {"chief": hosts[:1], "worker": hosts[1 : 1 + workers], "ps": hosts[1 + workers :]}
-            env = common.rank_env(net, {ENV_CLUSTER: json.dumps(cluster), "DLSCALE_CB_WORK_DIR": work})
-            servers = [
-                [*common.on_node(net, nodes[1 + i]), sys.executable, "-m", SERVER, "--job", job, "--index", str(index),
-                 "--work-dir", work]
-                for i, (job, index) in enumerate([*(("worker", w) for w in range(workers)), ("ps", 0)])
-            ]  # fmt: skip
-            chief = [
-                *common.on_node(net, 0),
-                *common.rank_argv(
-                    MODULE, args, 0, workers, hosts[0], common.interface(net), ps_sizes, role="ps-chief"
-                ),
-            ]
-            print(f"[commbench] tf-ps {workers} workers on {args.network}", file=sys.stderr, flush=True)
-            started = time.time()
-            rows += common.run_processes([chief], env, args.timeout_s, background=servers)
-            print(f"[commbench]   {time.time() - started:.1f} s", file=sys.stderr, flush=True)
+    # the ps bottleneck: one server's link carries every worker's pull (and push); one
+    # cluster of the most workers, and rounds of 1, 2, ... of them at once
+    workers = max(args.tf_worlds or args.worlds)
+    ps_sizes = common.sizes_for(args.sizes, args.network, args.max_op_s, 2.0 * workers)
+    with (
+        common.network(workers, args.network, args.latency_us) as net,
+        tempfile.TemporaryDirectory(prefix="cb-tfps-") as work,
+    ):
+        nodes = [0, *range(workers), 0]  # chief, workers, one ps
+        hosts = [f"{common.address(net, node)}:{common.BASE_PORT + 100 + i}" for i, node in enumerate(nodes)]
+        cluster = {"chief": hosts[:1], "worker": hosts[1 : 1 + workers], "ps": hosts[1 + workers :]}
+        env = common.rank_env(net, {ENV_CLUSTER: json.dumps(cluster), "DLSCALE_CB_WORK_DIR": work})
+        servers = [
+            [*common.on_node(net, nodes[1 + i]), sys.executable, "-m", SERVER, "--job", job, "--index", str(index),
+             "--work-dir", work]
+            for i, (job, index) in enumerate([*(("worker", w) for w in range(workers)), ("ps", 0)])
+        ]  # fmt: skip
+        chief = [
+            *common.on_node(net, 0),
+            *common.rank_argv(
+                MODULE, args, 0, workers, hosts[0], common.interface(net), ps_sizes, role="ps-chief"
+            ),
+        ]
+        print(f"[commbench] tf-ps {workers} workers on {args.network}", file=sys.stderr, flush=True)
+        started = time.time()
+        rows += common.run_processes([chief], env, args.timeout_s, background=servers)
+        print(f"[commbench]   {time.time() - started:.1f} s", file=sys.stderr, flush=True)
     return rows
 
 
