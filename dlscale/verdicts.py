@@ -593,8 +593,6 @@ class Decision:
     verdict: str
     leader: Competitor | None = None
     runner_up: Competitor | None = None
-    nodes: int | None = None
-    baseline_nodes: int | None = None
     notes: list[str] = field(default_factory=list)
     competitors: list[Competitor] = field(default_factory=list)
 
