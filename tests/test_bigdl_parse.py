@@ -116,7 +116,16 @@ def test_epoch_finished_and_other_loggers_are_ignored():
         "26/11/29 19:47:22 INFO SomethingElse: Trained 5 records [Iteration 3] in no time\n"
         "random text, [Epoch garbage\n"
     )
-    assert parse_text(text) == []
+    iteration = (
+        "26/11/29 19:47:23 INFO DistriOptimizer$: [Epoch 1 64/512][Iteration 9][Wall Clock 4.7s]"
+        " Trained 64.0 records in 0.5 seconds. Throughput is 128.0 records/second. Loss is 2.1.\n"
+    )
+    (event,) = parse_text(text + iteration)
+    assert event["iteration"] == 8 and event["loss"] == pytest.approx(2.1)
+    # Without that line nothing in the log is a result: neither an iteration nor a failure.
+    with pytest.raises(ParseError, match="no BigDL iteration line and no failure"):
+        parse_text(text)
+    assert parse_text(text, strict=False) == []  # a killed run's log may stop before its first step
 
 
 @pytest.mark.parametrize(
@@ -124,9 +133,15 @@ def test_epoch_finished_and_other_loggers_are_ignored():
     [
         (
             "ok line\n26/11/29 19:47:22 INFO DistriOptimizer$: [Epoch 1 64/512][Iteration 1]"
-            "[Wall Clock 1.0s] Trained 64.0 records in 1.0 sec",
+            "[Wall Clock 1.0s] Trained 64.0 records in 1.0 sec\n",
             2,
             "unreadable BigDL iteration line",
+        ),
+        (
+            "ok line\n26/11/29 19:47:22 INFO DistriOptimizer$: [Epoch 1 64/512][Iteration 1]"
+            "[Wall Clock 1.0s] Trained 64.0 records in 1.0 seconds. Throughput is 64.0 records/second. Loss is 2.",
+            2,
+            "last line cut off before its newline",  # "Loss is 2." may be what is left of 2.5
         ),
         (
             "========== Metrics Summary ==========\ncomputing time average : lots s\n",
@@ -179,7 +194,17 @@ def test_cut_off_log_of_a_killed_run_parses_leniently():
 def test_failure_reason_from_a_real_out_of_memory_log():
     text = (DATA / "failed-oom.log").read_text()
     assert failure_reason(text) == "java.lang.OutOfMemoryError: Java heap space"
-    assert parse(DATA / "failed-oom.log") == []  # it died before its first iteration
+    # It died before its first iteration: the events are the failure alone, at the line
+    # (11, the executor's lost task) that shows that the run failed.
+    (end,) = parse(DATA / "failed-oom.log")
+    assert end == {
+        "event": "run_end",
+        "status": "failed",
+        "reason": "java.lang.OutOfMemoryError: Java heap space",
+        "time": parse_timestamp("2026-11-29 19:46:24.059"),
+        "line": 11,
+    }
+    validate_event(end)
 
 
 def test_failure_reason_prefers_the_first_lost_task_over_later_noise():

@@ -8,19 +8,33 @@ Debian 12's, writes the year too: ``I20261129 ...``). The messages read here:
   ``Train net output #k: NAME = V ...`` and ``Iteration N, lr = X``. Each becomes an
   ``iteration`` event of rank 0 (Caffe logs from the root solver only) with ``loss``,
   ``lr`` and ``step_s`` (1 / iter/s, or from the glog stamps of consecutive displays when
-  the log has no rate; None for the first display). ``samples`` is the net's batch, read
-  from the first ``Top shape:`` line of the net set-up (0 when the log has none).
-  Caffe cannot split a step, so ``compute_s`` and ``comm_s`` are None.
+  the log has no rate). The first display, with nothing before it to time it by, has no
+  step time, which an iteration event must have: it is a ``display`` event, a loss
+  reading. ``samples`` is the net's batch, read from the first ``Top shape:`` line of the
+  net set-up (0 when the log has none by the time the display is complete). Caffe cannot
+  split a step, so ``compute_s`` and ``comm_s`` are None. ``loss`` is a float, NaN or
+  infinite as glog printed it (``nan``, ``inf``); the CLI writes those as the strings
+  ``"nan"``/``"inf"``/``"-inf"`` (see ``dlscale.parse``), never ``null``.
 - ``caffe time``: ``Iteration: i forward-backward time: X ms.`` (``benchmark_iteration``
   events), one ``NAME forward: X ms.`` and ``NAME backward: X ms.`` per layer
   (``layer_time`` events, in net order) and ``Average Forward pass`` / ``Backward pass`` /
-  ``Forward-Backward`` and ``Total Time`` (one ``benchmark`` event).
+  ``Forward-Backward`` and ``Total Time`` (one ``benchmark`` event, last).
+- a failure: a FATAL glog line (``F...] Check failed: ...``), a ``Check failed:`` anywhere,
+  or glog's crash report (``*** Aborted at ...``, ``*** SIGSEGV ... received by PID``)
+  ends the events with ``{"event": "run_end", "status": "failed", "reason": <that line's
+  message>, "time": ..., "line": N}`` after whatever was complete before it.
 
-``time`` is seconds since the log's first glog line (glog stamps carry no year). Lines that
-are not glog lines (Python's own output, mpirun's messages) are skipped. A glog line that
-starts like one of the messages above but does not parse, a cut-off glog line, a
-benchmark that stops before its averages, or a log with nothing of the above is malformed:
-``ParseError`` with ``FILE:LINE``, which ``python -m dlscale.parse caffe`` turns into exit 2.
+Events are produced as the log is read (``iter_events``): a display is complete when the
+next one starts or the log ends, a layer when its backward time is read, so memory does
+not grow with the log. ``time`` is seconds since the log's first glog line (year-less
+stamps may cross one New Year: December to January). Lines that are not glog lines
+(Python's own output, mpirun's messages) are skipped. Malformed, ``ParseError`` with
+``FILE:LINE`` (``python -m dlscale.parse caffe`` exits 2): a glog line that starts like
+one of the messages above but does not parse, a cut-off glog line, glog time going
+backwards, display or benchmark iteration numbers not increasing, a last line without its
+newline that would be read for numbers, a benchmark that stops before its averages (when
+no failure explains it), an empty or binary file, or a log with none of the above. No
+regular expression here can backtrack more than linearly in a line's length.
 """
 
 from __future__ import annotations
@@ -28,12 +42,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlscale.parse import ParseError
+from dlscale.parse import Line, ParseError, read_lines, shorten, text_lines
 
-NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|inf|nan)"
+# Unambiguous: "\d+\.?\d*" would let two quantifiers share a run of digits (quadratic).
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|inf|nan)"
 
 GLOG_START = re.compile(r"^[IWEF](?:\d{4}|\d{8}) ")
 GLOG = re.compile(
@@ -48,7 +64,7 @@ ITERATION_LOSS = re.compile(rf"^Iteration (?P<it>\d+), loss = (?P<loss>{NUMBER})
 ITERATION_LR = re.compile(rf"^Iteration (?P<it>\d+), lr = (?P<lr>{NUMBER})$")
 ITERATION_OTHER = re.compile(r"^Iteration \d+, (?:Testing net \(#\d+\)|Snapshotting|loss = \S+ \(.*\))")
 TRAIN_OUTPUT = re.compile(rf"^\s*Train net output #\d+: (?P<name>\S+) = (?P<value>{NUMBER})(?: \(.*\))?$")
-TOP_SHAPE = re.compile(r"^Top shape: (?P<dims>\d+(?: \d+)*) \(\d+\)$")
+TOP_SHAPE = re.compile(r"^Top shape: (?P<batch>\d+)(?: [\d ]*)? \(\d+\)$")
 BENCH_ITERATION = re.compile(rf"^Iteration: (?P<it>\d+) forward-backward time: (?P<ms>{NUMBER}) ms\.$")
 LAYER_TIME = re.compile(rf"^\s*(?P<layer>\S+)\s+(?P<phase>forward|backward): (?P<ms>{NUMBER}) ms\.$")
 AVERAGE = re.compile(
@@ -61,54 +77,183 @@ AVERAGE_KEYS = {
     "Backward pass": "backward_ms",
     "Forward-Backward": "forward_backward_ms",
 }
+LEAP_YEAR = 366 * 86400 * 10**6  # microseconds: year-less stamps are read in 2000, a leap year
+MICROSECOND = dt.timedelta(microseconds=1)
+CHECK_FAILED = "Check failed:"
 
 
-def _stamp(match: re.Match[str]) -> dt.datetime:
-    # glog >= 0.6 writes the year; older glog does not (then 2000, a leap year, so that
-    # 29 February parses). Only differences between stamps are used.
-    year = match["year"] or "2000"
-    return dt.datetime.strptime(
-        f"{year}{match['month']}{match['day']} {match['clock']}", "%Y%m%d %H:%M:%S.%f"
-    )
+def _whole_second(match: re.Match[str]) -> dt.datetime:
+    """The glog stamp of a line to the whole second (ValueError if it is no date). glog >=
+    0.6 writes the year; older glog does not (then 2000, a leap year, so that 29 February
+    parses). Only differences between stamps are used."""
+    hours, minutes, seconds = match["clock"][:8].split(":")
+    year = int(match["year"] or 2000)
+    return dt.datetime(year, int(match["month"]), int(match["day"]), int(hours), int(minutes), int(seconds))
 
 
-def _float(text: str) -> float:
-    return float(text)
+def _crash_report(text: str) -> str | None:
+    """The reason a line gives for Caffe dying, or None: glog's CHECK failure, or the
+    first line of its crash report (``*** Aborted at ...``, ``*** SIGSEGV ... received by PID``)."""
+    start = text.find(CHECK_FAILED)
+    if start >= 0:
+        return text[start:].strip()
+    if "*** " not in text:
+        return None
+    stripped = text.strip()
+    if stripped.startswith("*** Aborted at") or (
+        stripped.startswith("*** SIG") and "received by PID" in stripped
+    ):
+        return stripped
+    return None
+
+
+class _Clock:
+    """Seconds since the first glog stamp; refuses time going backwards.
+
+    A year-less stamp earlier than the one before is a New Year only from December to
+    January; any other step back is impossible (two logs in one file, an edited log).
+    The date and time to the second are converted once per second of log (the lines of
+    one second share them), which makes reading stamps cheap.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.first: dt.datetime | None = None
+        self.with_year: bool | None = None
+        self.key = ""  # the last stamp's text to the whole second
+        self.second = 0  # its microseconds since the first stamp (in a year-less log's year 2000)
+        self.month = 0
+        self.last = -1  # the last stamp, as microseconds since the first (integers: exact)
+        self.last_text = ""
+        self.last_month = 0
+        self.years = 0  # New Years crossed by a year-less log
+        self.origin: int | None = None  # the first stamp's microseconds in its second
+
+    def _new_second(self, number: int, match: re.Match[str], key: str) -> None:
+        try:
+            stamp = _whole_second(match)
+        except ValueError as err:
+            raise ParseError(self.path, number, f"bad glog time stamp: {err}") from None
+        with_year = match["year"] is not None
+        if self.first is None:
+            self.first, self.with_year = stamp, with_year
+        elif with_year != self.with_year:
+            raise ParseError(self.path, number, "glog stamps with and without the year in one log")
+        self.key, self.second, self.month = key, (stamp - self.first) // MICROSECOND, stamp.month
+
+    def seconds(self, number: int, match: re.Match[str]) -> float:
+        text, dot, end = match.string, match.start("clock") + 8, match.end("clock")
+        if text[1:dot] != self.key:
+            self._new_second(number, match, text[1:dot])
+        fraction = text[dot + 1 : end]
+        if len(fraction) > 6:
+            raise ParseError(self.path, number, f"bad glog time stamp: {fraction}: more than microseconds")
+        now = self.second + int(fraction.ljust(6, "0"))
+        if now < self.last:
+            if self.with_year or not (self.last_month == 12 and self.month == 1):
+                raise ParseError(
+                    self.path, number, f"time goes backwards: {text[1:end]!r} after {self.last_text!r}"
+                )
+            self.years += 1
+        self.last, self.last_text, self.last_month = now, text[1:end], self.month
+        if self.origin is None:
+            self.origin = now
+        return (now - self.origin + self.years * LEAP_YEAR) / 1e6
+
+
+def _finite(path: str, number: int, text: str, what: str) -> float:
+    """A time or rate, which a real log can only have finite and >= 0."""
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ParseError(path, number, f"impossible {what}: {text}")
+    return value
 
 
 class _Reader:
-    """Walks one log, line by line, building events; knows the file name for errors."""
+    """Walks one log, line by line, returning the events each line completes."""
 
     def __init__(self, path: str):
         self.path = path
-        self.events: list[dict[str, Any]] = []
-        self.iterations: dict[int, dict[str, Any]] = {}
-        self.first_stamp: dt.datetime | None = None
+        self.clock = _Clock(path)
         self.batch = 0
-        self.layers: dict[str, dict[str, Any]] = {}
+        self.display: dict[str, Any] | None = None  # the last display, still open
+        self.last_display: tuple[int, float] | None = None  # its iteration and time
+        self.last_bench: int | None = None  # the last benchmark iteration number
+        self.layers_seen: set[str] = set()
+        self.forward: dict[str, dict[str, Any]] = {}  # layers with a forward time only
         self.benchmark: dict[str, Any] | None = None
-        self.benchmark_line = 0
-        self.last_display: tuple[int, float] | None = None
+        self.failure: dict[str, Any] | None = None
+        self.produced = 0  # events returned so far
+        self.out: list[dict[str, Any]] = []  # completed by the current line
+        self.recognised = False  # whether the last message read was one of Caffe's
 
     def error(self, line: int, message: str) -> ParseError:
         return ParseError(self.path, line, message)
 
-    def seconds(self, match: re.Match[str]) -> float:
-        stamp = _stamp(match)
-        if self.first_stamp is None:
-            self.first_stamp = stamp
-        delta = (stamp - self.first_stamp).total_seconds()
-        if delta < 0:  # a year-less log crossed New Year
-            delta += 366 * 86400
-        return delta
+    def emit(self, event: dict[str, Any]) -> None:
+        self.close_display()
+        self.out.append(event)
+
+    def close_display(self) -> None:
+        event, self.display = self.display, None
+        if event is None:
+            return
+        if not event["samples"]:
+            event["samples"] = self.batch  # the net's shape was logged after the display line
+        if event["step_s"] is None:
+            event["event"] = "display"  # see the module docstring
+        self.out.append(event)
+
+    def line(self, line: Line) -> list[dict[str, Any]]:
+        """The events completed by one line of the log."""
+        self.out = []
+        text = line.text
+        if self.failure is None and (reason := _crash_report(text)):
+            self.failure = {"reason": shorten(reason), "time": None, "line": line.number}
+        match = GLOG.match(text)
+        if match is None:
+            if not GLOG_START.match(text):
+                return self.done()  # not a glog line: someone else's
+            if self.failure is not None and not line.terminated:
+                return self.done()  # the crash cut the last line: the failure says why
+            raise self.error(line.number, f"cut-off or malformed glog line: {text[:80]!r}")
+        now = self.clock.seconds(line.number, match)
+        if self.failure is not None and self.failure["line"] == line.number:
+            self.failure["time"] = now
+        if not line.terminated:
+            return self.last_line(line.number, match["message"].rstrip(), now)
+        self.message(line.number, match["message"].rstrip(), now)
+        return self.done()
+
+    def last_line(self, number: int, message: str, now: float) -> list[dict[str, Any]]:
+        """A last line without its newline: cut while being written, so not to be read for
+        numbers (``loss = 0.76`` may be what is left of ``0.762439``)."""
+        if self.failure is not None:
+            return self.done()
+        try:
+            self.message(number, message, now)
+        except ParseError:
+            self.recognised = True  # what it started as is one of Caffe's messages
+        if self.recognised:
+            raise self.error(number, f"last line cut off before its newline: {message[-80:]!r}")
+        return self.done()
+
+    def done(self) -> list[dict[str, Any]]:
+        self.produced += len(self.out)
+        return self.out
 
     def solver_iteration(
-        self, number: int, loss: float, step_s: float | None, now: float, **extra: Any
+        self, line: int, number: int, loss: float, step_s: float | None, now: float, **extra: Any
     ) -> None:
-        if step_s is None and self.last_display is not None and number > self.last_display[0]:
-            step_s = (now - self.last_display[1]) / (number - self.last_display[0])
+        if self.last_display is not None:
+            before, then = self.last_display
+            if number <= before:
+                raise self.error(line, f"iteration {number} follows iteration {before}: two runs in one log?")
+            if step_s is None:
+                step_s = (now - then) / (number - before)
+        self.close_display()
         self.last_display = (number, now)
-        event = {
+        self.display = {
             "event": "iteration",
             "rank": 0,
             "iteration": number,
@@ -120,116 +265,146 @@ class _Reader:
             "time": now,
             **extra,
         }
-        self.iterations[number] = event
-        self.events.append(event)
 
     def message(self, line: int, text: str, now: float) -> None:
+        """Read one glog message; ``self.recognised`` says whether it was one of Caffe's."""
+        if text.startswith("Iteration"):
+            self.recognised = self.iteration_message(line, text, now)
+        else:
+            self.recognised = self.other_message(line, text)
+
+    def iteration_message(self, line: int, text: str, now: float) -> bool:
+        """The messages that start with "Iteration": displays, learning rates, benchmark
+        iterations, and those this parser knows and does not read (testing, snapshots)."""
         if match := ITERATION_RATE.match(text):
-            rate = _float(match["rate"])
-            self.solver_iteration(
-                int(match["it"]),
-                _float(match["loss"]),
-                1.0 / rate if rate > 0 else None,
-                now,
-                iter_per_s=rate,
-            )
+            rate = _finite(self.path, line, match["rate"], "rate")
+            step = 1.0 / rate if rate > 0 else None
+            self.solver_iteration(line, int(match["it"]), float(match["loss"]), step, now, iter_per_s=rate)
         elif match := ITERATION_LOSS.match(text):
-            self.solver_iteration(int(match["it"]), _float(match["loss"]), None, now)
+            self.solver_iteration(line, int(match["it"]), float(match["loss"]), None, now)
         elif match := ITERATION_LR.match(text):
-            number = int(match["it"])
-            if number not in self.iterations:
-                raise self.error(
-                    line, f"learning rate of iteration {number}, which has no loss line before it"
-                )
-            self.iterations[number]["lr"] = _float(match["lr"])
+            self.learning_rate(line, int(match["it"]), float(match["lr"]))
         elif match := BENCH_ITERATION.match(text):
-            self.start_benchmark(line)
-            self.events.append(
-                {"event": "benchmark_iteration", "iteration": int(match["it"]), "forward_backward_ms": _float(match["ms"]), "time": now}
-            )  # fmt: skip
-        elif text.startswith("Iteration") and not ITERATION_OTHER.match(text):
-            raise self.error(line, f"unrecognised Caffe iteration line: {text!r}")
-        elif match := TRAIN_OUTPUT.match(text):
-            if self.last_display is not None:
-                outputs = self.iterations[self.last_display[0]].setdefault("outputs", {})
-                outputs[match["name"]] = _float(match["value"])
+            self.bench_iteration(line, int(match["it"]), _finite(self.path, line, match["ms"], "time"), now)
+        elif ITERATION_OTHER.match(text):
+            return False
+        else:
+            raise self.error(line, f"unrecognised Caffe iteration line: {text[:200]!r}")
+        return True
+
+    def other_message(self, line: int, text: str) -> bool:
+        """The messages that are neither display nor benchmark iteration lines."""
+        if match := TRAIN_OUTPUT.match(text):
+            if self.display is not None:
+                self.display.setdefault("outputs", {})[match["name"]] = float(match["value"])
         elif "Train net output" in text:
-            raise self.error(line, f"unrecognised train net output line: {text!r}")
+            raise self.error(line, f"unrecognised train net output line: {text[:200]!r}")
         elif match := TOP_SHAPE.match(text):
-            if not self.batch:
-                self.batch = int(match["dims"].split()[0])
+            self.batch = self.batch or int(match["batch"])
         elif match := TESTING_FOR.match(text):
-            self.start_benchmark(line)["iterations"] = int(match["n"])
+            self.start_benchmark()["iterations"] = int(match["n"])
         elif match := LAYER_TIME.match(text):
             self.layer_time(line, match)
-        elif re.search(r"\b(?:forward|backward): ", text) and self.benchmark is not None:
-            raise self.error(line, f"unrecognised per-layer time line: {text!r}")
+        elif ("forward: " in text or "backward: " in text) and self.benchmark is not None:
+            raise self.error(line, f"unrecognised per-layer time line: {text[:200]!r}")
         elif match := AVERAGE.match(text):
-            bench = self.start_benchmark(line)
+            bench = self.start_benchmark()
             key = "total_ms" if match["total"] else AVERAGE_KEYS[match["what"]]
-            bench[key] = _float(match["ms"])
+            bench[key] = _finite(self.path, line, match["ms"], "time")
         elif text.startswith(("Average Forward", "Average Backward", "Total Time")):
-            raise self.error(line, f"unrecognised benchmark average line: {text!r}")
+            raise self.error(line, f"unrecognised benchmark average line: {text[:200]!r}")
+        else:
+            return False
+        return True
 
-    def start_benchmark(self, line: int) -> dict[str, Any]:
+    def learning_rate(self, line: int, number: int, lr: float) -> None:
+        if self.display is None or self.display["iteration"] != number:
+            raise self.error(
+                line, f"learning rate of iteration {number}, which has no loss line just before it"
+            )
+        self.display["lr"] = lr
+
+    def bench_iteration(self, line: int, number: int, ms: float, now: float) -> None:
+        if self.last_bench is not None and number <= self.last_bench:
+            raise self.error(line, f"benchmark iteration {number} follows iteration {self.last_bench}")
+        self.last_bench = number
+        self.start_benchmark()
+        self.emit(
+            {"event": "benchmark_iteration", "iteration": number, "forward_backward_ms": ms, "time": now}
+        )
+
+    def start_benchmark(self) -> dict[str, Any]:
         if self.benchmark is None:
             self.benchmark = {"event": "benchmark", "iterations": None}
-            self.benchmark_line = line
         return self.benchmark
 
     def layer_time(self, line: int, match: re.Match[str]) -> None:
-        self.start_benchmark(line)
-        name, phase, ms = match["layer"], match["phase"], _float(match["ms"])
+        self.start_benchmark()
+        name, phase = match["layer"], match["phase"]
+        ms = _finite(self.path, line, match["ms"], "time")
         if phase == "forward":
-            if name in self.layers:
+            if name in self.layers_seen:
                 raise self.error(line, f"layer {name!r} timed twice")
-            self.layers[name] = {"event": "layer_time", "layer": name, "order": len(self.layers), "forward_ms": ms, "backward_ms": None}  # fmt: skip
+            self.layers_seen.add(name)
+            order = len(self.layers_seen) - 1
+            self.forward[name] = {"event": "layer_time", "layer": name, "order": order, "forward_ms": ms, "backward_ms": None}  # fmt: skip
         else:
-            if name not in self.layers or self.layers[name]["backward_ms"] is not None:
+            row = self.forward.pop(name, None)
+            if row is None:
                 raise self.error(line, f"backward time of layer {name!r} without its forward time")
-            self.layers[name]["backward_ms"] = ms
+            row["backward_ms"] = ms
+            self.emit(row)
 
     def finish(self, last_line: int) -> list[dict[str, Any]]:
-        if self.benchmark is not None:
-            if "forward_backward_ms" not in self.benchmark:
-                raise self.error(last_line, "caffe time output ends before 'Average Forward-Backward'")
-            unpaired = [name for name, row in self.layers.items() if row["backward_ms"] is None]
-            if unpaired:
-                raise self.error(last_line, f"layer(s) without a backward time: {', '.join(unpaired)}")
-            self.benchmark["batch"] = self.batch or None
-            self.events.extend(self.layers.values())
-            self.events.append(self.benchmark)
-        if not self.events:
+        """The events the end of the log completes: the open display, the benchmark (when
+        whole), and the run_end of a failed run."""
+        self.out = []
+        self.close_display()
+        bench = self.benchmark
+        if self.failure is not None:
+            if bench is not None and "forward_backward_ms" in bench and not self.forward:
+                self.out.append(self.finished_benchmark(bench))  # whole before the crash
+            self.out.append({"event": "run_end", "status": "failed", **self.failure})
+        elif bench is not None:
+            self.check_benchmark(bench, last_line)
+            self.out.append(self.finished_benchmark(bench))
+        if not self.produced + len(self.out):
             raise self.error(max(last_line, 1), "no Caffe solver or caffe time lines found")
-        for event in self.events:
-            if event["event"] == "iteration" and event["samples"] == 0 and self.batch:
-                event["samples"] = self.batch  # the net's shape was logged after a display line
-            if event["event"] == "iteration" and event["step_s"] is None:
-                # A display with no earlier stamp to time it against (the first one) has no
-                # step time, which an iteration event must have: it stays a loss reading.
-                event["event"] = "display"
-        return self.events
+        return self.done()
+
+    def check_benchmark(self, bench: dict[str, Any], last_line: int) -> None:
+        if "forward_backward_ms" not in bench:
+            raise self.error(last_line, "caffe time output ends before 'Average Forward-Backward'")
+        if self.forward:
+            raise self.error(last_line, f"layer(s) without a backward time: {', '.join(self.forward)}")
+
+    def finished_benchmark(self, bench: dict[str, Any]) -> dict[str, Any]:
+        bench["batch"] = self.batch or None  # caffe time does not log it: None, not 0
+        return bench
+
+
+def _events(reader: _Reader, lines: Iterator[Line]) -> Iterator[dict[str, Any]]:
+    number = 0
+    for line in lines:
+        number = line.number
+        yield from reader.line(line)
+    yield from reader.finish(number)
+
+
+def iter_events(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Events from a Caffe log (solver output, ``caffe time`` output, or both), each as
+    soon as the log completes it."""
+    return _events(_Reader(str(path)), read_lines(path))
+
+
+def parse_text(text: str, path: str = "<log>") -> list[dict[str, Any]]:
+    """``parse`` for a log already in memory."""
+    return list(_events(_Reader(path), text_lines(text, path)))
 
 
 def parse(path: str | Path) -> list[dict[str, Any]]:
     """Events from a Caffe log (solver output, ``caffe time`` output, or both)."""
-    name = str(path)
-    reader = _Reader(name)
-    number = 0
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, raw in enumerate(handle, start=1):
-            text = raw.rstrip("\n")
-            if not GLOG_START.match(text):
-                continue
-            match = GLOG.match(text)
-            if not match:
-                raise reader.error(number, f"cut-off or malformed glog line: {text[:80]!r}")
-            try:
-                now = reader.seconds(match)
-            except ValueError as err:
-                raise reader.error(number, f"bad glog time stamp: {err}") from None
-            reader.message(number, match["message"].rstrip(), now)
-    return reader.finish(number)
+    return list(iter_events(path))
 
 
 def layer_table(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
