@@ -98,7 +98,7 @@ def bare(spec: RunSpec, data: Path) -> dict[str, float]:
             done = time.perf_counter()
         finally:
             sc.stop()
-        events = bigdl_log.parse(log_path)
+        events = [e for e in bigdl_log.parse(log_path) if e["event"] == "iteration"]
     if len(events) != total:
         raise RuntimeError(f"BigDL logged {len(events)} iterations, expected {total}")
     return {

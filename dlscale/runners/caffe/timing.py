@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     output = run_caffe_time(home, args.net, args.iterations, args.threads, args.timeout_s)
     atomic.write_text(args.log, output)
     events = caffe_parse.parse(args.log)
+    failed = next((e for e in events if e["event"] == "run_end" and e.get("status") == "failed"), None)
+    if failed is not None:
+        print(f"caffe time failed: {failed['reason']} ({args.log}:{failed.get('line')})", file=sys.stderr)
+        return 1
     for event in events:
         event.update(model=args.model, batch=args.batch, threads=args.threads)  # not in Caffe's log
     # Not write_atomic: benchmark events are not run events (no run_start/run_end schema).
