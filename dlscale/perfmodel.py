@@ -93,11 +93,15 @@ Networks (``Link``)
 -------------------
 A projection preset (``dlscale.networks``) gives ``a_n`` (its latency) and ``g_n``
 (``1/bandwidth``); links carry traffic both ways at full rate (ingress shaped). An emulated
-network (``dlscale.netns``: ``tc tbf`` on every node's egress) adds bandwidth only:
-``g_n`` is the extra per-byte time of a TCP ping-pong across it over loopback's (both
-from ``dlscale.commbench.tcp``; the preset's bandwidth when not measured), ``a_n`` its
-extra one-way latency (about 0: this kernel has neither ``sch_netem`` nor ``fq``, so no
-delay is added; ``latency_sensitivity`` shows how much the projection depends on it).
+network (``dlscale.netns``: ``tc tbf`` on every node's egress) is the preset's rate after
+a token bucket of ``B`` bytes (256 KiB here), so the busiest node of a step that sends
+``b`` bytes in a row waits ``max(b - B, 0)·g_n`` (``Link.wire``; a 64 KiB message passes
+a 1 Gbit/s emulated link at loopback speed, 4 MiB at the rate: measured with
+``dlscale.commbench.tcp``); it shapes egress only, and adds no latency: ``a_n`` is the
+extra one-way latency a TCP ping-pong measured across it over loopback's, 0 on this
+kernel, which has neither ``sch_netem`` nor ``fq``; ``dlscale.commbench.latency`` adds one
+through NFQUEUE for the micro-benchmarks. ``latency_sensitivity`` shows how much the
+projection depends on ``a_n``.
 
 Validation, uncertainty
 -----------------------
@@ -367,6 +371,16 @@ def _fit(
     )
 
 
+def with_latency(frame: pd.DataFrame) -> pd.Series:
+    """The network of each row, ``+<latency>us`` where a per-hop delay was added to it
+    (``dlscale.commbench.latency``): a delayed link is another network."""
+    network = frame["network"].astype(str)
+    if "latency_us" not in frame:
+        return network
+    latency = pd.to_numeric(frame["latency_us"], errors="coerce").fillna(0.0)
+    return network.where(latency.le(0), network + "+" + latency.map("{:g}".format) + "us")
+
+
 def commbench_cells(raw: pd.DataFrame) -> pd.DataFrame:
     """One row per benchmark cell (library, op, network, world, size, model, algorithm):
     the median of its timed repeats (``seconds``) and how many there were."""
@@ -379,6 +393,7 @@ def commbench_cells(raw: pd.DataFrame) -> pd.DataFrame:
             frame[name] = default
     frame["model"] = frame["model"].fillna("").astype(str)
     frame["algorithm"] = frame["algorithm"].fillna("default").astype(str)
+    frame["network"] = with_latency(frame)
     return frame.groupby(keys, as_index=False, sort=True).agg(
         seconds=("seconds", "median"), repeats=("seconds", "size"), host_cores=("host_cores", "max")
     )
@@ -469,21 +484,27 @@ LIBRARY_OPS: Mapping[str, tuple[str, ...]] = {
 
 
 def fit_commbench(cells: pd.DataFrame) -> dict[tuple[str, str, str], Fit]:
-    """Every library operation on every network it was measured on: ``(library, op, network)``."""
+    """Every library operation on every network it was measured on: ``(library, op, network)``.
+
+    Library costs are fitted on the host only (cells on emulated networks are the checks'
+    held-out data, ``commbench_checks``); TCP on every network (the links themselves).
+    """
     fits: dict[tuple[str, str, str], Fit] = {}
     if cells.empty:
         return fits
-    for library, ops in LIBRARY_OPS.items():
-        for op in ops:
-            for network in sorted(
-                cells.loc[cells["library"].eq(library) & cells["op"].eq(op), "network"].unique()
-            ):
-                if library != "tcp" and network != HOST:
-                    continue  # library costs are host costs; other networks are validation data
-                fit = fit_library(cells, library, op, str(network))
-                if fit is not None:
-                    fits[(library, op, str(network))] = fit
-    return fits
+    usable = cells[cells["algorithm"].eq("default") & cells["seconds"].gt(0)]
+    for (library, op, network), group in usable.groupby(["library", "op", "network"], sort=True):
+        if op not in LIBRARY_OPS.get(library, ()) or (library != "tcp" and network != HOST):
+            continue
+        cores = int(group["host_cores"].max()) or None
+        made = design(library, op, group["world"].to_numpy(), group["nbytes"].to_numpy(), cores)
+        if made is None:
+            continue
+        if network != HOST:  # the link's known rate beyond its bucket out: what is left is alpha
+            wire = emulated_link(str(network)).wire(0, group["nbytes"].to_numpy(dtype="float64"))
+            group = group.assign(seconds=np.maximum(group["seconds"].to_numpy() - wire, _WEIGHT_FLOOR_S))
+        fits[(str(library), str(op), str(network))] = _fit(str(library), str(op), group, *made)
+    return fit_overlap(cells, fits)
 
 
 def fits_table(fits: Mapping[tuple[str, str, str], Fit]) -> pd.DataFrame:
@@ -505,28 +526,6 @@ def fits_table(fits: Mapping[tuple[str, str, str], Fit]) -> pd.DataFrame:
                 }
             )  # fmt: skip
     return pd.DataFrame(rows, columns=list(FIT_COLUMNS))
-
-
-def blob_pattern_check(cells: pd.DataFrame, fits: Mapping[tuple[str, str, str], Fit]) -> pd.DataFrame:
-    """Caffe's per-blob pattern as measured (``allreduce-blobs``) against the model's sum over
-    blobs of the flat-buffer fit: does one fit of ``mpi`` explain the many-blob pattern?"""
-    fit = fits.get(("mpi", "allreduce", HOST))
-    pick = _host_cells(cells, "mpi", "allreduce-blobs")
-    if fit is None or pick.empty:
-        return pd.DataFrame(columns=["model", "world", "measured_s", "predicted_s", "error", "flat_s"])
-    flat = _host_cells(cells, "mpi", "allreduce")
-    rows = []
-    for row in pick.itertuples(index=False):
-        predicted = float(
-            mpi_comm(fit, row.model, np.array([row.world]), Link.host(), int(fit.host_cores) or None)[0]
-        )
-        same = flat[flat["world"].eq(row.world) & flat["nbytes"].eq(row.nbytes)]
-        rows.append(
-            {"model": row.model, "world": int(row.world), "measured_s": float(row.seconds),
-             "predicted_s": predicted, "error": predicted / float(row.seconds) - 1.0,
-             "flat_s": float(same["seconds"].iloc[0]) if len(same) else math.nan}
-        )  # fmt: skip
-    return pd.DataFrame(rows)
 
 
 # --- links ------------------------------------------------------------------------------------
@@ -570,7 +569,7 @@ def emulated_link(network: str, fits: Mapping[tuple[str, str, str], Fit] | None 
     the token bucket ``tc tbf`` is given (``netns.shaping_args``), egress only, and the extra
     one-way latency a TCP ping-pong measured across it over loopback (0 when not measured:
     no delay is emulated on this kernel)."""
-    preset = emulated_preset(network)
+    preset = emulated_preset(network.split("+", 1)[0])
     if preset is None:
         return Link.host()
     args = shaping_args(preset)
@@ -592,6 +591,111 @@ def preset_named(name: str) -> NetworkPreset:
     if preset is None:
         return preset_named(LOOPBACK)
     return preset
+
+
+# --- checks of the library model on micro-benchmarks it was not fitted on ---------------------
+
+CHECK_COLUMNS: tuple[str, ...] = (
+    "check", "library", "op", "network", "world", "nbytes", "model", "measured_s", "predicted_s", "error",
+)  # fmt: skip
+
+
+def _emulated_parts(
+    cells: pd.DataFrame, fits: Mapping[tuple[str, str, str], Fit]
+) -> list[tuple[Any, Fit, tuple[float, ...]]]:
+    """Every emulated-network cell the model can predict from a host fit: (cell, host fit,
+    (fixed, per-byte, wire)). Parameter-server cells only with every worker active (which
+    workers take fewer closures is not known, so neither are their links)."""
+    emulated = cells[cells["network"].ne(HOST) & cells["algorithm"].eq("default") & cells["seconds"].gt(0)]
+    most_workers = emulated[emulated["op"].eq("pushpull")].groupby("network")["world"].max()
+    out = []
+    for row in emulated.itertuples(index=False):
+        try:
+            link = emulated_link(row.network, fits)
+        except KeyError:
+            continue
+        p, size = float(row.world), float(row.nbytes)
+        if row.op == "pingpong":
+            host = fits.get(("tcp", "pingpong", HOST))
+            parts = None if host is None else (predict_fit(host, p, size), 0.0, link.wire(1, size))
+        elif row.op == "allreduce" and row.library in ("gloo", "tf-ring"):
+            host = fits.get((row.library, "allreduce", HOST))
+            parts = None if host is None else ring_parts(host, p, size, link, host.host_cores or None)
+        elif row.op == "allreduce" and row.library == "mpi":
+            host = fits.get(("mpi", "allreduce", HOST))
+            parts = None if host is None else mpi_parts(host, [p], [size], link, host.host_cores or None)
+        elif row.op == "pushpull" and row.world == most_workers.get(row.network):
+            host = fits.get(("tf-ps", "pushpull", HOST))
+            parts = None if host is None else ps_parts(host, p, size, link)
+        else:
+            continue
+        if parts is not None:
+            out.append((row, host, tuple(float(np.ravel(v)[0]) for v in parts)))
+    return out
+
+
+def fit_overlap(
+    cells: pd.DataFrame, fits: Mapping[tuple[str, str, str], Fit]
+) -> dict[tuple[str, str, str], Fit]:
+    """``fits`` with each library's ``overlap`` (0-1, see ``combine``) fitted on its cells on
+    emulated networks (relative least squares, ``scipy.optimize.minimize_scalar``); a
+    library without such cells keeps 0 (software and wire in turn). The only parameter the
+    emulated micro-benchmarks fit: the rest of the model never sees them."""
+    from scipy.optimize import minimize_scalar
+
+    out = dict(fits)
+    by_library: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+    for row, host, (fixed, per_byte, wire) in _emulated_parts(cells, fits):
+        if host.library != "tcp":
+            by_library.setdefault((host.library, host.op), []).append(
+                (fixed, per_byte, wire, float(row.seconds))
+            )
+    for (library, op), points in by_library.items():
+        fixed, per_byte, wire, y = (np.array(v) for v in zip(*points, strict=True))
+
+        def loss(k: float, fixed=fixed, per_byte=per_byte, wire=wire, y=y) -> float:
+            return float(np.sum(((combine(fixed, per_byte, wire, k) - y) / y) ** 2))
+
+        best = minimize_scalar(loss, bounds=(0.0, 1.0), method="bounded")
+        fit = out[(library, op, HOST)]
+        out[(library, op, HOST)] = dataclasses.replace(
+            fit,
+            coefficients={**fit.coefficients, "overlap": float(best.x)},
+            identified=(*fit.identified, "overlap"),
+        )
+    return out
+
+
+def commbench_checks(cells: pd.DataFrame, fits: Mapping[tuple[str, str, str], Fit]) -> pd.DataFrame:
+    """The library fits against benchmark cells they were not fitted on (``commbench_checks.csv``).
+
+    ``blobs``: Caffe's per-blob pattern as measured (``allreduce-blobs``) against the sum
+    over blobs of the flat-buffer fit (does one fit of ``mpi`` explain many small calls?).
+    ``emulated``: every cell on an emulated network against the host fit plus the link
+    (``emulated_link``: rate beyond the token bucket, egress only) and the library's
+    overlap (its one parameter fitted on these cells).
+    """
+    rows: list[dict[str, Any]] = []
+    if cells.empty:
+        return pd.DataFrame(columns=list(CHECK_COLUMNS))
+    mpi = fits.get(("mpi", "allreduce", HOST))
+    if mpi is not None:
+        for row in _host_cells(cells, "mpi", "allreduce-blobs").itertuples(index=False):
+            predicted = float(
+                mpi_comm(mpi, row.model, np.array([row.world]), Link.host(), mpi.host_cores or None)[0]
+            )
+            rows.append(_check("blobs", row, predicted))
+    for row, host, parts in _emulated_parts(cells, fits):
+        rows.append(_check("emulated", row, float(combine(*parts, host.get("overlap")))))
+    return pd.DataFrame(rows, columns=list(CHECK_COLUMNS))
+
+
+def _check(kind: str, row: Any, predicted: float) -> dict[str, Any]:
+    return {
+        "check": kind, "library": row.library, "op": row.op, "network": row.network, "world": int(row.world),
+        "nbytes": int(row.nbytes), "model": row.model, "measured_s": float(row.seconds), "predicted_s": predicted,
+        "error": predicted / float(row.seconds) - 1.0,
+    }  # fmt: skip
 
 
 # --- per-set-up calibration -----------------------------------------------------------------
@@ -627,23 +731,87 @@ class Calibration:
         return max((fit.host_cores for fit in self.fits.values()), default=0)
 
 
-def mpi_terms(fit: Fit, model: str, ranks: np.ndarray, cores: int | None) -> tuple[np.ndarray, ...]:
-    """Caffe-MPI's per-blob all-reduces of ``model`` at each of ``ranks`` (vectorised):
-    the host time (library costs, with contention), and the messages and bytes that cross
-    the network, summed over blobs."""
-    p = np.asarray(ranks, dtype="float64")[:, None]
-    sizes = np.asarray(blob_bytes(model), dtype="float64")[None, :]
-    alg = openmpi_allreduce_algorithm(p, sizes)
-    m, b = mpi_algorithm_terms(alg, p, sizes)
+def combine(fixed: Any, per_byte: Any, wire: Any, overlap: float = 0.0) -> np.ndarray:
+    """A library operation's time: its fixed (per call and message) host costs, its per-byte
+    host costs and the wire's time, less the ``overlap`` share of whichever of the last two
+    is shorter (0: software and wire in turn; 1: fully pipelined). ``overlap`` is fitted per
+    library on the emulated-network micro-benchmarks (``fit_overlap``), 0 without them."""
+    per_byte, wire = np.asarray(per_byte, dtype="float64"), np.asarray(wire, dtype="float64")
+    return np.asarray(fixed, dtype="float64") + per_byte + wire - overlap * np.minimum(per_byte, wire)
+
+
+def ring_parts(fit: Fit, ranks: Any, nbytes: Any, link: Link, cores: int | None) -> tuple[np.ndarray, ...]:
+    """(fixed, per-byte, wire) of a ring all-reduce (gloo, TensorFlow's ring); 0 at one rank."""
+    p = np.asarray(ranks, dtype="float64")
+    m, b = ring_terms(p, nbytes)
     rho = contention(p, cores)
-    host = np.where(p > 1, rho * (fit.get("c") + m * fit.get("alpha") + b * fit.get("gamma")), 0.0)
-    return host.sum(axis=1), m.sum(axis=1), b.sum(axis=1)
+    alone = p <= 1
+    return (
+        np.where(alone, 0.0, rho * (fit.get("c") + m * fit.get("alpha"))),
+        np.where(alone, 0.0, rho * b * fit.get("gamma")),
+        np.where(alone, 0.0, link.wire(m, b)),
+    )
+
+
+def mpi_parts(
+    fit: Fit, ranks: Any, blob_sizes: Sequence[float], link: Link, cores: int | None
+) -> tuple[np.ndarray, ...]:
+    """(fixed, per-byte, wire) of one Open MPI all-reduce per blob, each with the algorithm
+    Open MPI picks for its size, at each of ``ranks``; the wire carries every blob's
+    messages and bytes in a row."""
+    p = np.atleast_1d(np.asarray(ranks, dtype="float64"))[:, None]
+    sizes = np.asarray(blob_sizes, dtype="float64")[None, :]
+    m, b = mpi_algorithm_terms(openmpi_allreduce_algorithm(p, sizes), p, sizes)
+    rho = contention(p, cores)
+    talks = p[:, 0] > 1
+    fixed = np.where(talks, (rho * (fit.get("c") + m * fit.get("alpha"))).sum(axis=1), 0.0)
+    per_byte = np.where(talks, (rho * b * fit.get("gamma")).sum(axis=1), 0.0)
+    return fixed, per_byte, np.where(talks, link.wire(m.sum(axis=1), b.sum(axis=1)), 0.0)
+
+
+def ps_parts(
+    fit: Fit,
+    workers: Any,
+    nbytes: float,
+    link: Link,
+    ranks_per_node: int = 1,
+    num_ps: int = 1,
+    data_bytes: float = 0.0,
+) -> tuple[np.ndarray, ...]:
+    """(fixed, per-byte, wire) of one parameter-server step: ``workers`` pull and push
+    ``nbytes`` through ``num_ps`` servers on node 0 (and the chief there ships each remote
+    worker ``data_bytes`` of input)."""
+    p = np.asarray(workers, dtype="float64")
+    fixed = fit.get("c") + p * fit.get("per_worker")
+    per_byte = nbytes * fit.get("gamma_worker") + p * nbytes / num_ps * fit.get("gamma_server") + 0 * p
+    remote = np.maximum(p - ranks_per_node, 0.0)
+    pull = remote * (nbytes / num_ps + data_bytes)
+    push = (
+        remote * nbytes / num_ps
+        if link.ingress_shaped
+        else np.where(remote > 0, ranks_per_node * nbytes, 0.0)
+    )
+    # pulls leave the server's node, pushes cross the workers' links (emulated) or the
+    # server's ingress (real): each link has its own budget (and bucket), paid in turn
+    talks = np.where(remote > 0, 1.0, 0.0)
+    return fixed, per_byte, link.wire(talks, pull) + link.wire(talks, push)
+
+
+def exchange_parts(
+    fit: Fit, executors: Any, nbytes: float, link: Link, cores: int | None
+) -> tuple[np.ndarray, ...]:
+    """(fixed, per-byte, wire) of BigDL's block exchange: each executor fetches its slice
+    from the ``N-1`` others (gradients), then their weight slices: two rounds of ``N-1``
+    fetches of ``S/N``, in two Spark jobs (two bursts)."""
+    n = np.asarray(executors, dtype="float64")
+    rho = contention(n, cores)
+    m, b = 2 * (n - 1), 2 * (n - 1) / n * nbytes
+    return rho * m * fit.get("alpha"), rho * b * fit.get("gamma"), 2 * link.wire(m / 2, b / 2)
 
 
 def mpi_comm(fit: Fit, model: str, ranks: np.ndarray, link: Link, cores: int | None) -> np.ndarray:
     """Caffe-MPI's per-blob all-reduces of ``model`` at each of ``ranks``, on ``link``."""
-    host, m, b = mpi_terms(fit, model, ranks, cores)
-    return host + link.wire(m, b)
+    return combine(*mpi_parts(fit, ranks, blob_bytes(model), link, cores), fit.get("overlap"))
 
 
 def library_comm(
@@ -668,46 +836,24 @@ def library_comm(
     size = float(gradient_bytes(model))
     if cal.pattern == RING and cal.library == "mpi" and cal.source == "commbench":
         return mpi_comm(cal.fits["allreduce"], model, p, link, cores)
-    if cal.pattern == RING:
-        m, b = ring_terms(p, size)  # (Caffe fitted on runs: one flat ring stands in)
-        rho = contention(p, cores)
+    if cal.pattern == RING:  # (Caffe fitted on runs: one flat ring stands in)
         fit = cal.fits["allreduce"]
-        comm = rho * (fit.get("c") + m * fit.get("alpha") + b * fit.get("gamma")) + link.wire(m, b)
-        return np.where(p > 1, comm, 0.0)
+        return combine(*ring_parts(fit, p, size, link, cores), fit.get("overlap"))
     if cal.pattern == PS:
         fit = cal.fits["pushpull"]
-        host = (
-            fit.get("c")
-            + p * fit.get("per_worker")
-            + size * fit.get("gamma_worker")
-            + p * size / num_ps * fit.get("gamma_server")
-        )
-        remote = np.maximum(p - ranks_per_node, 0.0)
         data = batch_per_rank * SAMPLE_BYTES.get(dataset or "", 0)
-        pull = remote * (size / num_ps + data)
-        push = (
-            remote * size / num_ps
-            if link.ingress_shaped
-            else np.where(remote > 0, ranks_per_node * size, 0.0)
-        )
-        # pulls leave the server's node, pushes another link (emulated) or its ingress (real):
-        # each link has its own budget (and bucket), the step pays both in turn
-        return (
-            host
-            + link.wire(np.where(remote > 0, 1.0, 0.0), pull)
-            + link.wire(np.where(remote > 0, 1.0, 0.0), push)
-        )
+        return combine(*ps_parts(fit, p, size, link, ranks_per_node, num_ps, data), fit.get("overlap"))
     if cal.pattern == BIGDL:
         job, shuffle = cal.fits.get("job"), cal.fits["shuffle"]
         scheduling = (
             0.0 if job is None else BIGDL_JOBS_PER_ITERATION * (job.get("c") + n * job.get("per_task"))
         )
-        rho = contention(n, cores)
-        m, b = 2 * (n - 1), 2 * (n - 1) / n * size
-        exchange = rho * (m * shuffle.get("alpha") + b * shuffle.get("gamma"))
         fixed = shuffle.get("c") if job is None else 0.0  # fitted on runs: the per-step Spark cost
-        # the weights are fetched in one job, the gradient slices in the next: two bursts
-        return scheduling + fixed + exchange + 2 * link.wire(m / 2, b / 2)
+        return (
+            scheduling
+            + fixed
+            + combine(*exchange_parts(shuffle, n, size, link, cores), shuffle.get("overlap"))
+        )
     raise ValueError(f"unknown synchronisation pattern {cal.pattern!r}")
 
 
@@ -846,15 +992,14 @@ def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> C
     if group.empty:
         return dataclasses.replace(cal, note="no host runs: offset 0")
     cores = cal.host_cores or None
-    residuals = []
-    for run in group.itertuples(index=False):
-        model = float(
-            library_comm(cal, run.model, [run.nodes], run.ranks_per_node, Link.host(), cores, num_ps,
-                         run.batch_per_rank, run.dataset)[0]
-        )  # fmt: skip
-        residuals.append((float(run.exposed_s), model))
-    measured = np.array([r[0] for r in residuals])
-    modelled = np.array([r[1] for r in residuals])
+    measured = group["exposed_s"].to_numpy(dtype="float64")
+    modelled = np.empty(len(group))
+    keys = ["model", "ranks_per_node", "batch_per_rank", "dataset"]
+    for (model, rpn, batch, dataset), index in group.groupby(keys, sort=False).indices.items():
+        nodes = group["nodes"].to_numpy()[index]
+        modelled[index] = library_comm(
+            cal, model, nodes, int(rpn), Link.host(), cores, num_ps, int(batch), dataset
+        )
     offset = float(np.median(measured - modelled))
     rel = (modelled + offset - measured) / np.maximum(measured, _WEIGHT_FLOOR_S)
     return dataclasses.replace(
@@ -1064,15 +1209,16 @@ class Curve:
     compute_s: float
 
 
-def curves(measured: pd.DataFrame, calibrations: Mapping[str, Calibration]) -> list[Curve]:
-    """A curve per calibrated set-up and model with a compute measurement (the batch of its
-    smallest world; a strong-scaling study's first batch: the projection is weak from 1 node)."""
+def curves(measured: pd.DataFrame, calibrations: Mapping[str, Calibration] | None = None) -> list[Curve]:
+    """A curve per set-up and model with a compute measurement (calibrated set-ups only,
+    when ``calibrations`` is given): the batch of its smallest world (a strong-scaling
+    study's first batch: the projection is weak from 1 node)."""
     base = compute_baselines(measured).sort_values(["world_size", "batch_per_rank"], kind="stable")
     base = base.drop_duplicates(["setup", "model"]).sort_values(["setup", "model"])
     return [
         Curve(b.setup, b.model, str(b.dataset), int(b.batch_per_rank), float(b.compute_s))
         for b in base.itertuples(index=False)
-        if b.setup in calibrations
+        if calibrations is None or b.setup in calibrations
     ]
 
 
@@ -1254,6 +1400,7 @@ class CellSampler:
                 frame[name] = default
         frame["model"] = frame["model"].fillna("").astype(str)
         frame["algorithm"] = frame["algorithm"].fillna("default").astype(str)
+        frame["network"] = with_latency(frame)
         repeats = {k: g["seconds"].to_numpy(dtype="float64") for k, g in frame.groupby(_CELL_KEYS, sort=True)}
         self.repeats = [
             repeats[tuple(row)] for row in self.cells[_CELL_KEYS].itertuples(index=False, name=None)
@@ -1305,6 +1452,7 @@ def bootstrap(
     host = measured[measured["network"].eq(HOST)]
     compute_runs = compute_samples(measured, iterations)
     sampler = CellSampler(raw) if raw is not None and not raw.empty else None
+    every = curves(measured)
     out_cals: list[dict[str, Calibration]] = []
     out_curves: list[list[Curve]] = []
     for _ in range(int(replicates)):
@@ -1312,7 +1460,7 @@ def bootstrap(
         fits = fit_commbench(cells) if not cells.empty else {}
         cals = calibrate_measured(resample_runs(host, rng), fits, num_ps)
         out_cals.append(cals)
-        base = curves(measured, cals)
+        base = [c for c in every if c.setup in cals]
         out_curves.append(
             [
                 dataclasses.replace(
@@ -1388,6 +1536,7 @@ def latency_sensitivity(
 __all__ = (
     "BIGDL",
     "CALIBRATION_COLUMNS",
+    "CHECK_COLUMNS",
     "EFFICIENCY50_COLUMNS",
     "FIT_COLUMNS",
     "LOOPBACK",
@@ -1404,7 +1553,7 @@ __all__ = (
     "Fit",
     "Link",
     "Projection",
-    "blob_pattern_check",
+    "commbench_checks",
     "CellSampler",
     "bootstrap",
     "calibrate",
@@ -1418,6 +1567,9 @@ __all__ = (
     "design",
     "fit_curves",
     "fit_library",
+    "fit_overlap",
+    "combine",
+    "with_latency",
     "predict_fit",
     "fits_table",
     "gradient_bytes",

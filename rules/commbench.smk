@@ -41,7 +41,7 @@ PERFMODEL_EXTRA_TABLES = (
     "efficiency50",
     "commbench",
     "commbench_fits",
-    "commbench_blobs",
+    "commbench_checks",
     "latency_sensitivity",
 )
 PERFMODEL_ALL_FIGURES = tuple(

@@ -4,7 +4,7 @@ Inputs: ``runs`` (parquet), optional ``iterations`` (parquet: compute per iterat
 the bootstrap) and ``commbench`` (the micro-benchmark CSVs, none when the study skips
 them). Outputs: the tables ``calibration``, ``validation``, ``validation_summary``,
 ``projection`` and, where the rule declares them, ``efficiency50``, ``commbench``,
-``commbench_fits``, ``commbench_blobs``, ``latency_sensitivity``; the figures as
+``commbench_fits``, ``commbench_checks``, ``latency_sensitivity``; the figures as
 ``<figure>_<format>`` for every figure of ``dlscale.perfmodel_figures`` the rule declares.
 Params: ``network``, ``max_nodes``, ``ranks_per_node``, ``num_ps``, ``bootstrap``
 (replicates) and ``seed``. All logic lives in ``dlscale.perfmodel`` and
@@ -98,7 +98,7 @@ try:
         "efficiency50": projection.efficiency50,
         "commbench": raw,
         "commbench_fits": pm.fits_table(fits),
-        "commbench_blobs": pm.blob_pattern_check(cells, fits),
+        "commbench_checks": pm.commbench_checks(cells, fits),
         "latency_sensitivity": sensitivity,
     }
     names = set(out.keys())

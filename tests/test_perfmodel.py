@@ -239,7 +239,7 @@ def test_blob_pattern_check(exact_fits) -> None:
         "repeat": 0, "seconds": seconds, "host_cores": 2,
     }  # fmt: skip
     cells = pm.commbench_cells(pd.concat([synthetic_bench(), pd.DataFrame([row])], ignore_index=True))
-    check = pm.blob_pattern_check(cells, exact_fits)
+    check = pm.commbench_checks(cells, exact_fits)
     assert check.loc[0, "model"] == "lenet" and abs(check.loc[0, "error"]) < 1e-6
 
 

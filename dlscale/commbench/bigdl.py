@@ -126,7 +126,10 @@ def jobs(sc: Any, args: argparse.Namespace, executors: list[int]) -> None:
 
 
 def shuffles(spark: Any, args: argparse.Namespace, executors: list[int]) -> None:
-    sizes = common.sizes_for(args.sizes, args.network, args.max_op_s, 1.0)
+    # rows of 64 KiB: smaller sizes would time Spark's per-row overhead, not the exchange
+    sizes = common.sizes_for(
+        [s for s in args.sizes if s >= PAYLOAD] or [max(args.sizes)], args.network, args.max_op_s, 1.0
+    )
     for k in executors:
         for nbytes in sizes:
             payload = min(PAYLOAD, max(4, nbytes))
