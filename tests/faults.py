@@ -40,9 +40,7 @@ def record(row: FaultRow) -> None:
         handle.write(json.dumps(row.__dict__) + "\n")
 
 
-def fault_spec(
-    framework: str, *, nodes: int = 2, iterations: int = 100_000, **overrides: Any
-) -> RunSpec:
+def fault_spec(framework: str, *, nodes: int = 2, iterations: int = 100_000, **overrides: Any) -> RunSpec:
     """A LeNet run spec for ``framework`` built by dlscale.study, as the workflow builds it."""
     config = {
         "frameworks": [framework],

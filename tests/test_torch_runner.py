@@ -17,6 +17,7 @@ import pytest
 
 from dlscale import catalog
 from dlscale.events import read_events
+from dlscale.runspec import RunSpec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,6 +66,34 @@ def launch(python, run_spec, data, events, env=None, wait=True, rank_python=None
     if not wait:
         return subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=600)
+
+
+def test_plans_hand_every_rank_the_same_spec(tmp_path):
+    """Pure (no torch): n x p ranks locally, one srun step under SLURM; each rank's argv
+    carries the spec as RunSpec.to_json, which reads back as the same spec."""
+    from dlscale.runners.plan import LaunchContext
+    from dlscale.runners.torch import launcher as torch_launcher
+
+    run = RunSpec.from_dict(spec(nodes=2, rpn=2))
+    local = torch_launcher.plan(LaunchContext(run, "/venv/bin/python", tmp_path, tmp_path, 29500))
+    assert [p.rank for p in local.processes] == [0, 1, 2, 3] and local.reporting_ranks == 4
+    assert [p.node for p in local.processes] == [0, 0, 1, 1]
+    assert [p.env["DLSCALE_NODE_RANK"] for p in local.processes] == ["0", "0", "1", "1"]
+    for process in local.processes:
+        argv = process.argv
+        assert argv[:3] == ["/venv/bin/python", "-m", "dlscale.runners.torch"]
+        assert argv[argv.index("--spec-json") + 1] == run.to_json()
+        assert RunSpec.from_json(argv[argv.index("--spec-json") + 1]) == run
+        assert process.env["OMP_NUM_THREADS"] == "1"
+    ctx = LaunchContext(
+        run, "/venv/bin/python", tmp_path, tmp_path, 29500, mode="slurm", master_addr="10.0.0.1"
+    )
+    [step] = torch_launcher.plan(ctx).processes
+    assert step.argv[:6] == [
+        "srun", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--cpus-per-task=1", "--kill-on-bad-exit=1"
+    ]  # fmt: skip
+    assert RunSpec.from_json(step.argv[step.argv.index("--spec-json") + 1]) == run
+    assert step.env["DLSCALE_MASTER_ADDR"] == "10.0.0.1" and step.env["DLSCALE_MASTER_PORT"] == "29500"
 
 
 def test_parameter_counts_match_reference(torch_py):
