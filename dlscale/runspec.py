@@ -77,8 +77,11 @@ class RunSpec:
                 raise SpecError(f"run spec field {f.name!r}: {value!r} is not {expected.__name__}")
             if expected is float and not math.isfinite(value):
                 raise SpecError(f"run spec field {f.name!r}: {value!r} is not a finite number")
-        catalog.framework(self.framework)
-        catalog.model(self.model)
+        for name, lookup in (("framework", catalog.framework), ("model", catalog.model)):
+            try:
+                lookup(getattr(self, name))
+            except KeyError as err:
+                raise SpecError(f"run spec field {name!r}: {err.args[0]}") from None
         if self.world_size != self.nodes * self.ranks_per_node:
             raise SpecError(
                 f"run spec field 'world_size': {self.world_size} is not nodes x ranks_per_node"
