@@ -5,8 +5,12 @@ Supercomputers" (ICA3PP 2018). Stages: environments -> data -> training runs -> 
 figures and report. Run `snakemake --profile profiles/local` (or profiles/tianhe).
 """
 
+# The default study, unless the command line names one: a --configfile is a whole study
+# whose missing keys take the schema's defaults, not this file's (a study for a cluster
+# must not inherit, say, the laptop study's models_per_framework).
+if not workflow.overwrite_configfiles:
 
-configfile: "config.yaml"
+    configfile: "config.yaml"
 
 
 report: "report/workflow.rst"
@@ -34,6 +38,7 @@ rule all:
         # Every run is a target itself, so a deleted or failed run is redone even though
         # the tables that summarise it are newer.
         run_events(),
+        all_run_events,
         "results/runs.csv",
         "results/findings.csv",
         figure_files(),
