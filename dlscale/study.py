@@ -198,6 +198,11 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
         if err.validator == "oneOf" and err.context:
             # "not valid under any of the given schemas" says nothing; the branch that
             # matches the value's type says what is wrong (e.g. the allowed names).
+            if not _fitting_branches(err):
+                raise ConfigError(
+                    f"config key '{_key_path(err.absolute_path)}': {err.instance!r} is not"
+                    f" {' or '.join(_describe_branch(b) for b in err.validator_value)}"
+                )
             err = _branch_error(err)
         raise ConfigError(f"config key '{_key_path(err.absolute_path)}': {err.message}")
     _check_semantics(study, Path(base_dir))
@@ -280,16 +285,31 @@ def check_local_capacity(study: dict[str, Any], cores: int) -> None:
         )
 
 
-def _branch_error(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
-    """Of a failed oneOf, the deepest error of the branch whose type fits the value."""
+def _fitting_branches(err: jsonschema.ValidationError) -> list[list[jsonschema.ValidationError]]:
+    """The failed oneOf branches whose type fits the value (their errors are about its value)."""
     branches: dict[Any, list[jsonschema.ValidationError]] = {}
     for sub in err.context or ():
         branches.setdefault(sub.relative_schema_path[0], []).append(sub)
-    fitting = [
+    return [
         errors
         for errors in branches.values()
         if not any(e.validator == "type" and not e.relative_path for e in errors)
     ]
+
+
+def _describe_branch(branch: dict[str, Any]) -> str:
+    """What one oneOf branch accepts, in words ("an integer", "'auto'")."""
+    if "enum" in branch:
+        return " or ".join(repr(v) for v in branch["enum"])
+    if "$ref" in branch:
+        return f"a {branch['$ref'].rsplit('/', 1)[-1].replace('_', ' ')}"
+    kind = branch.get("type", "value")
+    return {"integer": "an integer", "array": "a list", "object": "a mapping"}.get(kind, f"a {kind}")
+
+
+def _branch_error(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """Of a failed oneOf, the deepest error of the branch whose type fits the value."""
+    fitting = _fitting_branches(err)
     candidates = [e for errors in fitting for e in errors] or [e for e in err.context if e.validator != "type"]
     return max(candidates or err.context, key=lambda e: len(e.absolute_path))
 

@@ -15,8 +15,15 @@ from dlscale.study import ConfigError, Run, expand_runs, run_spec, validate_conf
 def test_default_config_is_valid(repo, schema):
     config = yaml.safe_load((repo / "config.yaml").read_text())
     study = validate_config(config, schema, repo)
-    assert "torch" in study["frameworks"] and "tensorflow" in study["frameworks"]
-    assert set(study["models"]) == {"lenet", "autoencoder", "alexnet", "resnet50"}
+    from dlscale import catalog
+
+    assert study["frameworks"] == list(catalog.FRAMEWORK_NAMES)  # the seed's three and PyTorch
+    assert study["repeats"] >= 3  # cells get intervals
+
+
+def test_every_study_file_is_valid(repo, schema):
+    for path in sorted((repo / "studies").glob("*.yaml")) + [repo / "profiles" / "tianhe" / "study.yaml"]:
+        validate_config(yaml.safe_load(path.read_text()), schema, repo)
 
 
 def test_empty_config_gets_every_default(schema):
@@ -215,8 +222,8 @@ def test_schema_lists_exactly_the_emulable_networks(schema):
     ("config", "key", "message"),
     [
         ({"nodes": [2.0]}, "nodes[0]", "2.0 is not of type 'integer'"),
-        ({"repeats": 2.0}, "repeats", "2.0 is not of type 'integer'"),
-        ({"repeats": True}, "repeats", "True is not of type 'integer'"),
+        ({"repeats": 2.0}, "repeats", "2.0 is not an integer or 'auto'"),
+        ({"repeats": True}, "repeats", "True is not an integer or 'auto'"),
         ({"learning_rate": {"lenet": float("nan")}}, "learning_rate.lenet", "nan is not a finite number"),
         ({"iterations": {"lenet": float("inf")}}, "iterations.lenet", "inf is not a finite number"),
         ({"iterations": {"lenet": 10**9}}, "iterations.lenet", "is greater than the maximum"),
