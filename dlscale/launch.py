@@ -205,6 +205,19 @@ def describe_failure(label: str, returncode: int, events: list[dict[str, Any]]) 
     return f"{label} exited with status {returncode} {where}"
 
 
+def startup_failure(startup_s: float, parts: dict[int, list[dict[str, Any]]], plan: Plan | None) -> str:
+    """Why no rank completed a first step in time: what each rank last logged."""
+    ranks = sorted(set(range(plan.reporting_ranks if plan else 1)) | set(parts))
+    last = []
+    for rank in ranks:
+        events = parts.get(rank, [])
+        last.append(f"rank {rank}: {events[-1].get('event') if events else 'nothing'}")
+    return (
+        f"no rank completed a first step within {startup_s} s (start-up timeout; peers unreachable?):"
+        f" last logged {', '.join(last)}"
+    )
+
+
 def describe_group_failure(label: str, returncode: int, parts: dict[int, list[dict[str, Any]]]) -> str:
     """Why a process that stands for many ranks (srun, mpirun) failed, from their parts.
 
@@ -300,7 +313,11 @@ class Launch:
             work_dir=self.work_dir,
             master_port=port,
             mode=self.mode,
-            master_addr=net.addresses[0] if net else master_address(self.mode, os.environ),
+            # DLSCALE_MASTER_ADDR overrides node 0's address on emulated nodes too (the
+            # fault suite names an unreachable master with it).
+            master_addr=(os.environ.get("DLSCALE_MASTER_ADDR") or net.addresses[0])
+            if net
+            else master_address(self.mode, os.environ),
             node_addresses=tuple(net.addresses) if net else ("127.0.0.1",),
             interface=net.interface if net else "lo",
             node_env=netns.node_env(net) if net and net.preset else {},
@@ -372,6 +389,10 @@ class Launch:
         if self.failure or self.spec is None:  # the run could not start: nothing to watch
             return
         timeout_s = self.spec.timeout_s
+        # From launch to the first completed step (timed or warm-up) of any rank: the
+        # framework's start-up timeout (issue 22: ranks that cannot reach each other).
+        startup_s = self.spec.options.get("startup_timeout_s")
+        first_step = False
         while True:
             if self.terminated_by:
                 self.failure = f"launcher received {self.terminated_by} (time limit or cancellation)"
@@ -405,6 +426,12 @@ class Launch:
             if time.time() - self.started > timeout_s:
                 self.failure = f"time limit of {timeout_s} s exceeded (run_timeout_min)"
                 break
+            if not first_step and startup_s and time.time() - self.started > startup_s:
+                parts = read_parts(self.work_dir)
+                first_step = any(e.get("event") == "iteration" for ev in parts.values() for e in ev)
+                if not first_step:
+                    self.failure = startup_failure(startup_s, parts, self.plan)
+                    break
             time.sleep(POLL_S)
         print(f"[launch] FAILED: {self.failure}; stopping the other ranks", file=sys.stderr, flush=True)
         self.stop_all()

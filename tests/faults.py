@@ -123,12 +123,15 @@ class LaunchedRun:
             self.proc.wait()
 
 
-def launch(python: Path, spec: RunSpec, data: Path, events: Path) -> LaunchedRun:
+def launch(
+    python: Path, spec: RunSpec, data: Path, events: Path, env: dict[str, str] | None = None
+) -> LaunchedRun:
+    """``env``: variables added to the launcher's environment (a fault injected there)."""
     cmd = [
         str(python), "-m", "dlscale.launch", "--spec-json", spec.to_json(), "--data", str(data),
         "--events", str(events), "--python", str(python),
     ]  # fmt: skip
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )

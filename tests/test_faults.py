@@ -176,3 +176,28 @@ def test_corrupted_shard(framework, mnist_shards, tmp_path):
         )
     finally:
         run.stop()
+
+
+#: Start-up timeout of the unreachable-peer rows: short, so that the suite stays quick.
+STARTUP_S = 20
+
+
+def test_peer_unreachable_at_startup(framework, mnist_shards, tmp_path):
+    # A master name that does not resolve (.invalid never does, RFC 6761): every rank
+    # checks its cluster spec before starting servers and fails at once, naming it. (An
+    # address that resolves but answers nothing, e.g. TEST-NET 192.0.2.1, is not dialled
+    # by the local layouts: torch meets at a file, mpirun and Spark find their own way;
+    # the launcher's start-up bound covers that case, tests/test_startup_timeout.py.)
+    address, expected = "no-such-node.invalid", r"no-such-node\.invalid.* does not resolve"
+    python = runner_python(framework)
+    spec = fault_spec(framework, **{framework: {"startup_timeout_s": STARTUP_S}})
+    run = launch(python, spec, mnist_shards, tmp_path / "events.jsonl", env={"DLSCALE_MASTER_ADDR": address})
+    try:
+        waited = run.wait(BOUND_S)
+        pids = run.rank_pids() if waited is not None else {}
+        fault = "peer unreachable at start-up (name does not resolve)"
+        finish(run, fault, framework, expected, run.started, pids)
+        # Within the start-up timeout (plus the launcher's grace to stop the ranks).
+        assert time.time() - run.started < STARTUP_S + 30
+    finally:
+        run.stop()

@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -106,6 +107,47 @@ class RunContext:
             )
 
 
+def unresolved(host: str) -> str | None:
+    """Why ``host`` does not resolve (socket.getaddrinfo's words), or None if it does."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        return str(err)
+    return None
+
+
+def check_peers_resolve(peers: list[tuple[str, str]], rank: int) -> None:
+    """Fail at once (RunFailure) where a peer's host name does not resolve.
+
+    ``peers`` lists ``(who, "host:port" or "host")`` for every process this rank must
+    reach (its cluster spec). A name that does not resolve would otherwise leave the ranks
+    waiting for each other with no connection (gRPC servers, gloo's store) until a
+    timeout that is not meant for start-up fires, or never. Each name is asked once.
+    """
+    answers: dict[str, str | None] = {}
+    problems = []
+    for who, address in peers:
+        host = address.rsplit(":", 1)[0] if address.count(":") == 1 else address
+        host = host.strip("[]")
+        if host not in answers:
+            answers[host] = unresolved(host)
+        if answers[host] is not None:
+            problems.append(
+                f"{who} ({address}) unreachable from rank {rank}: name {host} does not resolve ({answers[host]})"
+            )
+    if problems:
+        raise RunFailure("; ".join(problems))
+
+
+def placement_peers(where: placement_mod.Placement) -> list[tuple[str, str]]:
+    """The peers every distributed rank needs: the master (rank 0's rendezvous), every rank's host."""
+    if where.world_size <= 1:
+        return []
+    peers = [("rank 0 (master)", f"{where.master_addr}:{where.master_port}")]
+    peers += [(f"rank {index}", host) for index, host in enumerate(where.rank_hosts)]
+    return peers
+
+
 def thread_environment(threads: int) -> dict[str, str]:
     """Variables that pin a rank's compute threads before its framework starts.
 
@@ -159,6 +201,12 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
             versions=versions,
             threads=args.spec.threads_per_rank,
         )
+        # Before any server starts: a peer whose name does not resolve fails the run now,
+        # naming it, instead of after a start-up timeout (issue 22).
+        peers = placement_peers(where)
+        if where.world_size > 1 and hasattr(runner, "peers"):
+            peers += runner.peers(ctx)
+        check_peers_resolve(peers, where.rank)
         runner.train(ctx)
     except Terminated as err:
         status, reason = "failed", f"{err} at iteration {ctx.last_iteration + 1}"

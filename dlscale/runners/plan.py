@@ -60,8 +60,10 @@ class LaunchContext:
         return rank // self.spec.ranks_per_node
 
     def address_of(self, rank: int) -> str:
-        """The address rank ``rank`` listens on and publishes to its peers."""
-        return self.node_addresses[self.node_of(rank) % len(self.node_addresses)]
+        """The address rank ``rank`` listens on and publishes to its peers (node 0's is the
+        master address, which ``DLSCALE_MASTER_ADDR`` may name)."""
+        node = self.node_of(rank)
+        return self.master_addr if node == 0 else self.node_addresses[node % len(self.node_addresses)]
 
     def runner_argv(self, module: str, *extra: str) -> list[str]:
         """The command line of one rank of ``module`` (``python -m module ...``)."""

@@ -14,6 +14,10 @@ from dlscale.runners.plan import LaunchContext, Plan, Process
 def plan(ctx: LaunchContext) -> Plan:
     env = {**ctx.base_env(), "PYSPARK_PYTHON": ctx.python, "DLSCALE_SPARK_MODE": ctx.mode}
     if ctx.mode == "local":
-        env.update(placement.local_rank_env(0, ctx.spec.nodes, ctx.spec.ranks_per_node, ctx.master_port))
+        env.update(
+            placement.local_rank_env(
+                0, ctx.spec.nodes, ctx.spec.ranks_per_node, ctx.master_port, ctx.address_of(0)
+            )
+        )
     driver = Process("bigdl driver", ctx.runner_argv("dlscale.runners.bigdl"), env, rank=0)
     return Plan([driver], reporting_ranks=1)

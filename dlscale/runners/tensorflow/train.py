@@ -45,6 +45,20 @@ def versions() -> dict[str, str]:
     }
 
 
+def peers(ctx: RunContext) -> list[tuple[str, str]]:
+    """Every task of the run's cluster spec, which this process must reach (checked by
+    dlscale.runners.common before any gRPC server starts)."""
+    from dlscale.runners.tensorflow import cluster as cluster_mod
+
+    cluster = cluster_mod.cluster_of(os.environ, ctx.placement)
+    found = []
+    for job, addresses in cluster.items():
+        for index, address in enumerate(addresses):
+            who = f"rank {index}" if job == "worker" and "chief" not in cluster else f"{job} {index}"
+            found.append((who, address))
+    return found
+
+
 def train(ctx: RunContext) -> None:
     tf = import_tensorflow()
     strategy = ctx.spec.options["strategy"]

@@ -1,0 +1,61 @@
+"""Start-up bound (issue 22): peer names checked before any server starts, and the
+launcher's reason when no rank completes a first step in time. Pure: no framework."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from faults import fault_spec
+
+from dlscale.launch import startup_failure
+from dlscale.placement import Placement
+from dlscale.runners.common import RunFailure, check_peers_resolve, placement_peers, unresolved
+from dlscale.runners.plan import LaunchContext, Plan, Process
+
+
+def test_resolvable_names_pass():
+    assert unresolved("127.0.0.1") is None
+    assert unresolved("localhost") is None
+    check_peers_resolve([("rank 0 (master)", "127.0.0.1:29500"), ("rank 1", "localhost")], rank=1)
+
+
+def test_unresolvable_name_fails_at_once_naming_it():
+    assert unresolved("n2.invalid")
+    with pytest.raises(RunFailure) as err:
+        check_peers_resolve([("rank 0", "127.0.0.1:1"), ("rank 1", "n2.invalid:39157")], rank=0)
+    message = str(err.value)
+    assert message.startswith(
+        "rank 1 (n2.invalid:39157) unreachable from rank 0: name n2.invalid does not resolve"
+    )
+    assert "rank 0 (" not in message
+
+
+def test_placement_peers():
+    where = Placement(
+        rank=1, world_size=2, local_rank=0, node_rank=1, nodes=2, host="n2",
+        master_addr="n1", master_port=29500, launcher="slurm", rank_hosts=("n1", "n2"),
+    )  # fmt: skip
+    assert placement_peers(where) == [("rank 0 (master)", "n1:29500"), ("rank 0", "n1"), ("rank 1", "n2")]
+
+
+def test_startup_failure_says_what_each_rank_last_logged():
+    plan = Plan([Process("rank 0", ["x"], rank=0), Process("rank 1", ["x"], rank=1)], reporting_ranks=2)
+    parts = {0: [{"event": "rank_start"}]}
+    assert startup_failure(20, parts, plan) == (
+        "no rank completed a first step within 20 s (start-up timeout; peers unreachable?):"
+        " last logged rank 0: rank_start, rank 1: nothing"
+    )
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow", "caffe", "bigdl"])
+def test_every_framework_has_a_startup_timeout(framework):
+    assert fault_spec(framework).options["startup_timeout_s"] == 180
+
+
+def test_master_address_names_node_0():
+    ctx = LaunchContext(
+        spec=fault_spec("torch"), python="python", data=Path("d"), work_dir=Path("w"), master_port=1,
+        master_addr="n1.invalid", node_addresses=("10.0.0.1", "10.0.0.2"),
+    )  # fmt: skip
+    assert [ctx.address_of(rank) for rank in range(2)] == ["n1.invalid", "10.0.0.2"]
