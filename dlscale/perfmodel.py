@@ -174,7 +174,8 @@ VALIDATION_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "setup", "framework", "runs", "predicted", "median_abs_error", "max_abs_error",
-    "median_error", "worst_run", "networks", "within_target",
+    "median_error", "worst_run", "networks", "within_target", "communicating",
+    "median_abs_comm_error", "max_abs_comm_error",
 )  # fmt: skip
 PROJECTION_COLUMNS: tuple[str, ...] = (
     "setup", "framework", "pattern", "model", "network", "alpha_s", "beta_Bps", "nodes",
@@ -1163,13 +1164,17 @@ def validate(
 
 
 def validation_summary(validation: pd.DataFrame, target: float = VALIDATION_TARGET) -> pd.DataFrame:
-    """Per set-up: held-out runs, how many predicted, median and worst |error|, and the worst run."""
+    """Per set-up: held-out runs, how many predicted, median and worst |error| of the step
+    and the worst run; and of the communication alone (``comm_error``: predicted against the
+    run's exposed time), which is what the model adds to measured compute."""
     if validation.empty:
         return pd.DataFrame({name: pd.Series(dtype=object) for name in SUMMARY_COLUMNS})
     rows = []
     for setup, group in validation.groupby("setup", sort=True):
         errors = pd.to_numeric(group["error"], errors="coerce")
         known = errors.dropna()
+        # the communication alone, against the run's exposed time (runs that communicate)
+        comm = pd.to_numeric(group["comm_error"], errors="coerce").dropna()
         worst = str(group.loc[known.abs().idxmax(), "run_id"]) if len(known) else ""
         median = float(known.abs().median()) if len(known) else math.nan
         rows.append(
@@ -1180,6 +1185,9 @@ def validation_summary(validation: pd.DataFrame, target: float = VALIDATION_TARG
                 "median_error": float(known.median()) if len(known) else math.nan, "worst_run": worst,
                 "networks": ";".join(sorted(group["network"].astype(str).unique())),
                 "within_target": bool(median <= target) if len(known) else False,
+                "communicating": len(comm),
+                "median_abs_comm_error": float(comm.abs().median()) if len(comm) else math.nan,
+                "max_abs_comm_error": float(comm.abs().max()) if len(comm) else math.nan,
             }
         )  # fmt: skip
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
@@ -1215,11 +1223,23 @@ def curves(measured: pd.DataFrame, calibrations: Mapping[str, Calibration] | Non
     study's first batch: the projection is weak from 1 node)."""
     base = compute_baselines(measured).sort_values(["world_size", "batch_per_rank"], kind="stable")
     base = base.drop_duplicates(["setup", "model"]).sort_values(["setup", "model"])
-    return [
+    found = [
         Curve(b.setup, b.model, str(b.dataset), int(b.batch_per_rank), float(b.compute_s))
         for b in base.itertuples(index=False)
-        if calibrations is None or b.setup in calibrations
     ]
+    return found if calibrations is None else with_borrowed(found, calibrations)
+
+
+def with_borrowed(found: Sequence[Curve], calibrations: Mapping[str, Calibration]) -> list[Curve]:
+    """The curves of calibrated set-ups; a set-up with library fits but no runs of its own
+    (TensorFlow's ps in a study that ran its ring) borrows the compute of its framework's
+    own set-up: compute moves no gradient."""
+    out = [c for c in found if c.setup in calibrations]
+    have = {c.setup for c in out}
+    for setup in sorted(set(calibrations) - have):
+        framework = setup.split("-")[0]
+        out += [dataclasses.replace(c, setup=setup) for c in found if c.setup == framework]
+    return out
 
 
 def step_times(
@@ -1460,7 +1480,7 @@ def bootstrap(
         fits = fit_commbench(cells) if not cells.empty else {}
         cals = calibrate_measured(resample_runs(host, rng), fits, num_ps)
         out_cals.append(cals)
-        base = [c for c in every if c.setup in cals]
+        base = with_borrowed(every, cals)
         out_curves.append(
             [
                 dataclasses.replace(
