@@ -20,7 +20,10 @@ measured: the median ``compute_s`` of the set-up and model at its smallest world
 ``offset`` is the part of a run's exposed communication (``step_s - compute_s``) that the
 library alone does not explain (the runner's own barrier, flattening, Python between
 calls): the median, over the study's host-network runs of that set-up, of the measured
-exposed time minus the model's library time. It is the only thing fitted on training runs.
+exposed time minus the model's library time; a projection (nodes with cores of their own)
+takes it from the runs with at most one rank per core only, never below 0, since with
+more ranks than cores the wait for the slowest rank is this host's contention. It is the
+only thing fitted on training runs.
 
 The terms of ``comm`` and where each comes from
 -----------------------------------------------
@@ -159,7 +162,7 @@ CALIBRATION_COLUMNS: tuple[str, ...] = (
     "world_sizes",
     "models",
     "overhead_s", "framework", "pattern", "library", "source", "c_s", "alpha_s", "beta_Bps",
-    "per_worker_s", "server_beta_Bps", "job_s", "job_per_executor_s", "offset_s",
+    "per_worker_s", "server_beta_Bps", "job_s", "job_per_executor_s", "offset_s", "projection_offset_s",
     "host_runs", "host_rel_rmse", "fitted", "note",
 )  # fmt: skip
 FIT_COLUMNS: tuple[str, ...] = (
@@ -713,15 +716,20 @@ class Calibration:
     fits: Mapping[str, Fit]  # op -> fit ("allreduce", "pushpull", "job", "shuffle")
     offset_s: float = 0.0
     host_runs: int = 0
+    #: The offset a projection uses (nodes with cores of their own): from the host runs
+    #: with at most one rank per core only, never negative.
+    projection_offset_s: float = 0.0
     host_rel_rmse: float = math.nan
     note: str = ""
     world_sizes: tuple[int, ...] = ()
     models: tuple[str, ...] = ()
 
-    def offset(self, nodes: Any, ranks_per_node: int = 1) -> np.ndarray:
-        """The offset where the set-up synchronises (a ring of one rank does not)."""
+    def offset(self, nodes: Any, ranks_per_node: int = 1, projected: bool = False) -> np.ndarray:
+        """The offset where the set-up synchronises (a ring of one rank does not): the host's
+        for validation, ``projection_offset_s`` for nodes with cores of their own."""
         p = np.asarray(nodes, dtype="float64") * ranks_per_node
-        return np.where((p > 1) | (self.pattern != RING), self.offset_s, 0.0)
+        value = self.projection_offset_s if projected else self.offset_s
+        return np.where((p > 1) | (self.pattern != RING), value, 0.0)
 
     def coefficient(self, op: str, name: str) -> float:
         fit = self.fits.get(op)
@@ -939,10 +947,17 @@ def _runs_fit(setup: str, pattern: str, host: pd.DataFrame, num_ps: int) -> Cali
         fits = {"shuffle": _fit(library, "shuffle", cells, columns, ("gamma", "c", "alpha"))}
     fit = next(iter(fits.values()))
     return Calibration(
-        setup, pattern, library, "runs", fits, 0.0, len(group), fit.rel_rmse,
-        "no micro-benchmarks: library terms fitted on the host runs' exposed time",
-        tuple(sorted(int(w) for w in group["world_size"].unique())), tuple(sorted(group["model"].unique())),
-    )  # fmt: skip
+        setup=setup,
+        pattern=pattern,
+        library=library,
+        source="runs",
+        fits=fits,
+        host_runs=len(group),
+        host_rel_rmse=fit.rel_rmse,
+        note="no micro-benchmarks: library terms fitted on the host runs' exposed time",
+        world_sizes=tuple(sorted(int(w) for w in group["world_size"].unique())),
+        models=tuple(sorted(str(m) for m in group["model"].unique())),
+    )
 
 
 def calibrate(
@@ -1001,11 +1016,17 @@ def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> C
         modelled[index] = library_comm(
             cal, model, nodes, int(rpn), Link.host(), cores, num_ps, int(batch), dataset
         )
-    offset = float(np.median(measured - modelled))
+    residual = measured - modelled
+    offset = float(np.median(residual))
     rel = (modelled + offset - measured) / np.maximum(measured, _WEIGHT_FLOOR_S)
+    # For nodes of their own, only the runs whose ranks had a core each: with more ranks
+    # than cores, the wait for the slowest rank is this host's contention, not the pattern's.
+    uncontended = group["world_size"].to_numpy() * 1 <= (cores or np.inf)
+    projected = float(np.median(residual[uncontended])) if uncontended.any() else 0.0
     return dataclasses.replace(
         cal,
         offset_s=offset,
+        projection_offset_s=max(projected, 0.0),
         host_runs=len(group),
         host_rel_rmse=float(np.sqrt(np.mean(rel**2))),
         world_sizes=tuple(sorted(int(w) for w in group["world_size"].unique())),
@@ -1036,7 +1057,8 @@ def calibration_table(calibrations: Mapping[str, Calibration]) -> pd.DataFrame:
                 ),
                 "job_s": job.get("c") if job else math.nan,
                 "job_per_executor_s": job.get("per_task") if job else math.nan,
-                "offset_s": cal.offset_s, "host_runs": cal.host_runs, "host_rel_rmse": cal.host_rel_rmse,
+                "offset_s": cal.offset_s, "projection_offset_s": cal.projection_offset_s,
+                "host_runs": cal.host_runs, "host_rel_rmse": cal.host_rel_rmse,
                 "fitted": ";".join(f"{op}:{'+'.join(f.identified)}" for op, f in cal.fits.items()),
                 "note": cal.note,
             }
@@ -1249,7 +1271,7 @@ def step_times(
     comm = library_comm(
         cal, curve.model, nodes, ranks_per_node, link, None, num_ps, curve.batch_per_rank, curve.dataset
     )
-    return curve.compute_s + np.maximum(comm + cal.offset(nodes, ranks_per_node), 0.0)
+    return curve.compute_s + np.maximum(comm + cal.offset(nodes, ranks_per_node, projected=True), 0.0)
 
 
 def first_below_half(nodes: np.ndarray, efficiency: np.ndarray) -> float:
