@@ -19,8 +19,7 @@ How a run's numbers are made (the definitions the figures and the report rely on
   ``step_s``. Comparing it across ``input: memory`` and ``input: pipeline`` runs shows
   where feeding the step becomes the bottleneck.
 * Only timed iterations count: warm-up iterations (``warmup: true`` on any rank) are left
-  out of every statistic except the loss curve, and so are iterations that some rank did
-  not report (a partial iteration would undercount the samples of that step).
+  out of every statistic except the loss curve.
 * Per run, each quantity is the **median over timed iterations** (robust to the odd slow
   step from a noisy neighbour); ``step_s_min``/``step_s_max`` and
   ``throughput_min``/``throughput_max`` give the spread.
@@ -28,9 +27,30 @@ How a run's numbers are made (the definitions the figures and the report rely on
   ranks that report it, divided by that iteration's ``step_s``, median over iterations.
   Summing reported samples also serves frameworks whose logs report one global number
   (rank 0 with the global batch).
-* A failed run (``run_end`` status failed, or an "ok" run with no timed iterations, or a
-  file that breaks the structure) is a row with status ``failed``, its reason, and NaN in
-  every measured column: never a number counted from half a run.
+* Samples: a run has one of exactly two shapes. Either every rank reports every iteration
+  with ``samples`` equal to the batch per rank (torch, Caffe, TensorFlow mwms), or, where
+  the run's first iteration event is rank 0 reporting the global batch (batch x world
+  size), rank 0 alone reports every iteration with the global batch (BigDL's driver,
+  TensorFlow ps's chief). Anything else (6,400 samples for a batch of 64, 0 samples, a
+  rank beside rank 0 in the global shape) is an ``EventError`` naming ``FILE:LINE``: a
+  runner cannot write it, and its throughput would be wrong by that factor.
+* Every event is checked against its run (``load_events``): the schema
+  (``dlscale.events.EVENT_SCHEMAS``, by jsonschema: types of every contract field), ranks
+  within the world (``0 <= rank < world_size``), the run id against its own fields
+  (framework, model, nodes, ranks per node, batch, repeat, network) and against the folder
+  the file lies in (``<runs>/<run id>/events.jsonl``), ``world_size`` = nodes x ranks per
+  node, ``global_batch`` = batch x world size, one host per rank, one file per run id.
+  These cannot come from a real run, so each is an ``EventError`` naming ``FILE:LINE``
+  (both files for a run id seen twice), never a row.
+* A failed run (``run_end`` status failed; or an "ok" run with run_start/run_end events in
+  the middle, duplicate iteration events, a reporting rank that reported no iteration N
+  of the iterations 0..last (the last: the spec's warm-up + iterations where run_start
+  carries the spec, else the last any rank reported), no timed iterations, or no
+  throughput because every timed step took 0 s) is a row with status ``failed``, its
+  reason ("rank 1 reported no iteration 37": what a killed rank leaves), and NaN in every
+  measured column: never a number counted from half a run. So ``partial_iterations`` is
+  0 for every ok run. Only an ok run with a positive, finite throughput can be a speedup
+  baseline or get a speedup: never an infinite one.
 * Contention: a run_end (or run_start) may carry ``"contention": {"other_busy_share",
   "steal_share", "contended"}`` from the launcher's probe (``dlscale.contention``); the
   runs table has those columns (NaN and not contended for files without it). A contended
@@ -50,20 +70,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pandas as pd
 
 from dlscale import atomic
 from dlscale.contention import CONTENDED_SHARE
-from dlscale.events import read_events
+from dlscale.events import EVENT_SCHEMAS, EventError, read_numbered
 from dlscale.networks import HOST
+from dlscale.study import RUN_ID_PATTERN, Run
 
 log = logging.getLogger(__name__)
 
@@ -260,20 +283,42 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
     every run, failed runs and warm-up included (they are evidence; the flags say what
     was counted), columns ``ITERATION_COLUMNS``.
 
-    A file that breaks the events schema raises ``EventError`` (files are written
-    atomically, so that is a bug to fix, not a run to skip). Two files with the same run
-    id raise ``ValueError``: they would be counted twice in every median.
+    An event that no real run can produce raises ``EventError`` naming ``FILE:LINE``
+    (files are written atomically, so that is a bug to fix, not a run to skip): a line
+    that breaks the schema (``dlscale.events.EVENT_SCHEMAS``, validated by jsonschema), a
+    run_start whose run id disagrees with its own fields or with the folder it lies in, a
+    rank outside the world, samples other than the run's batch (see "Samples" in the
+    module docstring). Two files with the same run id raise ``EventError`` naming both:
+    they would be counted twice in every median. What a failing run can produce (a rank
+    that reported no iteration N) makes the run's row failed, with that reason.
     """
     records: list[dict[str, Any]] = []
     iteration_events: list[dict[str, Any]] = []
+    lines: list[int] = []
     counts: list[int] = []
+    seen: dict[str, tuple[str, int]] = {}
     for path in paths:
-        events = read_events(path)
-        iterations = [event for event in events[1:-1] if event["event"] == "iteration"]
-        record = _run_record(events[0], events[-1], str(path))
-        record["_stray_events"] = len(events) - 2 - len(iterations)
+        numbered = read_numbered(path)
+        start_line, start = numbered[0]
+        end_line, end = numbered[-1]
+        check_schema(path, start_line, start)
+        check_schema(path, end_line, end)
+        check_run_start(path, start_line, start)
+        run_id = start["run_id"]
+        if run_id in seen:
+            other, other_line = seen[run_id]
+            raise EventError(
+                f"{path}:{start_line}: run id {run_id} is also the run id of {other}:{other_line}:"
+                " two events files of one run would be counted twice in every median"
+            )
+        seen[run_id] = (str(path), start_line)
+        iterations = [(n, e) for n, e in numbered[1:-1] if e["event"] == "iteration"]
+        record = _run_record(start, end, str(path))
+        record["_stray_events"] = len(numbered) - 2 - len(iterations)
+        record["_spec_iterations"] = _spec_iterations(start)
         records.append(record)
-        iteration_events.extend(iterations)
+        iteration_events.extend(e for _, e in iterations)
+        lines.extend(n for n, _ in iterations)
         counts.append(len(iterations))
 
     log.info("read %d events files, %d iteration events", len(records), len(iteration_events))
@@ -281,14 +326,14 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
         runs = pd.DataFrame({name: pd.Series(dtype="float64") for name in RUN_COLUMNS})
         return runs, _empty_iterations()
     run_info = pd.DataFrame.from_records(records)
-    duplicated = run_info["run_id"][run_info["run_id"].duplicated()]
-    if len(duplicated):
-        raise ValueError(f"run ids appear in more than one events file: {', '.join(sorted(set(duplicated)))}")
     run_info.index.name = "_run"
 
     iterations = pd.DataFrame.from_records(iteration_events, columns=list(_EVENT_FIELDS))
     iterations.insert(0, "_run", np.repeat(np.arange(len(records)), counts))
+    iterations.insert(1, "_line", np.asarray(lines, dtype="int64"))
     iterations = _typed_iterations(iterations)
+    run_info["_global_shape"] = check_iterations(iterations, run_info)
+    run_info["_missing"] = missing_reports(iterations, run_info)
     hosts = _hosts_table(run_info)
     iterations = iterations.merge(hosts, on=["_run", "rank"], how="left")
 
@@ -305,6 +350,183 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
     iterations = iterations.merge(run_cols, left_on="_run", right_index=True, how="left")
     iterations = iterations.reset_index(drop=True)[list(ITERATION_COLUMNS)]
     return runs, iterations
+
+
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _finite(validator: Any, wanted: Any, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
+    is_number = isinstance(instance, (int, float)) and not isinstance(instance, bool)
+    if wanted and is_number and not math.isfinite(instance):
+        yield jsonschema.ValidationError(f"{instance!r} is not a finite number")
+
+
+#: jsonschema's draft 2020-12 validator with the events schema's two rules
+#: (``dlscale.events.SCHEMA_KEYWORDS``): ``integer`` is an integer literal, ``finite``.
+EventValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    validators={"finite": _finite},
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+)
+_VALIDATORS = {kind: EventValidator(schema) for kind, schema in EVENT_SCHEMAS.items()}
+
+
+def check_schema(path: str | os.PathLike[str], line: int, event: dict[str, Any]) -> None:
+    """Validate one event against ``EVENT_SCHEMAS`` with jsonschema; EventError names
+    ``FILE:LINE``, the field and what is wrong with it."""
+    kind = event.get("event")
+    validator = _VALIDATORS.get(kind) if isinstance(kind, str) else None
+    if validator is None:
+        raise EventError(f"{path}:{line}: unknown event type {kind!r}")
+    error = jsonschema.exceptions.best_match(validator.iter_errors(event))
+    if error is None:
+        return
+    where = "".join(
+        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
+        for i, p in enumerate(error.absolute_path)
+    )
+    raise EventError(f"{path}:{line}: {kind} event: {where or '(event)'}: {error.message}")
+
+
+def _path_run_id(path: str | os.PathLike[str]) -> str | None:
+    """The run id the file's folder names (``<runs>/<run id>/events.jsonl``), if it names one."""
+    parts = Path(os.path.abspath(path)).parent.parts[-5:]
+    candidate = "/".join(parts)
+    return candidate if len(parts) == 5 and RUN_ID_PATTERN.match(candidate) else None
+
+
+def check_run_start(path: str | os.PathLike[str], line: int, start: dict[str, Any]) -> None:
+    """What a schema cannot say about a run_start (it has passed ``check_schema``): its run
+    id is a run id, names the run's own fields and the folder the file lies in, and its
+    world, global batch, hosts and spec agree with it. EventError names ``FILE:LINE``."""
+    where = f"{path}:{line}: run_start event"
+    run_id = start["run_id"]
+    try:
+        run = Run.from_run_id(run_id)
+    except ValueError as err:
+        raise EventError(f"{where}: {err}") from None
+    own = {**start, "network": start.get("network") or HOST_NETWORK}
+    for name in ("framework", "model", "nodes", "ranks_per_node", "batch", "repeat", "network"):
+        if getattr(run, name) != own[name]:
+            raise EventError(
+                f"{where}: run_id {run_id} says {name}={getattr(run, name)!r}, the event says"
+                f" {name}={own[name]!r}: the run would be mislabelled"
+            )
+    folder = _path_run_id(path)
+    if folder is not None and folder != run_id:
+        raise EventError(
+            f"{where}: run_id {run_id} is not the run of the folder the file lies in ({folder}):"
+            " the run would be mislabelled"
+        )
+    world = start["world_size"]
+    if world != run.world_size:
+        raise EventError(
+            f"{where}: world_size={world} is not nodes x ranks_per_node ({run.nodes} x {run.ranks_per_node})"
+        )
+    global_batch = start.get("global_batch")
+    if global_batch is not None and global_batch != run.batch * world:
+        raise EventError(
+            f"{where}: global_batch={global_batch} is not batch x world_size ({run.batch} x {world})"
+        )
+    if len(start["hosts"]) != world:
+        raise EventError(f"{where}: hosts lists {len(start['hosts'])} host(s), the world has {world} rank(s)")
+    spec_id = (start.get("spec") or {}).get("run_id")
+    if spec_id is not None and spec_id != run_id:
+        raise EventError(f"{where}: spec.run_id={spec_id!r} is not the run_id {run_id}")
+
+
+def _spec_iterations(start: dict[str, Any]) -> float:
+    """Warm-up plus timed iterations from the run's spec (NaN for a file without one)."""
+    spec = start.get("spec") or {}
+    if isinstance(spec.get("iterations"), int) and isinstance(spec.get("warmup"), int):
+        return float(spec["iterations"] + spec["warmup"])
+    return float("nan")
+
+
+def check_iterations(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
+    """Check every iteration event against its run; return per run whether it has the
+    global shape (rank 0 alone reports the global batch).
+
+    Raises EventError naming ``FILE:LINE`` of the first event (in file order) whose rank
+    is outside the world or whose samples are not the run's: each rank its batch, or,
+    where the run's first iteration event is rank 0 reporting the global batch (a
+    framework whose log reports one number for the whole run, BigDL, TensorFlow ps),
+    rank 0 alone with the global batch on every event.
+    """
+    world = run_info["world_size"].to_numpy()[iterations["_run"].to_numpy()]
+    batch = run_info["batch_per_rank"].to_numpy()[iterations["_run"].to_numpy()]
+    glob = run_info["global_batch"].to_numpy()[iterations["_run"].to_numpy()]
+    rank = iterations["rank"].to_numpy()
+    samples = iterations["samples"].to_numpy()
+    outside = rank >= world
+    if outside.any():
+        at = int(np.flatnonzero(outside)[0])
+        raise EventError(
+            f"{_where(iterations, run_info, at)}: iteration event of rank {rank[at]} in a world of"
+            f" {world[at]} (ranks are 0 <= rank < {world[at]})"
+        )
+    first = iterations.groupby("_run", sort=False).head(1)
+    shape = pd.Series(False, index=run_info.index)
+    shape[first["_run"].to_numpy()] = (
+        first["rank"].eq(0).to_numpy()
+        & (first["samples"].to_numpy() == glob[first.index])
+        & (glob[first.index] != batch[first.index])
+    )
+    global_shape = shape.to_numpy()[iterations["_run"].to_numpy()]
+    bad = np.where(global_shape, (rank != 0) | (samples != glob), samples != batch)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        run = int(iterations["_run"].iat[at])
+        where = _where(iterations, run_info, at)
+        shapes = (
+            f"a run is every rank reporting its batch ({batch[at]}) or rank 0 alone reporting"
+            f" the global batch ({glob[at]})"
+        )
+        if not global_shape[at]:
+            raise EventError(
+                f"{where}: rank {rank[at]} reports samples={samples[at]}, not its batch of {batch[at]}: {shapes}"
+            )
+        first_line = int(first.loc[first["_run"].eq(run), "_line"].iat[0])
+        what = f"rank {rank[at]} reports an iteration" if rank[at] != 0 else f"samples={samples[at]}"
+        raise EventError(
+            f"{where}: {what}, but rank 0 reports the global batch for the whole run (line"
+            f" {first_line}): {shapes}"
+        )
+    return shape
+
+
+def _where(iterations: pd.DataFrame, run_info: pd.DataFrame, at: int) -> str:
+    run = int(iterations["_run"].iat[at])
+    return f"{run_info['events_path'].iat[run]}:{int(iterations['_line'].iat[at])}"
+
+
+def missing_reports(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
+    """Per run, the first report it lacks, as "rank k reported no iteration N" (None if none).
+
+    Every reporting rank (all ranks, or rank 0 alone in the global shape) must report every
+    iteration from 0 to the last one (the spec's warm-up + iterations where the run_start
+    carries its spec, else the last one any rank reported). A killed rank leaves exactly
+    this gap, so it makes the run failed (``_decide_status``), not an error.
+    """
+    reporters = np.where(run_info["_global_shape"], 1, run_info["world_size"]).astype("int64")
+    unique = iterations.drop_duplicates(["_run", "rank", "iteration"])
+    per_run = unique.groupby("_run")["iteration"].agg(["size", "max"]).reindex(run_info.index)
+    reported = per_run["size"].fillna(0).to_numpy()
+    last = np.fmax(per_run["max"].to_numpy(dtype="float64"), run_info["_spec_iterations"].to_numpy() - 1)
+    expected = np.where(np.isnan(last), 0, last + 1) * reporters
+    missing = pd.Series(None, index=run_info.index, dtype=object)
+    for run in np.flatnonzero(reported < expected):
+        mine = unique[unique["_run"].eq(run)]
+        have = set(zip(mine["iteration"], mine["rank"], strict=True))
+        gap = next(
+            (i, r)
+            for i in range(int(last[run]) + 1)
+            for r in range(int(reporters[run]))
+            if (i, r) not in have
+        )
+        missing.iat[run] = f"rank {gap[1]} reported no iteration {gap[0]}"
+    return missing
 
 
 def _typed_iterations(iterations: pd.DataFrame) -> pd.DataFrame:
@@ -406,10 +628,13 @@ def _decide_status(runs: pd.DataFrame) -> pd.DataFrame:
     reason = out["reported_reason"].astype(object).where(~reported_ok, None)
     failed = ~reported_ok
     reason = reason.where(~(failed & reason.isna()), "run reported failure without a reason")
-    checks: list[tuple[pd.Series, str]] = [
+    throughput = pd.to_numeric(out["throughput"], errors="coerce")
+    checks: list[tuple[pd.Series, Any]] = [
         (out["_stray_events"].gt(0), "events file has run_start/run_end events in the middle"),
         (out["_duplicates"], "duplicate iteration events for the same rank and iteration"),
+        (out["_missing"].notna(), out["_missing"]),
         (out["timed_iterations"].eq(0), "no timed iterations"),
+        (~(throughput.gt(0) & np.isfinite(throughput)), "no throughput: every timed step took 0 s"),
     ]
     for mask, why in checks:
         newly = reported_ok & mask & ~failed
@@ -486,7 +711,10 @@ def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
     out = runs.copy()
     for name in ("baseline_nodes", "speedup", "efficiency"):
         out[name] = np.nan
-    ok = out["status"].eq("ok") & out["throughput"].notna()
+    throughput = pd.to_numeric(out["throughput"], errors="coerce")
+    # Only a positive, finite throughput measures anything: a run without one (0, NaN,
+    # failed) is never a baseline and gets no speedup (never an infinite one).
+    ok = out["status"].eq("ok") & throughput.gt(0) & np.isfinite(throughput)
     if not ok.any():
         return out
     okr = out.loc[ok]

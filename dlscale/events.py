@@ -6,6 +6,14 @@ The file is written atomically (temporary file + rename), so a reader never sees
 run: a file that exists is a whole record, ok or failed. Ranks stream their own events
 into part files while they train (so that a crash still leaves evidence of where it
 happened); the launcher merges them into the final file.
+
+``EVENT_SCHEMAS`` is the contract as JSON Schema (draft 2020-12, plain data: this module
+stays standard-library only, since runners import it from framework venvs that may lack
+``jsonschema``). ``validate_event`` is its fast check for the runner-facing writer and the
+readers: it holds an iteration event to exactly what the schema says (tests check the two
+agree), and a run_start / run_end to its required fields; ``dlscale.analysis`` validates
+run_start and run_end against the full schema with ``jsonschema`` (``SCHEMA_KEYWORDS``
+says what the two extra keywords mean), then checks every event against its run.
 """
 
 from __future__ import annotations
@@ -51,6 +59,105 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 
 STATUSES = ("ok", "failed")
 
+#: Keywords of ``EVENT_SCHEMAS`` beyond JSON Schema's own (a validator must implement them):
+#: ``finite``: a number, when the value is one, is neither NaN nor infinite (Python's json
+#: reads the literals ``NaN`` and ``Infinity``, which no JSON writer should produce). And
+#: ``integer`` means a JSON integer literal: ``2.0`` is not one (JSON Schema's draft 2020-12
+#: would accept it), nor is ``true``.
+SCHEMA_KEYWORDS = ("finite",)
+
+_FINITE_NUMBER = {"type": "number", "finite": True}
+_SECONDS = {"type": "number", "minimum": 0, "finite": True}
+_OPTIONAL_SECONDS = {"type": ["number", "null"], "minimum": 0, "finite": True}
+_CONTENTION = {
+    "type": ["object", "null"],
+    "properties": {
+        "other_busy_share": {"type": ["number", "null"]},
+        "steal_share": {"type": ["number", "null"]},
+        "contended": {"type": ["boolean", "null"]},
+    },
+}
+_LOADAVG = {"type": ["array", "null"], "items": {"type": "number"}}
+
+#: The events contract (docs/DESIGN "Events") as JSON Schema, one per event type. Fields
+#: beyond these are allowed (frameworks add their own measures) but the ones named here
+#: must have these types. What one event cannot say (a rank below the world size, samples
+#: equal to the run's batch, a run id that matches its fields and its folder) is checked
+#: against the run by ``dlscale.analysis``.
+EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "run_start": {
+        "type": "object",
+        "required": list(REQUIRED_FIELDS["run_start"]),
+        "properties": {
+            "event": {"const": "run_start"},
+            "run_id": {"type": "string"},
+            "framework": {"type": "string"},
+            "model": {"type": "string"},
+            "nodes": {"type": "integer", "minimum": 1},
+            "ranks_per_node": {"type": "integer", "minimum": 1},
+            "batch": {"type": "integer", "minimum": 1},
+            "repeat": {"type": "integer", "minimum": 0},
+            "world_size": {"type": "integer", "minimum": 1},
+            "global_batch": {"type": ["integer", "null"], "minimum": 1},
+            "dataset": {"type": ["string", "null"]},
+            "scaling": {"enum": ["weak", "strong", None]},
+            "network": {"type": ["string", "null"]},
+            "hosts": {"type": "array", "items": {"type": ["string", "null"]}},
+            "threads_per_rank": {"type": "integer", "minimum": 1},
+            "versions": {"type": "object"},
+            "config_sha256": {"type": "string"},
+            "git_sha": {"type": "string"},
+            "launcher": {"type": "string"},
+            "network_setup": {"type": "object"},
+            "loadavg": _LOADAVG,
+            "startup_s": {"type": ["number", "null"], "finite": True},
+            "contention": _CONTENTION,
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "run_id": {"type": "string"},
+                    "iterations": {"type": "integer", "minimum": 0},
+                    "warmup": {"type": "integer", "minimum": 0},
+                },
+            },
+            "time": _FINITE_NUMBER,
+        },
+    },
+    "iteration": {
+        "type": "object",
+        "required": list(REQUIRED_FIELDS["iteration"]),
+        "properties": {
+            "event": {"const": "iteration"},
+            "rank": {"type": "integer", "minimum": 0},
+            "iteration": {"type": "integer", "minimum": 0},
+            "samples": {"type": "integer", "minimum": 0},
+            "step_s": _SECONDS,
+            "compute_s": _OPTIONAL_SECONDS,
+            "comm_s": _OPTIONAL_SECONDS,
+            "input_s": _OPTIONAL_SECONDS,
+            # NaN/inf losses are written as null (``dumps``): a diverged run's loss is null.
+            "loss": {"type": ["number", "null"]},
+            "warmup": {"type": "boolean"},
+            # null where a native log line carries no timestamp (dlscale.parse.bigdl)
+            "time": {"type": ["number", "null"], "finite": True},
+        },
+    },
+    "run_end": {
+        "type": "object",
+        "required": list(REQUIRED_FIELDS["run_end"]),
+        "properties": {
+            "event": {"const": "run_end"},
+            "status": {"enum": list(STATUSES)},
+            "reason": {"type": ["string", "null"]},
+            "wall_s": {"type": ["number", "null"], "finite": True},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+            "loadavg": _LOADAVG,
+            "contention": _CONTENTION,
+            "time": _FINITE_NUMBER,
+        },
+    },
+}
+
 
 class EventError(ValueError):
     """An events file or event that does not follow the schema.
@@ -78,7 +185,9 @@ def validate_event(event: Any) -> dict[str, Any]:
         for key in ("rank", "iteration", "samples"):
             if not isinstance(event[key], int) or isinstance(event[key], bool) or event[key] < 0:
                 raise EventError(f"iteration event: {key}={event[key]!r} is not an integer >= 0")
-        for key in ("step_s", "compute_s", "comm_s"):
+        for key in ("step_s", "compute_s", "comm_s", "input_s"):
+            if key not in event:
+                continue  # input_s is optional
             value = event[key]
             if value is None and key != "step_s":
                 continue
@@ -87,6 +196,11 @@ def validate_event(event: Any) -> dict[str, Any]:
         loss = event["loss"]
         if loss is not None and not _is_number(loss):
             raise EventError(f"iteration event: loss={loss!r} is not a number")
+        when = event["time"]  # null where a native log line carries no timestamp (parsers)
+        if when is not None and (not _is_number(when) or not math.isfinite(when)):
+            raise EventError(f"iteration event: time={when!r} is not a finite number or null")
+        if "warmup" in event and not isinstance(event["warmup"], bool):
+            raise EventError(f"iteration event: warmup={event['warmup']!r} is not true or false")
     elif kind == "run_end":
         if event["status"] not in STATUSES:
             raise EventError(f"run_end event: status={event['status']!r} is not ok or failed")
@@ -116,8 +230,10 @@ def write_atomic(path: str | os.PathLike[str], events: Iterable[dict[str, Any]])
     return target
 
 
-def iter_lines(path: str | os.PathLike[str], *, strict: bool = True) -> Iterator[dict[str, Any]]:
-    """Yield the events of a JSON Lines file, validated.
+def iter_numbered(
+    path: str | os.PathLike[str], *, strict: bool = True
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line number, event)`` for each event of a JSON Lines file, validated.
 
     With ``strict`` a malformed line raises EventError naming ``FILE:LINE``. Without it, a
     last line cut in the middle (a rank killed while writing its part file) is skipped;
@@ -133,23 +249,37 @@ def iter_lines(path: str | os.PathLike[str], *, strict: bool = True) -> Iterator
             raise EventError(f"{path}:{number}: line is cut off (no newline): the file is truncated")
         try:
             event = json.loads(line)
-            yield validate_event(event)
+            yield number, validate_event(event)
         except (json.JSONDecodeError, EventError) as err:
             if not strict and is_last:
                 return
             raise EventError(f"{path}:{number}: {err}") from None
 
 
+def iter_lines(path: str | os.PathLike[str], *, strict: bool = True) -> Iterator[dict[str, Any]]:
+    """Yield the events of a JSON Lines file, validated (``iter_numbered`` without numbers)."""
+    for _, event in iter_numbered(path, strict=strict):
+        yield event
+
+
+def read_numbered(path: str | os.PathLike[str]) -> list[tuple[int, dict[str, Any]]]:
+    """Read a final events file as ``(line number, event)`` pairs and check its structure:
+    run_start first, run_end last (errors name the line)."""
+    numbered = list(iter_numbered(path, strict=True))
+    if not numbered:
+        raise EventError(f"{path}:1: events file is empty")
+    first_line, first = numbered[0]
+    if first["event"] != "run_start":
+        raise EventError(f"{path}:{first_line}: first event is {first['event']!r}, expected run_start")
+    last_line, last = numbered[-1]
+    if last["event"] != "run_end":
+        raise EventError(f"{path}:{last_line}: last event is {last['event']!r}, expected run_end")
+    return numbered
+
+
 def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read a final events file and check its structure: run_start first, run_end last."""
-    events = list(iter_lines(path, strict=True))
-    if not events:
-        raise EventError(f"{path}:1: events file is empty")
-    if events[0]["event"] != "run_start":
-        raise EventError(f"{path}:1: first event is {events[0]['event']!r}, expected run_start")
-    if events[-1]["event"] != "run_end":
-        raise EventError(f"{path}:{len(events)}: last event is {events[-1]['event']!r}, expected run_end")
-    return events
+    return [event for _, event in read_numbered(path)]
 
 
 class PartWriter:

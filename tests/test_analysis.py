@@ -230,16 +230,26 @@ def test_exposed_communication_is_clipped_at_zero(tmp_path: Path) -> None:
     assert runs.iloc[0]["exposed_comm_s"] == 0.0
 
 
-def test_partial_iterations_are_not_counted(tmp_path: Path) -> None:
+def test_a_missing_report_fails_an_ok_run(tmp_path: Path) -> None:
     events = [iteration(rank, i, 1.0 + rank, 0.5) for i in range(4) for rank in range(2)]
     events = [e for e in events if not (e["rank"] == 1 and e["iteration"] == 3)]
-    # iteration 3 reported by rank 0 only: counting it would give 64 samples in 1.0 s.
-    runs, _ = analysis.load_events([write_run(tmp_path, events, nodes=2)])
+    # iteration 3 reported by rank 0 only: counting it would give 64 samples in 1.0 s, and
+    # leaving it out would hide that a rank stopped reporting in a run that says "ok".
+    runs, iterations = analysis.load_events([write_run(tmp_path, events, nodes=2)])
     row = runs.iloc[0]
-    assert row["timed_iterations"] == 3
-    assert row["partial_iterations"] == 1
-    assert row["throughput"] == pytest.approx(128 / 2.0)
-    assert row["throughput_max"] == pytest.approx(128 / 2.0)
+    assert row["status"] == "failed"
+    assert row["reason"] == "rank 1 reported no iteration 3"
+    for name in analysis.MEASURED_COLUMNS:
+        assert pd.isna(row[name]), name
+    assert len(iterations) == 7  # the evidence stays
+
+
+def test_a_failed_run_keeps_its_own_reason_with_missing_reports(tmp_path: Path) -> None:
+    events = [iteration(rank, i, 1.0, 0.5) for i in range(4) for rank in range(2)][:-1]
+    runs, _ = analysis.load_events(
+        [write_run(tmp_path, events, nodes=2, status="failed", reason="rank 1 died (SIGKILL) at iteration 4")]
+    )
+    assert runs.iloc[0]["reason"] == "rank 1 died (SIGKILL) at iteration 4"
 
 
 # --- speedup and efficiency ----------------------------------------------------------------
@@ -659,15 +669,20 @@ def test_write_tables_keeps_the_old_file_when_writing_fails(tmp_path: Path, two_
 # --- the vectorised reduction against a plain reference ------------------------------------
 
 
-def reference(events: list[dict[str, Any]]) -> dict[str, float]:
+def reference(ranks: int, events: list[dict[str, Any]]) -> dict[str, Any]:
     """The definitions written out as loops, one run at a time."""
+    reporters = 1 if ranks > 1 and events and events[0]["samples"] == 64 * ranks else ranks
+    have = {(e["iteration"], e["rank"]) for e in events}
+    last = max((e["iteration"] for e in events), default=-1)
+    gaps = [(i, r) for i in range(last + 1) for r in range(reporters) if (i, r) not in have]
+    if gaps:
+        return {"reason": f"rank {gaps[0][1]} reported no iteration {gaps[0][0]}", "timed_iterations": 0}
     by_iteration: dict[int, list[dict[str, Any]]] = {}
     for event in events:
         by_iteration.setdefault(event["iteration"], []).append(event)
-    expected_reports = max(len(v) for v in by_iteration.values())
     steps, computes, throughputs = [], [], []
     for rows in by_iteration.values():
-        if any(r.get("warmup", False) for r in rows) or len(rows) < expected_reports:
+        if any(r.get("warmup", False) for r in rows):
             continue
         step = max(r["step_s"] for r in rows)
         compute = [r["compute_s"] for r in rows if r["compute_s"] is not None]
@@ -676,6 +691,7 @@ def reference(events: list[dict[str, Any]]) -> dict[str, float]:
         throughputs.append(sum(r["samples"] for r in rows) / step)
     exposed = [max(s - c, 0.0) for s, c in zip(steps, computes, strict=True)]
     return {
+        "reason": None if steps else "no timed iterations",
         "timed_iterations": len(steps),
         "step_s": float(np.median(steps)) if steps else math.nan,
         "compute_s": float(np.nanmedian(computes))
@@ -697,11 +713,14 @@ run_shapes = st.tuples(
 
 
 @st.composite
-def run_events(draw: st.DrawFn) -> list[dict[str, Any]]:
+def run_events(draw: st.DrawFn) -> tuple[int, list[dict[str, Any]]]:
+    """A run of 1-3 single-rank nodes: every rank with its batch (64), or rank 0 alone with
+    the global batch; sometimes one report missing."""
     ranks, count, warmup = draw(run_shapes)
+    alone = ranks > 1 and draw(st.booleans())
     events = []
     for index in range(count):
-        for rank in range(ranks):
+        for rank in range(1 if alone else ranks):
             compute = draw(st.one_of(st.none(), times))
             events.append(
                 iteration(
@@ -710,29 +729,31 @@ def run_events(draw: st.DrawFn) -> list[dict[str, Any]]:
                     draw(times),
                     compute,
                     None,
-                    samples=draw(st.integers(min_value=1, max_value=256)),
+                    samples=64 * ranks if alone else 64,
                     warmup=index < warmup,
                 )
             )
     if draw(st.booleans()) and len(events) > 1:
         events.pop(draw(st.integers(min_value=0, max_value=len(events) - 1)))  # a missing report
-    return events
+    return ranks, events
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(run_events(), min_size=1, max_size=4))
-def test_vectorised_reduction_matches_reference(runs_events: list[list[dict[str, Any]]]) -> None:
+def test_vectorised_reduction_matches_reference(runs_events: list[tuple[int, list[dict[str, Any]]]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        paths = [write_run(root, events, nodes=3, repeat=i) for i, events in enumerate(runs_events)]
+        paths = [
+            write_run(root, events, nodes=ranks, repeat=i) for i, (ranks, events) in enumerate(runs_events)
+        ]
         runs, iterations = analysis.load_events(paths)
-    assert len(iterations) == sum(len(e) for e in runs_events)
-    for repeat, events in enumerate(runs_events):
-        row = one(runs, f"torch/lenet/n3x1/b64/r{repeat}")
-        want = reference(events)
-        if want["timed_iterations"] == 0:
+    assert len(iterations) == sum(len(e) for _, e in runs_events)
+    for repeat, (ranks, events) in enumerate(runs_events):
+        row = one(runs, f"torch/lenet/n{ranks}x1/b64/r{repeat}")
+        want = reference(ranks, events)
+        if want["reason"] is not None:
             assert row["status"] == "failed"
-            assert row["reason"] == "no timed iterations"
+            assert row["reason"] == want["reason"]
             continue
         assert row["status"] == "ok"
         assert row["timed_iterations"] == want["timed_iterations"]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
-from dlscale.events import EventError, read_events, validate_event, write_atomic
+from dlscale.events import EventError, read_events, read_numbered, validate_event, write_atomic
 
 START = {
     "event": "run_start",
@@ -78,6 +79,11 @@ def test_missing_run_end_is_an_error(tmp_path):
         ({**iteration(0), "rank": "0"}, "rank"),
         ({k: v for k, v in START.items() if k != "hosts"}, "lacks hosts"),
         ({**END, "status": "meh"}, "status"),
+        ({**iteration(0), "time": "yesterday"}, "time='yesterday'"),
+        ({**iteration(0), "time": math.inf}, "time=inf"),
+        ({**iteration(0), "warmup": 1}, "warmup=1 is not true or false"),
+        ({**iteration(0), "input_s": -0.5}, "input_s=-0.5"),
+        ({**iteration(0), "samples": True}, "samples=True"),
     ],
 )
 def test_invalid_events(event, message):
@@ -91,3 +97,28 @@ def test_failed_write_leaves_old_file(tmp_path):
     with pytest.raises(EventError):
         write_atomic(path, [START, {"event": "bogus"}])
     assert path.read_text() == before
+
+
+def test_an_iteration_without_a_timestamp_is_an_event():
+    """A native log line may carry no timestamp (dlscale.parse): time null, still an event."""
+    assert validate_event({**iteration(0), "time": None})["time"] is None
+
+
+def test_errors_name_the_line_in_the_file_not_the_event_count(tmp_path):
+    path = tmp_path / "e.jsonl"
+    lines = [START, iteration(0), iteration(1)]
+    path.write_text("\n".join(json.dumps(e) for e in lines).replace("}\n{", "}\n\n{") + "\n")
+    with pytest.raises(EventError, match=r"e\.jsonl:5: last event is 'iteration', expected run_end"):
+        read_events(path)
+
+
+def test_read_numbered_gives_each_event_its_line(tmp_path):
+    path = tmp_path / "e.jsonl"
+    path.write_text(
+        "\n".join(json.dumps(e) for e in (START, iteration(0), END)).replace("}\n{", "}\n\n{") + "\n"
+    )
+    assert [(n, e["event"]) for n, e in read_numbered(path)] == [
+        (1, "run_start"),
+        (3, "iteration"),
+        (5, "run_end"),
+    ]
