@@ -35,7 +35,7 @@ from typing import Any
 from dlscale import contention, envs, netns, networks
 from dlscale.events import write_atomic
 from dlscale.runners.plan import LaunchContext, Plan, Process, environ_with
-from dlscale.runspec import RunSpec, SpecError
+from dlscale.runspec import RunSpec, SpecError, run_id_fields
 
 
 def runner_launcher(framework: str) -> ModuleType:
@@ -436,6 +436,18 @@ class Launch:
         print(f"[launch] FAILED: {self.failure}; stopping the other ranks", file=sys.stderr, flush=True)
         self.stop_all()
 
+    def identity_of_bad_spec(self) -> dict[str, Any]:
+        """Which run a spec that is not a run was for: read off the run's folder
+        (``results/runs/<run id>/events.jsonl``), so that its failed record is well typed
+        and names the right run; the raw spec stays under ``spec`` as evidence."""
+        run_id = "/".join(self.events_path.parent.parts[-5:])
+        fields = run_id_fields(run_id)
+        if fields is None:
+            world = _positive_int(self.spec_data.get("world_size")) or 1
+            return {"world_size": world}
+        world = fields["nodes"] * fields["ranks_per_node"]
+        return {**fields, "run_id": run_id, "world_size": world, "global_batch": fields["batch"] * world}
+
     def _ended_itself(self, index: int, parts: dict[int, list[dict[str, Any]]]) -> bool:
         rank = self.plan.processes[index].rank
         return rank is not None and any(e.get("event") == "rank_end" for e in parts.get(rank, []))
@@ -445,7 +457,8 @@ class Launch:
         starts = {r: next((e for e in ev if e.get("event") == "rank_start"), None) for r, ev in parts.items()}
         spec = self.spec
         record = spec.to_dict() if spec else self.spec_data
-        world = spec.world_size if spec else _positive_int(record.get("world_size")) or 1
+        identity = record if spec else self.identity_of_bad_spec()
+        world = spec.world_size if spec else identity["world_size"]
         hosts = [(starts.get(r) or {}).get("host") for r in range(world)]
         rank0 = starts.get(0) or {}
         iterations = [e for r in sorted(parts) for e in parts[r] if e.get("event") == "iteration"]
@@ -462,11 +475,11 @@ class Launch:
         fields = ("framework", "model", "nodes", "ranks_per_node", "batch", "repeat")
         run_start = {
             "event": "run_start",
-            "run_id": record.get("run_id"),
-            **{k: record.get(k) for k in fields},
+            "run_id": identity.get("run_id"),
+            **{k: identity.get(k) for k in fields},
             "dataset": record.get("dataset"),
             "scaling": record.get("scaling"),
-            "global_batch": record.get("global_batch"),
+            "global_batch": identity.get("global_batch"),
             "world_size": world,
             "hosts": hosts,
             "threads_per_rank": record.get("threads_per_rank"),

@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,27 @@ HOST_NETWORK = "host"
 #: Fields added after studies existed: left out of the JSON at their default value, so
 #: that adding them changed no existing run's hash.
 _OMITTED_AT_DEFAULT: Mapping[str, Any] = {"network": HOST_NETWORK, "input": "memory"}
+
+
+#: A run id: ``{framework}/{model}/n{nodes}x{ranks_per_node}[-{network}]/b{batch}/r{repeat}``
+#: (dlscale.study.Run builds and parses them; the launcher reads one off a run's folder).
+RUN_ID_PATTERN = re.compile(
+    r"^(?P<framework>[a-z]+)/(?P<model>[a-z0-9]+)/n(?P<nodes>\d+)x(?P<ranks_per_node>\d+)(?P<net>-[a-z0-9]+)?"
+    r"/b(?P<batch>\d+)/r(?P<repeat>\d+)$"
+)
+
+
+def run_id_fields(run_id: str) -> dict[str, Any] | None:
+    """The fields a run id names (integers as integers, ``net`` the emulated network's
+    suffix or ""), or None when it is not a run id."""
+    match = RUN_ID_PATTERN.match(run_id)
+    if match is None:
+        return None
+    fields: dict[str, Any] = match.groupdict()
+    for name in ("nodes", "ranks_per_node", "batch", "repeat"):
+        fields[name] = int(fields[name])
+    fields["net"] = fields["net"] or ""
+    return fields
 
 
 class SpecError(ValueError):
@@ -108,6 +130,11 @@ class RunSpec:
         """The spec as plain data, with the fields added later left out at their default."""
         data = dataclasses.asdict(self)
         data["options"] = copy.deepcopy(dict(self.options))
+        for key, sub in _options_schema(self.framework).get("properties", {}).items():
+            # Options added after studies existed (``x-omitted-at-default`` in the runner's
+            # schema) are left out at their default, as the top-level fields above are.
+            if sub.get("x-omitted-at-default") and data["options"].get(key) == sub.get("default"):
+                del data["options"][key]
         for name, default in _OMITTED_AT_DEFAULT.items():
             if data[name] == default:
                 del data[name]

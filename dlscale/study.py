@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ import jsonschema
 import yaml
 
 from dlscale import catalog, netns, networks
-from dlscale.runspec import RunSpec
+from dlscale.runspec import RUN_ID_PATTERN, RunSpec
 
 FRAMEWORKS = catalog.FRAMEWORK_NAMES
 MODELS = catalog.MODEL_NAMES
@@ -29,10 +28,6 @@ MODELS = catalog.MODEL_NAMES
 # no framework is imported here (tests/test_catalog.py checks every catalog entry has one).
 IMPLEMENTED_FRAMEWORKS = tuple(fw.name for fw in catalog.FRAMEWORKS.values() if (fw.runner_dir / "launcher.py").is_file())
 
-RUN_ID_PATTERN = re.compile(
-    r"^(?P<framework>[a-z]+)/(?P<model>[a-z0-9]+)/n(?P<nodes>\d+)x(?P<ranks_per_node>\d+)(?P<net>-[a-z0-9]+)?"
-    r"/b(?P<batch>\d+)/r(?P<repeat>\d+)$"
-)
 
 # Wildcard constraints for Snakemake, so that run paths never match ambiguously.
 WILDCARD_CONSTRAINTS = {

@@ -70,7 +70,7 @@ def test_fields_added_later_change_the_hash_only_when_set():
 
 def test_options_defaults_are_filled_from_the_runner_schema():
     spec = RunSpec.from_dict({**KNOWN, "options": {}})
-    assert spec.options == {"channels_last": True, "timeout_s": 300}
+    assert spec.options == {"channels_last": True, "timeout_s": 300, "startup_timeout_s": 180}
     tf = RunSpec.from_dict({**KNOWN, "framework": "tensorflow", "options": {"strategy": "ps"}})
     assert tf.options["strategy"] == "ps" and tf.options["num_ps"] == 1
     assert tf.options["collective_timeout_s"] == 300 and "intra_op_threads" not in tf.options  # no default
@@ -135,7 +135,7 @@ def test_the_launcher_records_a_spec_that_is_not_a_run_as_a_failed_run(tmp_path)
 
     from dlscale.events import read_events
 
-    events = tmp_path / "events.jsonl"
+    events = tmp_path / "runs" / KNOWN["run_id"] / "events.jsonl"
     bad = {**KNOWN, "batch": "64"}
     cmd = [sys.executable, "-m", "dlscale.launch", "--spec-json", json.dumps(bad), "--data", str(tmp_path)]
     proc = subprocess.run(
@@ -147,3 +147,9 @@ def test_the_launcher_records_a_spec_that_is_not_a_run_as_a_failed_run(tmp_path)
     assert start["run_id"] == KNOWN["run_id"] and start["world_size"] == 2 and start["config_sha256"] == "abc"
     assert start["spec"] == bad
     assert "'batch'" in proc.stderr
+    # Its record is well typed (the run's fields come from its folder): the tables read
+    # it as a failed row of that run.
+    from dlscale.analysis import load_events
+
+    runs, _ = load_events([events])
+    assert runs.loc[0, "run_id"] == KNOWN["run_id"] and runs.loc[0, "status"] == "failed"
