@@ -563,6 +563,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 CONTENDED_RETRIES = 2
 
 
+#: The contention record of a run whose host load the launcher cannot attribute (SLURM).
+NOT_MEASURED: dict[str, Any] = {"other_busy_share": None, "steal_share": None, "contended": None}
+
+
 def run_once(args: argparse.Namespace) -> tuple[Launch, list[dict[str, Any]]]:
     """One attempt: start the ranks, watch them, merge their events (with the contention
     the host had meanwhile in run_end)."""
@@ -581,8 +585,10 @@ def run_once(args: argparse.Namespace) -> tuple[Launch, list[dict[str, Any]]]:
     finally:
         launch.stop_all()
         launch.close_network()
-    # After the ranks are reaped: their CPU time is the launcher's children's.
-    measured = probe.stop()
+    # After the ranks are reaped: their CPU time is the launcher's children's. Not under
+    # SLURM: there the ranks are slurmstepd's children on every node, not the launcher's,
+    # and the allocation's cores are the job's own (the cluster's business, not ours).
+    measured = probe.stop() if launch.mode == "local" else NOT_MEASURED
     events = launch.merge()
     events[-1]["contention"] = measured
     return launch, events
@@ -604,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         launch, events = run_once(args)
         run_end = events[-1]
         busy = run_end["contention"]
-        if run_end["status"] != "ok" or not busy["contended"] or launch.terminated_by:
+        if run_end["status"] != "ok" or not busy.get("contended") or launch.terminated_by:
             break
         if attempt == args.contended_retries:
             print(
