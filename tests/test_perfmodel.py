@@ -301,6 +301,17 @@ def test_calibration_takes_the_library_from_benchmarks_and_the_offset_from_runs(
     assert table.loc["torch", "beta_Bps"] == pytest.approx(1.2e9)
 
 
+def test_the_projection_keeps_only_the_offset_of_runs_with_a_core_per_rank(exact_fits) -> None:
+    """With more ranks than cores the wait for the slowest rank is this host's: left out."""
+    runs = modelled_runs(exact_fits, offset=0.002)
+    contended = runs["world_size"].gt(2)
+    runs.loc[contended, "step_s"] += 0.05
+    runs.loc[contended, "exposed_comm_s"] += 0.05
+    cal = pm.calibrate(runs, exact_fits)["torch"]
+    assert cal.projection_offset_s == pytest.approx(0.002) and cal.offset_s > 0.002
+    assert pm.calibration_table({"torch": cal}).loc[0, "projection_offset_s"] == pytest.approx(0.002)
+
+
 @pytest.mark.parametrize("slope", [2e-3, 0.0])
 def test_spark_cost_grows_with_executors_when_the_data_say_so(slope: float) -> None:
     fits = pm.fit_commbench(pm.commbench_cells(synthetic_bench(job_slope=slope)))
