@@ -18,98 +18,7 @@
 #   algorithms  [str]      Open MPI all-reduce algorithms to force besides the default
 #   timeout_s   int        per job                               (default 900)
 
-from dlscale import commbench as dlcommbench
-from dlscale import networks as dlnetworks
-
-COMMBENCH = {
-    "enabled": False,
-    "sizes": list(dlcommbench.DEFAULT_SIZES),
-    "worlds": list(dlcommbench.DEFAULT_WORLDS),
-    "tensorflow_worlds": [2],
-    "executors": list(dlcommbench.DEFAULT_EXECUTORS),
-    "networks": [dlnetworks.HOST],
-    "repeats": dlcommbench.DEFAULT_REPEATS,
-    "max_op_s": dlcommbench.DEFAULT_MAX_OP_S,
-    "models": ["lenet"],
-    "algorithms": [],
-    "timeout_s": 900,
-    **STUDY.get("commbench", {}),
-}
-#: The scaling model's tables beyond dlscale.outputs' list, and its figures (its own
-#: module's list) with the report caption of each.
-PERFMODEL_EXTRA_TABLES = (
-    "efficiency50",
-    "commbench",
-    "commbench_fits",
-    "commbench_checks",
-    "latency_sensitivity",
-)
-PERFMODEL_ALL_FIGURES = tuple(
-    dict.fromkeys([*PERFMODEL_FIGURES, "latency_sensitivity", "commbench"])
-)
-PERFMODEL_FIGURE_CAPTIONS = {
-    "projection": "projection.rst",
-    "validation": "validation.rst",
-    "latency_sensitivity": "projection.rst",
-    "commbench": "calibration.rst",
-}
-#: The study's frameworks in the catalog's order, and the raw TCP reference.
-COMMBENCH_NAMES = [
-    name for name in catalog.FRAMEWORK_NAMES if name in STUDY["frameworks"]
-] + [dlcommbench.TCP]
-
-
-def commbench_files():
-    """Every micro-benchmark table of the study (none unless ``commbench.enabled``)."""
-    if not COMMBENCH["enabled"]:
-        return []
-    return [
-        f"results/perfmodel/commbench/{name}-{network}.csv"
-        for name in COMMBENCH_NAMES
-        for network in COMMBENCH["networks"]
-    ]
-
-
-def commbench_input(wildcards):
-    """A framework's venv (and Java for Spark); the TCP reference needs only this python."""
-    if wildcards.name not in catalog.FRAMEWORK_NAMES:
-        return {}
-    framework = catalog.framework(wildcards.name)
-    extra = {
-        name: EXTRA_INPUTS[name] for name in framework.extra_inputs if name == "java"
-    }
-    return {"env": env_marker(framework.name), **extra}
-
-
-def commbench_python(wildcards):
-    if wildcards.name in catalog.FRAMEWORK_NAMES:
-        return env_python(wildcards.name)
-    return "python" if USE_CONDA else sys.executable
-
-
-def commbench_args(wildcards):
-    """The sweep's command-line arguments (the same for every framework; each uses its own)."""
-    settings = COMMBENCH
-    args = [
-        "--sizes",
-        *map(str, settings["sizes"]),
-        "--worlds",
-        *map(str, settings["worlds"]),
-        "--tf-worlds",
-        *map(str, settings["tensorflow_worlds"]),
-        "--executors",
-        *map(str, settings["executors"]),
-        "--repeats",
-        str(settings["repeats"]),
-        "--max-op-s",
-        str(settings["max_op_s"]),
-        "--timeout-s",
-        str(settings["timeout_s"]),
-    ]
-    if settings["models"]:
-        args += ["--models", *settings["models"]]
-    args += ["--algorithms", "default", *map(str, settings["algorithms"])]
-    return " ".join(shlex.quote(a) for a in args)
+# Settings and input functions: rules/common.smk (section: communication micro-benchmarks).
 
 
 rule commbench:
@@ -123,6 +32,8 @@ rule commbench:
     wildcard_constraints:
         name="|".join(COMMBENCH_NAMES),
         network="|".join(dlnetworks.network_choices()),
+    conda:
+        commbench_conda_env
     # Timed: alone on the host (rules/common.smk: timed_threads).
     threads: timed_threads(1)
     resources:

@@ -15,6 +15,8 @@ import sys
 from snakemake.logging import logger
 
 from dlscale import catalog
+from dlscale import commbench as dlcommbench
+from dlscale import networks as dlnetworks
 from dlscale import envs as dlenvs
 from dlscale import study as dlstudy
 
@@ -353,3 +355,103 @@ def projection_preset(field):
         "bandwidth_gbit": f"{preset.bandwidth_gbit:g}",
         "source": preset.source,
     }[field]
+
+
+# --- communication micro-benchmarks (rules/commbench.smk, dlscale.commbench) ---
+
+
+COMMBENCH = {
+    "enabled": False,
+    "sizes": list(dlcommbench.DEFAULT_SIZES),
+    "worlds": list(dlcommbench.DEFAULT_WORLDS),
+    "tensorflow_worlds": [2],
+    "executors": list(dlcommbench.DEFAULT_EXECUTORS),
+    "networks": [dlnetworks.HOST],
+    "repeats": dlcommbench.DEFAULT_REPEATS,
+    "max_op_s": dlcommbench.DEFAULT_MAX_OP_S,
+    "models": ["lenet"],
+    "algorithms": [],
+    "timeout_s": 900,
+    **STUDY.get("commbench", {}),
+}
+#: The scaling model's tables beyond dlscale.outputs' list, and its figures (its own
+#: module's list) with the report caption of each.
+PERFMODEL_EXTRA_TABLES = (
+    "efficiency50",
+    "commbench",
+    "commbench_fits",
+    "commbench_checks",
+    "latency_sensitivity",
+)
+PERFMODEL_ALL_FIGURES = tuple(
+    dict.fromkeys([*PERFMODEL_FIGURES, "latency_sensitivity", "commbench"])
+)
+PERFMODEL_FIGURE_CAPTIONS = {
+    "projection": "projection.rst",
+    "validation": "validation.rst",
+    "latency_sensitivity": "projection.rst",
+    "commbench": "calibration.rst",
+}
+#: The study's frameworks in the catalog's order, and the raw TCP reference.
+COMMBENCH_NAMES = [
+    name for name in catalog.FRAMEWORK_NAMES if name in STUDY["frameworks"]
+] + [dlcommbench.TCP]
+
+
+def commbench_files():
+    """Every micro-benchmark table of the study (none unless ``commbench.enabled``)."""
+    if not COMMBENCH["enabled"]:
+        return []
+    return [
+        f"results/perfmodel/commbench/{name}-{network}.csv"
+        for name in COMMBENCH_NAMES
+        for network in COMMBENCH["networks"]
+    ]
+
+
+def commbench_input(wildcards):
+    """A framework's venv (and Java for Spark); the TCP reference needs only this python."""
+    if wildcards.name not in catalog.FRAMEWORK_NAMES:
+        return {}
+    framework = catalog.framework(wildcards.name)
+    extra = {
+        name: EXTRA_INPUTS[name] for name in framework.extra_inputs if name == "java"
+    }
+    return {"env": env_marker(framework.name), **extra}
+
+
+def commbench_conda_env(wildcards):
+    """A framework's conda env; the TCP reference runs in the workflow's."""
+    name = wildcards.name if wildcards.name in catalog.FRAMEWORK_NAMES else "workflow"
+    return os.path.join(workflow.basedir, "envs", f"{name}.yaml")
+
+
+def commbench_python(wildcards):
+    if wildcards.name in catalog.FRAMEWORK_NAMES:
+        return env_python(wildcards.name)
+    return "python" if USE_CONDA else sys.executable
+
+
+def commbench_args(wildcards):
+    """The sweep's command-line arguments (the same for every framework; each uses its own)."""
+    settings = COMMBENCH
+    args = [
+        "--sizes",
+        *map(str, settings["sizes"]),
+        "--worlds",
+        *map(str, settings["worlds"]),
+        "--tf-worlds",
+        *map(str, settings["tensorflow_worlds"]),
+        "--executors",
+        *map(str, settings["executors"]),
+        "--repeats",
+        str(settings["repeats"]),
+        "--max-op-s",
+        str(settings["max_op_s"]),
+        "--timeout-s",
+        str(settings["timeout_s"]),
+    ]
+    if settings["models"]:
+        args += ["--models", *settings["models"]]
+    args += ["--algorithms", "default", *map(str, settings["algorithms"])]
+    return " ".join(shlex.quote(a) for a in args)
