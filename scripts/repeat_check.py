@@ -12,7 +12,7 @@ from dlscale.logsetup import log_to
 log_to(snakemake.log[0])
 events = snakemake.input.events
 runs, _ = analysis.load_events([events] if isinstance(events, str) else list(events))
-values = [float(v) if status == "ok" else float("nan") for v, status in zip(runs["throughput"], runs["status"])]
+values = [float(v) if status == "ok" else float("nan") for v, status in zip(runs["throughput"], runs["status"], strict=True)]
 more = verdicts.needs_more_repeats(values, float(snakemake.params.target), int(snakemake.params.cap))
 decision = {"repeats": len(values), "throughputs": values, "more": bool(more)}
 atomic.write_text(snakemake.output[0], json.dumps(decision, indent=1) + "\n")
