@@ -21,9 +21,10 @@ measured: the median ``compute_s`` of the set-up and model at its smallest world
 library alone does not explain (the runner's own barrier, flattening, Python between
 calls): the median, over the study's host-network runs of that set-up, of the measured
 exposed time minus the model's library time; a projection (nodes with cores of their own)
-takes it from the runs with at most one rank per core only, never below 0, since with
-more ranks than cores the wait for the slowest rank is this host's contention. It is the
-only thing fitted on training runs.
+takes it from the synchronisation the runner timed skew-free (``comm_s``, after a barrier:
+the wait for the slowest rank on a shared 2-core host is that host's, not the pattern's)
+of the runs with at most one rank per core, never below 0. It is the only thing fitted on
+training runs.
 
 The terms of ``comm`` and where each comes from
 -----------------------------------------------
@@ -604,12 +605,18 @@ CHECK_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 
 
+def hops(fit: Fit | None) -> float:
+    """Network latencies a library pays per message of its pattern (``fit_hops``; 1 unfitted)."""
+    return 1.0 if fit is None else float(fit.coefficients.get("hops", 1.0))
+
+
 def _emulated_parts(
-    cells: pd.DataFrame, fits: Mapping[tuple[str, str, str], Fit]
+    cells: pd.DataFrame, fits: Mapping[tuple[str, str, str], Fit], latency_scale: float | None = None
 ) -> list[tuple[Any, Fit, tuple[float, ...]]]:
     """Every emulated-network cell the model can predict from a host fit: (cell, host fit,
     (fixed, per-byte, wire)). Parameter-server cells only with every worker active (which
-    workers take fewer closures is not known, so neither are their links)."""
+    workers take fewer closures is not known, so neither are their links). The link's
+    latency counts ``hops`` times per message (``latency_scale`` instead, when given)."""
     emulated = cells[cells["network"].ne(HOST) & cells["algorithm"].eq("default") & cells["seconds"].gt(0)]
     most_workers = emulated[emulated["op"].eq("pushpull")].groupby("network")["world"].max()
     out = []
@@ -619,6 +626,9 @@ def _emulated_parts(
         except KeyError:
             continue
         p, size = float(row.world), float(row.nbytes)
+        library = "tf-ps" if row.op == "pushpull" else row.library
+        scale = hops(fits.get((library, row.op, HOST))) if latency_scale is None else latency_scale
+        link = dataclasses.replace(link, alpha_s=link.alpha_s * scale)
         if row.op == "pingpong":
             host = fits.get(("tcp", "pingpong", HOST))
             parts = None if host is None else (predict_fit(host, p, size), 0.0, link.wire(1, size))
@@ -666,6 +676,47 @@ def fit_overlap(
             fit,
             coefficients={**fit.coefficients, "overlap": float(best.x)},
             identified=(*fit.identified, "overlap"),
+        )
+    return fit_hops(cells, out)
+
+
+def fit_hops(
+    cells: pd.DataFrame, fits: Mapping[tuple[str, str, str], Fit]
+) -> dict[tuple[str, str, str], Fit]:
+    """``fits`` with each library's ``hops``: how many network latencies it pays per message
+    of its pattern (a ring step that waits for an acknowledgement pays two), fitted on its
+    cells on links with an added delay (``dlscale.commbench.latency``), 1 without them."""
+    from scipy.optimize import minimize_scalar
+
+    out = dict(fits)
+    delayed = cells[cells["network"].str.contains(r"\+", regex=True)] if len(cells) else cells
+    if delayed.empty:
+        return out
+    with_latency = _emulated_parts(delayed, out, latency_scale=1.0)
+    without = _emulated_parts(delayed, out, latency_scale=0.0)
+    by_library: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+    for (row, host, (fixed, per_byte, wire)), (_, _, (_, _, wire0)) in zip(
+        with_latency, without, strict=True
+    ):
+        if host.library != "tcp" and wire > wire0:
+            by_library.setdefault((host.library, host.op), []).append(
+                (fixed, per_byte, wire0, wire - wire0, float(row.seconds))
+            )
+    for (library, op), points in by_library.items():
+        fixed, per_byte, wire0, latency, y = (np.array(v) for v in zip(*points, strict=True))
+        overlap = out[(library, op, HOST)].get("overlap")
+
+        def loss(
+            h: float, fixed=fixed, per_byte=per_byte, wire0=wire0, latency=latency, y=y, overlap=overlap
+        ) -> float:
+            return float(np.sum(((combine(fixed, per_byte, wire0 + h * latency, overlap) - y) / y) ** 2))
+
+        best = minimize_scalar(loss, bounds=(0.5, 20.0), method="bounded")
+        fit = out[(library, op, HOST)]
+        out[(library, op, HOST)] = dataclasses.replace(
+            fit,
+            coefficients={**fit.coefficients, "hops": float(best.x)},
+            identified=(*fit.identified, "hops"),
         )
     return out
 
@@ -716,8 +767,8 @@ class Calibration:
     fits: Mapping[str, Fit]  # op -> fit ("allreduce", "pushpull", "job", "shuffle")
     offset_s: float = 0.0
     host_runs: int = 0
-    #: The offset a projection uses (nodes with cores of their own): from the host runs
-    #: with at most one rank per core only, never negative.
+    #: The offset a projection uses (nodes with cores of their own): from the skew-free
+    #: synchronisation time of host runs with at most one rank per core, never negative.
     projection_offset_s: float = 0.0
     host_rel_rmse: float = math.nan
     note: str = ""
@@ -843,6 +894,8 @@ def library_comm(
     n = np.asarray(nodes, dtype="float64")
     p = n * ranks_per_node
     size = float(gradient_bytes(model))
+    main = cal.fits.get({RING: "allreduce", PS: "pushpull", BIGDL: "shuffle"}[cal.pattern])
+    link = dataclasses.replace(link, alpha_s=link.alpha_s * hops(main))
     if cal.pattern == RING and cal.library == "mpi" and cal.source == "commbench":
         return mpi_comm(cal.fits["allreduce"], model, p, link, cores)
     if cal.pattern == RING:  # (Caffe fitted on runs: one flat ring stands in)
@@ -885,7 +938,7 @@ def peers_of(pattern: str, nodes: int, ranks_per_node: int) -> int:
 
 MEASURED_COLUMNS = (
     "run_id", "framework", "setup", "pattern", "model", "dataset", "network", "nodes", "ranks_per_node",
-    "world_size", "batch_per_rank", "step_s", "compute_s", "exposed_s", "gradient_bytes",
+    "world_size", "batch_per_rank", "step_s", "compute_s", "exposed_s", "sync_s", "gradient_bytes",
 )  # fmt: skip
 
 
@@ -911,6 +964,9 @@ def measured_runs(runs: pd.DataFrame) -> pd.DataFrame:
         ok["compute_s"] = np.nan
     exposed = ok["exposed_comm_s"] if "exposed_comm_s" in ok else pd.Series(np.nan, index=ok.index)
     ok["exposed_s"] = exposed.where(exposed.notna(), ok.get("comm_s", np.nan))
+    # the synchronisation alone where the runner times it skew-free (comm_s), else exposed
+    sync = ok["comm_s"] if "comm_s" in ok else pd.Series(np.nan, index=ok.index)
+    ok["sync_s"] = sync.where(sync.notna(), ok["exposed_s"])
     return ok[list(MEASURED_COLUMNS)].reset_index(drop=True)
 
 
@@ -1019,10 +1075,12 @@ def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> C
     residual = measured - modelled
     offset = float(np.median(residual))
     rel = (modelled + offset - measured) / np.maximum(measured, _WEIGHT_FLOOR_S)
-    # For nodes of their own, only the runs whose ranks had a core each: with more ranks
-    # than cores, the wait for the slowest rank is this host's contention, not the pattern's.
-    uncontended = group["world_size"].to_numpy() * 1 <= (cores or np.inf)
-    projected = float(np.median(residual[uncontended])) if uncontended.any() else 0.0
+    # For nodes of their own: the synchronisation timed skew-free (``sync_s``: the wait for
+    # the slowest rank is this shared host's), of runs whose ranks had a core each (with
+    # more ranks than cores, the library's time is this host's contention too).
+    sync = group["sync_s"].to_numpy(dtype="float64") if "sync_s" in group else measured
+    uncontended = (group["world_size"].to_numpy() <= (cores or np.inf)) & np.isfinite(sync)
+    projected = float(np.median((sync - modelled)[uncontended])) if uncontended.any() else 0.0
     return dataclasses.replace(
         cal,
         offset_s=offset,
@@ -1097,7 +1155,7 @@ def compute_baselines(measured: pd.DataFrame) -> pd.DataFrame:
         world_size=("world_size", "first"),
         ranks_per_node=("ranks_per_node", "min"),
         compute_s=("compute", "median"),
-        run_id=("run_id", "first"),
+        run_id=("run_id", lambda ids: ";".join(sorted(ids))),
     )
     return table[columns]
 
@@ -1516,31 +1574,39 @@ def bootstrap(
 
 def compute_samples(
     measured: pd.DataFrame, iterations: pd.DataFrame | None
-) -> dict[tuple[str, str], np.ndarray]:
-    """Per (set-up, model): the per-iteration compute times of its baseline run(s)."""
+) -> dict[tuple[str, str], list[np.ndarray]]:
+    """Per (set-up, model): the per-iteration compute times of each of its baseline runs
+    (every run at the smallest world: ``compute_baselines``' ``run_id`` lists them)."""
     if iterations is None or iterations.empty or measured.empty:
         return {}
     base = compute_baselines(measured)
     frame = iterations
     if "warmup" in frame:
         frame = frame[~frame["warmup"].fillna(False).astype(bool)]
-    column = "compute_s" if "compute_s" in frame else None
-    out = {}
+    out: dict[tuple[str, str], list[np.ndarray]] = {}
     for b in base.itertuples(index=False):
-        rows = frame[frame["run_id"].eq(b.run_id)]
-        values = rows[column] if column else pd.Series(dtype=float)
-        if column is None or values.isna().all():
-            values = rows.get("step_s", pd.Series(dtype=float))
-        values = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype="float64")
-        if len(values):
-            out[(b.setup, b.model)] = values
+        for run_id in str(b.run_id).split(";"):
+            rows = frame[frame["run_id"].eq(run_id)]
+            values = rows["compute_s"] if "compute_s" in rows else pd.Series(dtype=float)
+            if values.isna().all():
+                values = rows.get("step_s", pd.Series(dtype=float))
+            values = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype="float64")
+            if len(values):
+                out.setdefault((b.setup, b.model), []).append(values)
     return out
 
 
-def _resampled_median(values: np.ndarray | None, rng: np.random.Generator, default: float) -> float:
-    if values is None or not len(values):
+def _resampled_median(runs: list[np.ndarray] | None, rng: np.random.Generator, default: float) -> float:
+    """The baseline's compute in one bootstrap draw: runs drawn with replacement, each run's
+    iterations drawn with replacement; the median over runs of each run's median (as
+    ``compute_baselines`` takes it from the runs table)."""
+    if not runs:
         return default
-    return float(np.median(values[rng.integers(0, len(values), len(values))]))
+    medians = []
+    for pick in rng.integers(0, len(runs), len(runs)):
+        values = runs[pick]
+        medians.append(np.median(values[rng.integers(0, len(values), len(values))]))
+    return float(np.median(medians))
 
 
 # --- latency -----------------------------------------------------------------------------------
@@ -1610,6 +1676,8 @@ __all__ = (
     "fit_curves",
     "fit_library",
     "fit_overlap",
+    "fit_hops",
+    "hops",
     "combine",
     "with_latency",
     "predict_fit",

@@ -218,6 +218,36 @@ def test_one_world_cannot_separate_latency_from_fixed_cost() -> None:
     assert fit.get("gamma") == pytest.approx(TRUE["gloo"]["gamma"], rel=1e-6)
 
 
+def test_latency_per_message_is_fitted_on_delayed_links() -> None:
+    """On a link with an added delay, a library that waits for two latencies per ring step
+    shows it: ``hops`` comes back as 2, and the link's delay from the TCP ping-pong."""
+    raw = synthetic_bench()
+    raw = raw[raw["library"].isin(["gloo", "tcp"])].assign(latency_us=0.0)
+    delay, t, rows = 100e-6, TRUE["gloo"], []
+    for world in (2, 4, 8):
+        for s in (1024, 16384, 65536):  # inside the token bucket: no rate, only latency
+            m, b = pm.ring_terms(world, s)
+            seconds = max(1.0, world / 2) * (t["c"] + m * t["alpha"] + b * t["gamma"]) + 2 * m * delay
+            rows.append(
+                {"library": "gloo", "op": "allreduce", "world": world, "nbytes": s, "seconds": seconds}
+            )
+        rows.append(
+            {"library": "tcp", "op": "pingpong", "world": 2, "nbytes": 1024 * world,
+             "seconds": TRUE["tcp"]["alpha"] + delay + 1024 * world * TRUE["tcp"]["gamma"]}
+        )  # fmt: skip
+    delayed = pd.DataFrame(rows).assign(
+        framework="x", network="emulated-1gbe", latency_us=100.0, parts=1, model="", algorithm="default",
+        repeat=0, host_cores=2,
+    )  # fmt: skip
+    cells = pm.commbench_cells(pd.concat([raw, delayed], ignore_index=True))
+    assert "emulated-1gbe+100us" in set(cells["network"])
+    fits = pm.fit_commbench(cells)
+    assert pm.emulated_link("emulated-1gbe+100us", fits).alpha_s == pytest.approx(delay, rel=1e-6)
+    assert pm.hops(fits[("gloo", "allreduce", "host")]) == pytest.approx(2.0, rel=1e-3)
+    checks = pm.commbench_checks(cells, fits)
+    assert checks["error"].abs().max() < 1e-3
+
+
 def test_nnls_is_non_negative() -> None:
     sizes = np.array([1e6, 1e7, 1e8])
     coef, identified, _ = pm.nnls_fit(

@@ -38,6 +38,12 @@ MODULE = "dlscale.commbench.bigdl"
 EXECUTOR_MEMORY = "768m"
 #: Bytes per row of the shuffled data (rows of 64 KiB, as BigDL's gradient slices are large).
 PAYLOAD = 1 << 16
+#: The smallest exchange timed per executor.
+SHUFFLE_MIN_BYTES = 1 << 20
+
+
+def _progress(message: str) -> None:
+    print(f"[commbench] spark: {message}", file=sys.stderr, flush=True)
 
 
 def _wait_for_executors(sc: Any, count: int, timeout_s: float) -> None:
@@ -92,13 +98,19 @@ def driver_main(args: argparse.Namespace) -> None:
                 "spark.driver.extraJavaOptions": "-XX:-UsePerfData",
             }.items():
                 conf.set(key, str(value))
+            started = time.time()
             sc = SparkContext(conf=conf)
             try:
                 sc.setLogLevel("WARN")
                 _wait_for_executors(sc, max(executors), min(args.timeout_s, 300))
+                _progress(
+                    f"cluster {cluster.startup_s:.1f} s, context and executors {time.time() - started:.1f} s"
+                )
                 spark = SparkSession(sc)
                 jobs(sc, args, executors)
+                _progress(f"jobs done at {time.time() - started:.1f} s")
                 shuffles(spark, args, executors)
+                _progress(f"shuffles done at {time.time() - started:.1f} s")
             finally:
                 sc.stop()
 
@@ -126,10 +138,10 @@ def jobs(sc: Any, args: argparse.Namespace, executors: list[int]) -> None:
 
 
 def shuffles(spark: Any, args: argparse.Namespace, executors: list[int]) -> None:
-    # rows of 64 KiB: smaller sizes would time Spark's per-row overhead, not the exchange
-    sizes = common.sizes_for(
-        [s for s in args.sizes if s >= PAYLOAD] or [max(args.sizes)], args.network, args.max_op_s, 1.0
-    )
+    # at least 1 MiB an executor (rows of 64 KiB): smaller sizes time Spark's per-row and
+    # per-stage overheads, which the job rows already have, not the exchange
+    large = [s for s in args.sizes if s >= SHUFFLE_MIN_BYTES] or [max(args.sizes)]
+    sizes = common.sizes_for(large, args.network, args.max_op_s, 1.0)
     for k in executors:
         for nbytes in sizes:
             payload = min(PAYLOAD, max(4, nbytes))
