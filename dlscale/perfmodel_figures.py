@@ -211,6 +211,7 @@ def validation_chart(validation: pd.DataFrame, summary: pd.DataFrame | None = No
                 "label:N",
                 title="framework",
                 scale=alt.Scale(domain=[labels.get(s, s) for s in order], scheme="tableau10"),
+                legend=alt.Legend(labelLimit=480),
             ),
             shape=alt.Shape("network:N", title="network"),
             tooltip=[
