@@ -10,7 +10,7 @@
 #   worlds      [int]      ranks of the collectives                 (default [2, 4])
 #   tensorflow_worlds [int] TensorFlow's ring worlds; its ps runs the largest number of
 #                          workers, 1..max at once           (default [2]: TF starts slowly)
-#   executors   [int]      Spark executors of the BigDL jobs     (default [1, 2, 4])
+#   executors   [int]      Spark executors of the BigDL jobs     (default [1, 2])
 #   networks    [str]      host and/or emulated-<preset>         (default [host])
 #   repeats     int        timed operations per cell             (default 5)
 #   max_op_s    float      sizes slower than this on a network are skipped (default 2.0)

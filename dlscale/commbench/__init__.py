@@ -72,7 +72,7 @@ LIBRARIES: dict[str, str] = {
 #: The default sweep: small enough for the default study (~90 s on 2 cores in all).
 DEFAULT_SIZES: tuple[int, ...] = (1 << 10, 1 << 16, 1 << 22)
 DEFAULT_WORLDS: tuple[int, ...] = (2, 4)
-DEFAULT_EXECUTORS: tuple[int, ...] = (1, 2, 4)
+DEFAULT_EXECUTORS: tuple[int, ...] = (1, 2)
 DEFAULT_REPEATS = 5
 #: A size is skipped on a network where one operation would take longer than this.
 DEFAULT_MAX_OP_S = 2.0
