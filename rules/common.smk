@@ -360,20 +360,8 @@ def projection_preset(field):
 # --- communication micro-benchmarks (rules/commbench.smk, dlscale.commbench) ---
 
 
-COMMBENCH = {
-    "enabled": False,
-    "sizes": list(dlcommbench.DEFAULT_SIZES),
-    "worlds": list(dlcommbench.DEFAULT_WORLDS),
-    "tensorflow_worlds": [2],
-    "executors": list(dlcommbench.DEFAULT_EXECUTORS),
-    "networks": [dlnetworks.HOST],
-    "repeats": dlcommbench.DEFAULT_REPEATS,
-    "max_op_s": dlcommbench.DEFAULT_MAX_OP_S,
-    "models": ["lenet"],
-    "algorithms": [],
-    "timeout_s": 900,
-    **STUDY.get("commbench", {}),
-}
+#: The study's micro-benchmark settings (defaults in the schema's ``commbench``).
+COMMBENCH = STUDY["commbench"]
 #: The scaling model's tables beyond dlscale.outputs' list, and its figures (its own
 #: module's list) with the report caption of each.
 PERFMODEL_EXTRA_TABLES = (
