@@ -140,12 +140,15 @@ def check_peers_resolve(peers: list[tuple[str, str]], rank: int) -> None:
 
 
 def placement_peers(where: placement_mod.Placement) -> list[tuple[str, str]]:
-    """The peers every distributed rank needs: the master (rank 0's rendezvous), every rank's host."""
+    """The peer every distributed rank dials: the master (rank 0's rendezvous).
+
+    Only addresses a framework really dials are checked: gloo and Open MPI exchange the
+    ranks' interface addresses through the rendezvous, so the ranks' host names (SLURM
+    node names, which need not resolve) are not. A framework that dials named peers adds
+    them (``runner.peers``: TensorFlow's cluster spec)."""
     if where.world_size <= 1:
         return []
-    peers = [("rank 0 (master)", f"{where.master_addr}:{where.master_port}")]
-    peers += [(f"rank {index}", host) for index, host in enumerate(where.rank_hosts)]
-    return peers
+    return [("rank 0 (master)", f"{where.master_addr}:{where.master_port}")]
 
 
 def thread_environment(threads: int) -> dict[str, str]:
