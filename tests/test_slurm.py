@@ -106,7 +106,7 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch
 
     dry = snakemake(cluster, tmp_path, "--dry-run")
     assert planned_jobs(dry.stdout + dry.stderr) == {
-        "train_torch": 1,
+        "train": 1,
         "aggregate": 1,
         "figures": 1,
         "perfmodel": 1,
