@@ -30,7 +30,7 @@ from dlscale.analysis import loss_curve
 from dlscale.outputs import FIGURE_FORMATS, FIGURES
 
 FORMATS = FIGURE_FORMATS
-__all__ = ["FIGURES", "FORMATS", "make_figures", "save_chart"]
+__all__ = ["FIGURES", "FORMATS", "draw", "make_figures", "save_chart"]
 
 #: How a point is marked: plain, or flagged (hover for the reason).
 MARKERS: tuple[str, ...] = ("ok", "flagged")
@@ -456,10 +456,10 @@ def make_figures(runs: pd.DataFrame, iterations: pd.DataFrame, out: dict[str, di
         "breakdown": lambda: breakdown_chart(runs),
         "loss": lambda: loss_chart(runs, iterations),
     }
-    _draw(builders, out)
+    draw(builders, out)
 
 
-def _draw(builders: dict[str, Callable[[], alt.TopLevelMixin]], out: dict[str, dict[str, str]]) -> None:
+def draw(builders: dict[str, Callable[[], alt.TopLevelMixin]], out: dict[str, dict[str, str]]) -> None:
     """Build the charts ``out`` names and save each in the formats it lists.
 
     An unknown name raises ``KeyError``, a path whose suffix is not its format

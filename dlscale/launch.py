@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from dlscale import contention, envs, netns, networks
-from dlscale.events import EventError, validate_event, write_atomic
+from dlscale.events import EventError, write_atomic
 from dlscale.runners.plan import LaunchContext, Plan, Process, environ_with
 from dlscale.runspec import RunSpec, SpecError, run_id_fields
 
@@ -594,12 +594,6 @@ def run_once(args: argparse.Namespace) -> tuple[Launch, list[dict[str, Any]]]:
     return launch, events
 
 
-def validate_all(events: list[dict[str, Any]]) -> None:
-    """Every event against the contract (dlscale.events.validate_event), before writing."""
-    for event in events:
-        validate_event(dict(event))
-
-
 def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
@@ -628,15 +622,15 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(launch.events_path.parent / "attempts" / f"contended-{_stamp()}.jsonl", events)
     try:
         try:
-            validate_all(events)
+            write_atomic(launch.events_path, events)  # validates every event first
         except EventError as err:
             # A rank wrote an event that breaks the contract: the run is failed with that
             # reason (its iterations are not evidence of anything), never a crash.
             run_end = {**run_end, "status": "failed", "reason": f"a rank wrote an invalid event: {err}"}
             events = [events[0], run_end]
+            write_atomic(launch.events_path, events)
         if run_end["status"] != "ok":
             write_atomic(launch.events_path.parent / "attempts" / f"failed-{_stamp()}.jsonl", events)
-        write_atomic(launch.events_path, events)
     except OSError as err:
         # Nothing half-written is left (atomic writes); the job fails so Snakemake redoes it.
         print(

@@ -386,12 +386,9 @@ def with_latency(frame: pd.DataFrame) -> pd.Series:
     return network.where(latency.le(0), network + "+" + latency.map("{:g}".format) + "us")
 
 
-def commbench_cells(raw: pd.DataFrame) -> pd.DataFrame:
-    """One row per benchmark cell (library, op, network, world, size, model, algorithm):
-    the median of its timed repeats (``seconds``) and how many there were."""
-    keys = ["library", "op", "network", "world", "nbytes", "parts", "model", "algorithm"]
-    if raw.empty:
-        return pd.DataFrame(columns=[*keys, "seconds", "repeats", "host_cores"])
+def _normalised(raw: pd.DataFrame) -> pd.DataFrame:
+    """A copy of raw micro-benchmark rows with the optional columns filled (older CSVs lack
+    them) and the network named with its added latency: how every reader groups them."""
     frame = raw.copy()
     for name, default in (("parts", 1), ("model", ""), ("algorithm", "default"), ("host_cores", 0)):
         if name not in frame:
@@ -399,6 +396,16 @@ def commbench_cells(raw: pd.DataFrame) -> pd.DataFrame:
     frame["model"] = frame["model"].fillna("").astype(str)
     frame["algorithm"] = frame["algorithm"].fillna("default").astype(str)
     frame["network"] = with_latency(frame)
+    return frame
+
+
+def commbench_cells(raw: pd.DataFrame) -> pd.DataFrame:
+    """One row per benchmark cell (library, op, network, world, size, model, algorithm):
+    the median of its timed repeats (``seconds``) and how many there were."""
+    keys = ["library", "op", "network", "world", "nbytes", "parts", "model", "algorithm"]
+    if raw.empty:
+        return pd.DataFrame(columns=[*keys, "seconds", "repeats", "host_cores"])
+    frame = _normalised(raw)
     return frame.groupby(keys, as_index=False, sort=True).agg(
         seconds=("seconds", "median"), repeats=("seconds", "size"), host_cores=("host_cores", "max")
     )
@@ -1494,13 +1501,7 @@ class CellSampler:
 
     def __init__(self, raw: pd.DataFrame):
         self.cells = commbench_cells(raw)
-        frame = raw.copy()
-        for name, default in (("parts", 1), ("model", ""), ("algorithm", "default"), ("host_cores", 0)):
-            if name not in frame:
-                frame[name] = default
-        frame["model"] = frame["model"].fillna("").astype(str)
-        frame["algorithm"] = frame["algorithm"].fillna("default").astype(str)
-        frame["network"] = with_latency(frame)
+        frame = _normalised(raw)
         repeats = {k: g["seconds"].to_numpy(dtype="float64") for k, g in frame.groupby(_CELL_KEYS, sort=True)}
         self.repeats = [
             repeats[tuple(row)] for row in self.cells[_CELL_KEYS].itertuples(index=False, name=None)

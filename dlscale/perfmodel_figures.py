@@ -8,14 +8,13 @@ with nothing in it gives a chart that says why, never an error.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
 from dlscale import catalog
-from dlscale.figures import empty_chart, save_chart
+from dlscale.figures import draw, empty_chart
 
 #: Figures this module draws, by the name the perfmodel rule gives their files.
 PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation", "latency_sensitivity", "commbench")
@@ -305,23 +304,6 @@ def commbench_chart(cells: pd.DataFrame, predicted: pd.DataFrame) -> alt.TopLeve
         .facet(facet=alt.Facet("series:N", title=None), columns=3)
         .properties(title="Communication micro-benchmarks (points: medians) and the fitted model (lines)")
     )
-
-
-def _styled(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
-    return chart.configure(background="white").configure_title(fontSize=14, anchor="start")
-
-
-def draw(builders: dict[str, Callable[[], alt.TopLevelMixin]], out: dict[str, dict[str, str]]) -> None:
-    """Build the charts ``out`` names and save each in the formats it lists (suffix checked)."""
-    unknown = sorted(set(out) - set(builders))
-    if unknown:
-        raise KeyError(f"unknown figure(s) {', '.join(unknown)}; expected {', '.join(builders)}")
-    for name, paths in out.items():
-        chart = _styled(builders[name]())
-        for fmt, target in paths.items():
-            if Path(target).suffix != f".{fmt}":
-                raise ValueError(f"{name} {fmt} output {target} does not end in .{fmt}")
-            save_chart(chart, target)
 
 
 def make_perfmodel_figures(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.commbench import common
+from dlscale.runners.tensorflow import steps
 
 MODULE = "dlscale.commbench.tensorflow"
 SERVER = "dlscale.runners.tensorflow.server"
@@ -56,23 +57,12 @@ def ring_rank(args: argparse.Namespace) -> None:
     )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
-    def all_reduce_fn(spec: Any) -> Any:
-        @tf.function(input_signature=[spec])
-        def all_reduce(t: Any) -> Any:
-            def replica(value: Any) -> Any:
-                value = tf.identity(value)
-                return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
-
-            return strategy.run(replica, args=(t,))
-
-        return all_reduce
-
-    barrier_fn = all_reduce_fn(tf.TensorSpec([], tf.float32))
+    barrier_fn = steps.sum_all_reduce(tf, strategy, tf.TensorSpec([], tf.float32))
     zero = tf.constant(0.0)
     barrier_fn(zero)
     for nbytes in args.sizes:
         n = max(1, nbytes // 4)
-        reduce_fn = all_reduce_fn(tf.TensorSpec([n], tf.float32))
+        reduce_fn = steps.sum_all_reduce(tf, strategy, tf.TensorSpec([n], tf.float32))
         tensor = tf.ones([n], tf.float32)
         reduce_fn(tensor)  # warm-up: tracing, the collective's instance set-up
         for repeat in range(args.repeats):

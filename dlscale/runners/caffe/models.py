@@ -41,10 +41,6 @@ from typing import Any
 
 from dlscale import catalog
 
-#: Learnable parameters per model, the same in every framework (the catalog's counts; the
-#: name stays for dlscale.perfmodel, which imports it).
-EXPECTED_PARAMETERS = catalog.PARAMETERS
-
 #: Layer types whose blobs are statistics, not weights: never updated by the solver.
 STATISTICS_LAYERS = ("BatchNorm",)
 

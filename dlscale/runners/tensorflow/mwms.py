@@ -93,19 +93,6 @@ def train(ctx: RunContext, tf: Any) -> None:
     def apply(flat_sum: Any) -> None:
         sgd.apply(steps.unflatten(tf, flat_sum / float(world), variables))
 
-    def all_reduce_fn(spec_: Any) -> Any:
-        @tf.function(input_signature=[spec_])
-        def all_reduce(t: Any) -> Any:
-            def replica(value: Any) -> Any:
-                # identity places the input on this replica's device: a graph input has
-                # none, and the collective needs one to know where the result goes.
-                value = tf.identity(value)
-                return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
-
-            return strategy.run(replica, args=(t,))
-
-        return all_reduce
-
     @tf.function(input_signature=[x_spec, y_spec])
     def fused(x: Any, y: Any) -> Any:
         # One rank has nothing to synchronise: forward, backward and update in one graph,
@@ -122,8 +109,8 @@ def train(ctx: RunContext, tf: Any) -> None:
     else:
         fused.get_concrete_function()
     if distributed:
-        allreduce = all_reduce_fn(flat_spec)
-        barrier_fn = all_reduce_fn(tf.TensorSpec([], tf.float32))
+        allreduce = steps.sum_all_reduce(tf, strategy, flat_spec)
+        barrier_fn = steps.sum_all_reduce(tf, strategy, tf.TensorSpec([], tf.float32))
         # Broadcast worker 0's initial weights; it also sets the collective group up.
         mine = steps.flatten(tf, [v.value if hasattr(v, "value") else v for v in variables])
         weights = allreduce(mine if ctx.rank == 0 else tf.zeros_like(mine))

@@ -109,3 +109,24 @@ def size_of(shape: Any) -> int:
     for dim in shape:
         size *= int(dim)
     return size
+
+
+def sum_all_reduce(tf: Any, strategy: Any, spec: Any) -> Any:
+    """A compiled MultiWorkerMirroredStrategy sum all-reduce of one tensor of ``spec``.
+
+    What the mwms runner synchronises its flat gradient with, and what the communication
+    micro-benchmarks (dlscale.commbench.tensorflow) time: the same call, so the model is
+    calibrated on the operation the runs perform.
+    """
+
+    @tf.function(input_signature=[spec])
+    def all_reduce(t: Any) -> Any:
+        def replica(value: Any) -> Any:
+            # identity places the input on this replica's device: a graph input has
+            # none, and the collective needs one to know where the result goes.
+            value = tf.identity(value)
+            return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+        return strategy.run(replica, args=(t,))
+
+    return all_reduce
