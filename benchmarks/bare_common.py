@@ -1,9 +1,12 @@
 """Helpers the bare-loop arms share; standard library + numpy only (any framework venv).
 
 A bare arm (``bare`` in ``benchmarks.<fw>_worker``) trains the model in the framework's
-plainest loop on one fixed batch (prepared as the runner prepares its batches), stamps
-the end of every iteration (wall and process CPU time); the peak arm measures a float32
-matmul peak with the same threads.
+plainest loop, fed as a plain user loop over an in-memory dataset is fed: the whole set
+normalised once before training (``Dataset``), and per step a fresh batch gathered from
+it (the same index batches as the runner's, ``IndexBatches`` with the run's seed), so the
+bare loop pays for what any training loop pays for and the ratio isolates the harness.
+It stamps the end of every iteration (wall and process CPU time); the peak arm measures a
+float32 matmul peak with the same threads.
 """
 
 from __future__ import annotations
@@ -20,20 +23,38 @@ if TYPE_CHECKING:
     from dlscale.runspec import RunSpec
 
 
-def first_batch(data: Path, batch: int) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The first ``batch`` samples of the shard set (uint8 NHWC, int64 labels), mean, std."""
-    from dlscale.data.shards import ShardSet
+class Dataset:
+    """The whole shard set in memory, normalised once (float32, NHWC or NCHW), int64 labels;
+    ``batches()`` yields fresh (x, y) numpy batches in the runner's order, forever."""
 
-    shards = ShardSet(data)
-    images, labels = shards.take(np.arange(batch))
-    return np.ascontiguousarray(images), labels.astype(np.int64), float(shards.mean), float(shards.std)
+    def __init__(self, data: Path, model: str, nchw: bool):
+        from dlscale.data.shards import ShardSet
+
+        shards = ShardSet(data)
+        images, labels = shards.load_part(0, 1)
+        self.image_shape: tuple[int, ...] = tuple(images.shape[1:])
+        self.x = normalised(images, model, float(shards.mean), float(shards.std), nchw)
+        self.y = labels.astype(np.int64)
+
+    def indices(self, batch: int, seed: int) -> Any:
+        """The index batches a lone rank of a run with ``seed`` draws (``IndexBatches``)."""
+        from dlscale.data.shards import IndexBatches
+
+        return IndexBatches(len(self.y), batch, seed)
+
+    def batches(self, batch: int, seed: int) -> Any:
+        """Endless fresh (x, y) batches: rows gathered from the normalised set per step."""
+        for index in self.indices(batch, seed):
+            yield self.x[index], self.y[index]
 
 
 def normalised(images: np.ndarray, model: str, mean: float, std: float, nchw: bool) -> np.ndarray:
     """float32 pixels as every runner feeds them: [0, 1] for the autoencoder, else standardised."""
-    x = images.astype(np.float32) / np.float32(255.0)
+    x = images.astype(np.float32)
+    x /= np.float32(255.0)
     if model != "autoencoder":
-        x = (x - np.float32(mean)) / np.float32(std)
+        x -= np.float32(mean)
+        x /= np.float32(std)
     if nchw:
         x = x.transpose(0, 3, 1, 2)
     return np.ascontiguousarray(x, dtype=np.float32)

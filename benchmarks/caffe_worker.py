@@ -5,8 +5,9 @@ Sub-commands (arguments and output: benchmarks.worker_cli):
 
 * ``training``: the runner's own loop (``dlscale.runners.caffe.train.train`` as a lone MPI
   rank, in this process) against a bare loop and the matmul peak, rotated per repeat.
-  The bare loop is Caffe's plainest: the runner's net and SGD solver (same prototxt), one
-  fixed batch written into the Input blobs once, ``solver.step(1)`` per iteration, no
+  The bare loop is Caffe's plainest: the runner's net and SGD solver (same prototxt), per
+  iteration a fresh batch gathered from the normalised set in memory
+  (``bare_common.Dataset``) and written into the Input blobs, then ``solver.step(1)``, no
   callbacks; then the float32 matmul peak of numpy's BLAS with the same threads.
 * ``allreduce`` (under ``mpirun -n 2``): each model's learnable blobs, all-reduced one
   MPI_Allreduce per blob after a barrier, as the runner's GradientAllreduce does.
@@ -25,19 +26,24 @@ from typing import Any
 import numpy as np
 
 from benchmarks import worker_cli
-from benchmarks.bare_common import bare_loop, first_batch, matmul_peak, normalised, numpy_matmul
+from benchmarks.bare_common import Dataset, bare_loop, matmul_peak, numpy_matmul
 from benchmarks.runner_arm import rotate_arms, runner_arm
 from dlscale.runspec import RunSpec
 
 
-def bare(spec: RunSpec, data: Path) -> dict[str, float]:
+def bare(spec: RunSpec, dataset: Dataset) -> dict[str, float]:
     from dlscale.runners.caffe.train import feed, make_solver
 
-    images, labels, mean, std = first_batch(data, spec.batch)
     with tempfile.TemporaryDirectory(prefix="caffe-bench-") as tmp:
         solver = make_solver(spec, spec.batch, Path(tmp))
-    feed(solver.net, normalised(images, spec.model, mean, std, nchw=True), labels.astype(np.float32))
-    return bare_loop(spec, lambda: solver.step(1))
+    batches = dataset.batches(spec.batch, spec.seed)
+
+    def step() -> None:
+        images, labels = next(batches)
+        feed(solver.net, images, labels.astype(np.float32))
+        solver.step(1)
+
+    return bare_loop(spec, step)
 
 
 def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
@@ -50,10 +56,11 @@ def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     spec: RunSpec = args.spec
     finalize = parallel.finish
     parallel.finish = lambda comm, mpi: None
+    dataset = Dataset(args.data, spec.model, nchw=True)
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-caffe-") as tmp:
         yield from rotate_arms(spec, args.repeats, {
             "runner": lambda r: runner_arm(runner.train, spec, args.data, Path(tmp), r),
-            "bare": lambda r: bare(spec, args.data),
+            "bare": lambda r: bare(spec, dataset),
             "peak": lambda r: matmul_peak(numpy_matmul),
         })  # fmt: skip
     mpi = parallel.import_mpi()

@@ -6,7 +6,9 @@ Sub-commands (arguments and output: benchmarks.worker_cli):
   rank, in this process) against a bare loop and the matmul peak, rotated per repeat.
   The bare loop is TensorFlow's plainest training loop on the runner's model, batch and thread
   pools: one ``tf.function`` train step (GradientTape, Keras SGD with momentum) called on
-  one fixed batch; then tf.matmul's float32 peak with the same pools. The pools are the
+  a fresh batch per step, gathered from the normalised set in memory and made tensors
+  (``bare_common.Dataset``), as a plain user loop does; then tf.matmul's float32 peak with
+  the same pools. The pools are the
   runner's: the driver gives this process the launcher's TensorFlow environment, and
   TensorFlow is imported as the runner imports it.
 * ``allreduce``: one worker of a 2-worker MultiWorkerMirroredStrategy (ring, gRPC on
@@ -27,41 +29,46 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import worker_cli
-from benchmarks.bare_common import bare_loop, first_batch, matmul_peak, normalised
+from benchmarks.bare_common import Dataset, bare_loop, matmul_peak
 from benchmarks.runner_arm import rotate_arms, runner_arm
 from dlscale.runners.tensorflow import train as runner
 from dlscale.runspec import RunSpec
 
 
-def bare(spec: RunSpec, data: Path) -> dict[str, float]:
+def bare(spec: RunSpec, dataset: Dataset) -> dict[str, float]:
     """The bare loop's throughput (a fresh model and optimizer each call)."""
     tf = runner.import_tensorflow()
     from dlscale.runners.tensorflow.models import build_model
 
     name, batch = spec.model, spec.batch
-    images, labels, mean, std = first_batch(data, batch)
-    x = tf.constant(normalised(images, name, mean, std, nchw=False))
-    y = tf.constant(labels)
     tf.keras.utils.set_random_seed(spec.seed)
-    model = build_model(name, tuple(images.shape[1:]))
+    model = build_model(name, dataset.image_shape)
     optimizer = tf.keras.optimizers.SGD(spec.learning_rate, momentum=spec.momentum)
+    x_spec = tf.TensorSpec([batch, *dataset.image_shape], tf.float32)
+    y_spec = tf.TensorSpec([batch], tf.int64)
     if name == "autoencoder":
-        target = tf.reshape(x, [batch, -1])
 
-        def loss_of(logits):  # noqa: ANN001, ANN202
+        def loss_of(logits, x, y):  # noqa: ANN001, ANN202
+            target = tf.reshape(x, [batch, -1])
             return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=target, logits=logits))
     else:
 
-        def loss_of(logits):  # noqa: ANN001, ANN202
+        def loss_of(logits, x, y):  # noqa: ANN001, ANN202
             return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
 
-    @tf.function
-    def step():  # noqa: ANN202
+    @tf.function(input_signature=[x_spec, y_spec])
+    def train_step(x, y):  # noqa: ANN001, ANN202
         with tf.GradientTape() as tape:
-            loss = loss_of(model(x, training=True))
+            loss = loss_of(model(x, training=True), x, y)
         variables = model.trainable_variables
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
+
+    batches = dataset.batches(batch, spec.seed)
+
+    def step():  # noqa: ANN202
+        images, labels = next(batches)
+        return train_step(tf.constant(images), tf.constant(labels))
 
     return bare_loop(spec, step)
 
@@ -76,10 +83,11 @@ def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """Runner (dlscale.runners.tensorflow.train.train, in this process) vs bare vs peak."""
     spec: RunSpec = args.spec
     runner.import_tensorflow()  # the pools are fixed before the first arm, for every arm
+    dataset = Dataset(args.data, spec.model, nchw=False)
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-tf-") as tmp:
         yield from rotate_arms(spec, args.repeats, {
             "runner": lambda r: runner_arm(runner.train, spec, args.data, Path(tmp), r),
-            "bare": lambda r: bare(spec, args.data),
+            "bare": lambda r: bare(spec, dataset),
             "peak": lambda r: matmul_peak(tf_matmul),
         })  # fmt: skip
 

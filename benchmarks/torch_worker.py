@@ -4,7 +4,8 @@ Sub-commands (arguments and output: benchmarks.worker_cli):
 
 * ``training``: per repeat, in rotated order, the runner's own training loop
   (``dlscale.runners.torch.train.train`` as a lone rank, the code path of every study run),
-  a bare loop of the same model, batch, threads and optimizer on one fixed batch, and
+  a bare loop of the same model, batch, threads and optimizer fed a fresh batch per step
+  from the normalised set in memory (``bare_common.Dataset``), and
   torch.mm's float32 peak: three arms side by side in one process set-up.
 * ``flops``: forward+backward FLOPs per sample of each model (torch's FlopCounterMode).
 * ``allreduce``: one rank of a gloo all-reduce of each gradient size, done exactly as the
@@ -24,40 +25,38 @@ from typing import Any
 import torch
 
 from benchmarks import worker_cli
-from benchmarks.bare_common import bare_loop, matmul_peak
-from benchmarks.runner_arm import context, rotate_arms, runner_arm
+from benchmarks.bare_common import Dataset, bare_loop, matmul_peak
+from benchmarks.runner_arm import rotate_arms, runner_arm
 from dlscale.runners.torch import train as runner
-from dlscale.runners.torch.data import Batches
 from dlscale.runners.torch.models import build_model, parameter_count
 from dlscale.runspec import RunSpec
-
-
-def first_batch(spec: RunSpec, data: Path, work: Path) -> tuple[Any, Any]:
-    """One batch exactly as the runner prepares it (same pixels, layout and normalisation)."""
-    ctx = context(spec, data, work / "batch.jsonl")
-    batches = Batches(ctx, torch)
-    try:
-        return batches.next()
-    finally:
-        batches.close()
-        ctx.writer.close()
 
 
 def loss_function(model: str) -> Any:
     return torch.nn.BCEWithLogitsLoss() if model == "autoencoder" else torch.nn.CrossEntropyLoss()
 
 
-def bare(spec: RunSpec, x: Any, y: Any) -> dict[str, float]:
-    """A minimal training loop: same model, batch, threads and optimizer; one fixed batch."""
+def bare(spec: RunSpec, dataset: Dataset) -> dict[str, float]:
+    """A minimal training loop: same model, batch, threads and optimizer; per step a fresh
+    batch gathered from the normalised set in memory, as a plain user loop does."""
     torch.manual_seed(spec.seed)
     model = build_model(spec.model)
-    if spec.options["channels_last"] and not spec.mnist_sized:
+    channels_last = spec.options["channels_last"] and not spec.mnist_sized
+    if channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.learning_rate, momentum=spec.momentum)
     loss_fn = loss_function(spec.model)
     model.train()
 
+    batches = dataset.batches(spec.batch, spec.seed)
+    autoencoder = spec.model == "autoencoder"
+
     def step() -> None:
+        images, labels = next(batches)
+        x = torch.from_numpy(images)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        y = x.flatten(1) if autoencoder else torch.from_numpy(labels)
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()
         optimizer.step()
@@ -78,10 +77,10 @@ def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     runner.tune_allocator()
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-torch-") as tmp:
         work = Path(tmp)
-        x, y = first_batch(spec, args.data, work)
+        dataset = Dataset(args.data, spec.model, nchw=True)
         yield from rotate_arms(spec, args.repeats, {
             "runner": lambda r: runner_arm(runner.train, spec, args.data, work, r),
-            "bare": lambda r: bare(spec, x, y),
+            "bare": lambda r: bare(spec, dataset),
             "peak": lambda r: matmul_peak(torch_matmul),
         })  # fmt: skip
 

@@ -290,3 +290,90 @@ def test_bigdl_pipeline_reads_the_shards_on_the_executors(mnist_shards, tmp_path
     assert not processes_mentioning(str(tmp_path)), "a Spark daemon or executor outlived the run"
     runs, _ = analysis.load_events([events])
     assert runs.loc[0, "status"] == "ok" and pd.isna(runs.loc[0, "input_s"])
+
+
+# --- memory mode: the part prepared before training, a fresh batch gathered per step --------------
+
+
+@pytest.fixture
+def small_shards(tmp_path) -> Path:
+    """40 random MNIST-shaped samples in 3 shards: batches of 16 cross an epoch at the third."""
+    from dlscale.data.shards import write_shards
+
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, size=(40, 28, 28, 1), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=40)
+    return write_shards(tmp_path / "shards", images, labels, dataset="mnist", split="train",
+                        num_classes=10, shard_size=16, source="test")  # fmt: skip
+
+
+def expected_batches(shards_dir: Path, rank: int, world: int, seed: int, steps: int) -> list:
+    """What step after step must train on: the rank's rows of ``IndexBatches`` (seed + rank),
+    each converted on its own from the raw uint8 rows (the runners' per-batch code)."""
+    from dlscale.data.shards import IndexBatches, ShardSet
+    from dlscale.runners.caffe.data import preprocess
+
+    shards = ShardSet(shards_dir)
+    images, labels = shards.load_part(rank, world)
+    draws = IndexBatches(len(labels), 16, seed + rank)
+    out = []
+    for _ in range(steps):
+        index = next(draws)
+        out.append((index, preprocess(images[index], "lenet", shards.mean, shards.std), labels[index]))
+    return out
+
+
+@pytest.mark.parametrize("limit", [1 << 30, 0], ids=["prepared-whole", "per-batch"])
+def test_caffe_memory_batches_are_the_fresh_ones_in_order(small_shards, monkeypatch, limit):
+    from dlscale.runners.caffe import data as caffe_data
+
+    monkeypatch.setattr(caffe_data, "prepare_whole", lambda images: images.size * 4 <= limit)
+    batches = caffe_data.Batches(small_shards, 1, 2, 16, 5, "lenet")  # rank 1's 20 samples
+    assert (batches.x_all is not None) == (limit > 0)
+    data = np.full((16, 1, 28, 28), np.nan, dtype=np.float32)
+    label = np.full((16,), -1.0, dtype=np.float32)
+    seen = []
+    for index, x, y in expected_batches(small_shards, 1, 2, 5, 4):  # 4 x 16 of 20: epochs turn
+        batches.into(data, label)
+        np.testing.assert_array_equal(data, x)  # bit for bit: the very floats of per-batch
+        np.testing.assert_array_equal(label, y.astype(np.float32))
+        seen.append(index)
+    assert not np.array_equal(seen[0], seen[1])  # a fresh batch every step
+
+
+def test_tensorflow_memory_feed_gathers_the_fresh_batch_in_order(small_shards):
+    from dlscale.runners.tensorflow import batches as tf_batches
+
+    class NumpyTF:  # the feed only makes tensors: a numpy stand-in for tf.constant
+        constant = staticmethod(np.array)
+
+    feed = tf_batches.MemoryFeed(NumpyTF, tf_batches.Batches(str(small_shards), 0, 2, 16, 5), "lenet")
+    assert feed.x_all is not None and feed.x_all.shape == (20, 28, 28, 1)
+    for _, x, y in expected_batches(small_shards, 0, 2, 5, 4):
+        got_x, got_y = feed.next()
+        np.testing.assert_array_equal(got_x, x.transpose(0, 2, 3, 1))  # NHWC, same floats
+        np.testing.assert_array_equal(got_y, y)
+        assert got_y.dtype == np.int64
+    # ps mode keeps uint8 (the worker normalises): nothing prepared.
+    raw = tf_batches.MemoryFeed(NumpyTF, tf_batches.Batches(str(small_shards), 0, 2, 16, 5), "lenet", False)
+    assert raw.x_all is None and raw.next()[0].dtype == np.uint8
+
+
+def test_bare_loop_dataset_draws_the_runner_batches(small_shards):
+    """The benchmark's fair bare loop trains on the same fresh batches as a lone rank."""
+    from benchmarks.bare_common import Dataset
+
+    dataset = Dataset(small_shards, "lenet", nchw=True)
+    batches = dataset.batches(16, 5)
+    for _, x, y in expected_batches(small_shards, 0, 1, 5, 4):
+        got_x, got_y = next(batches)
+        np.testing.assert_array_equal(got_x, x)
+        np.testing.assert_array_equal(got_y, y)
+
+
+def test_prepare_whole_limit():
+    from dlscale.runners.prepared import PREPARED_LIMIT_BYTES, prepare_whole
+
+    mnist = np.empty((60000, 28, 28, 1), dtype=np.uint8)
+    assert prepare_whole(mnist)  # 188 MB of float32
+    assert not prepare_whole(np.empty((PREPARED_LIMIT_BYTES // 4 + 1,), dtype=np.uint8))

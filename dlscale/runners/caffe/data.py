@@ -6,8 +6,10 @@ runners) and convert them with the same ``preprocess``, so they train on bit-ide
 batches in the same order and only the time the step waits for its batch (``input_s``)
 differs.
 
-- ``input: memory`` (``Batches``): the part is loaded before training; before each step
-  the batch is indexed, converted and copied into the net's ``Input`` blobs.
+- ``input: memory`` (``Batches``): the part is loaded before training and, when it fits
+  (``dlscale.runners.prepared``), converted whole there; before each step the batch's
+  rows are gathered straight into the net's ``Input`` blobs (one copy, no conversion; a
+  part too large is converted one batch at a time).
 - ``input: pipeline`` (``PrefetchFeed``): the net starts with Caffe's ``MemoryData`` data
   layer instead (``models.memory_data``), and a background thread reads each batch from
   the shards through memory maps (``ShardSet.take``; nothing is loaded up front) and
@@ -44,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from dlscale.data.shards import IndexBatches, ShardSet
+from dlscale.runners.prepared import prepare_whole
 
 #: Batches in the prefetch ring: Caffe's ``data_param.prefetch`` default.
 PREFETCH = 4
@@ -86,12 +89,32 @@ class Batches:
         self.model = model
         _check_part(len(self.labels), rank, batch)
         self.indices = IndexBatches(len(self.labels), batch, seed + rank)
+        self.x_all: np.ndarray | None = None
+        if prepare_whole(self.images):
+            # Before training: a step only gathers its rows (``into``), no conversion.
+            self.x_all = preprocess(self.images, model, self.mean, self.std)
+            self.y_all = self.labels.astype(np.float32)
 
     def next(self) -> tuple[np.ndarray, np.ndarray]:
         """The next (float32 NCHW images, float32 labels), as the net's blobs take them."""
         index = next(self.indices)
+        if self.x_all is not None:
+            return self.x_all[index], self.y_all[index]
         x = preprocess(self.images[index], self.model, self.mean, self.std)
         return x, self.labels[index].astype(np.float32)
+
+    def into(self, data: np.ndarray, label: np.ndarray | None) -> None:
+        """The next batch written into the net's blobs ``data`` (and ``label``), in place."""
+        if self.x_all is None:
+            x, y = self.next()
+            data[...] = x
+            if label is not None:
+                label.reshape(-1)[...] = y
+            return
+        index = next(self.indices)
+        np.take(self.x_all, index, axis=0, out=data)
+        if label is not None:
+            np.take(self.y_all, index, out=label.reshape(-1))
 
 
 class InputPipelineError(RuntimeError):

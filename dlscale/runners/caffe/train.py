@@ -118,6 +118,9 @@ def train(ctx: RunContext) -> None:
     prefetch = (
         PrefetchFeed(net, ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model) if pipeline else None
     )
+    # The Input blobs, as arrays over their memory (an Input layer never reallocates them):
+    # memory mode gathers each batch straight into them.
+    inputs = (net.blobs["data"].data, net.blobs["label"].data if "label" in net.blobs else None)
 
     try:
         for iteration in range(ctx.total_iterations):
@@ -125,7 +128,7 @@ def train(ctx: RunContext) -> None:
             if prefetch is not None:
                 slot = prefetch.wait()
             else:
-                feed(net, *batches.next())
+                batches.into(*inputs)
             input_s = time.perf_counter() - waited  # outside step_s: the step starts with its batch
             t0 = time.perf_counter()
             solver.step(1)

@@ -7,7 +7,9 @@ travel to the workers as uint8 (4x less traffic) and are normalised there.
 
 Two feeds, chosen by the run spec's ``input`` (``feed``):
 - ``memory`` (default, ``MemoryFeed``): the part is loaded before training
-  (``ShardSet.load_part``); each batch is indexed, normalised in numpy and made a tensor.
+  (``ShardSet.load_part``) and, when it fits (``dlscale.runners.prepared``), normalised
+  whole there; each step's batch is then only gathered and made a tensor (a part too large
+  is normalised one batch at a time).
 - ``pipeline`` (``PipelineFeed``): nothing is loaded up front. A ``tf.data`` pipeline
   draws the same index batches from a generator, reads each one from the shards through
   memory maps (``ShardSet.take`` in a ``tf.numpy_function``) and normalises it, in
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from dlscale.data.shards import IndexBatches, ShardSet
+from dlscale.runners.prepared import prepare_whole
 from dlscale.runspec import RunSpec
 
 
@@ -78,8 +81,16 @@ class MemoryFeed:
         self.tf, self.batches, self.model, self.normalised = tf, batches, model, normalised
         self.image_shape = batches.image_shape
         self.mean, self.std = batches.mean, batches.std
+        self.x_all: np.ndarray | None = None
+        if normalised and prepare_whole(batches.images):
+            # Before training: each step only gathers its rows (no conversion in the loop).
+            self.x_all = normalise(batches.images, model, self.mean, self.std)
+            self.y_all = batches.labels.astype(np.int64)
 
     def next(self) -> tuple[Any, Any]:
+        if self.x_all is not None:
+            index = next(self.batches.indices)
+            return self.tf.constant(self.x_all[index]), self.tf.constant(self.y_all[index])
         images, labels = self.batches.next()
         if self.normalised:
             images = normalise(images, self.model, self.mean, self.std)

@@ -13,14 +13,15 @@ import numpy as np
 
 from dlscale.data.shards import IndexBatches, ShardSet
 from dlscale.runners.common import RunContext
+from dlscale.runners.prepared import prepare_whole
 
 
 class Batches:
     """Endless mini-batches from this rank's own part of the shards, reshuffled per epoch.
 
-    ``input: memory`` (the default): the part is loaded before training; MNIST parts are
-    converted to tensors whole, ImageNet-shaped batches one at a time, so memory stays
-    bounded by one batch of floats. ``input: pipeline``: nothing is loaded up front; a
+    ``input: memory`` (the default): the part is loaded and, when it fits
+    (``dlscale.runners.prepared``), normalised whole before training; a step then only
+    gathers its rows (a part too large is converted one batch at a time). ``input: pipeline``: nothing is loaded up front; a
     torch DataLoader with ``input_workers`` worker processes reads each batch from the
     shards (memory maps) and converts it, overlapped with training, which is how a real
     job feeds a large set. Both modes draw the same index sequence (same seed), so they
@@ -44,6 +45,7 @@ class Batches:
             )
         self.indices = IndexBatches(stop - start, self.batch, spec.seed + ctx.rank)
         self.loader: Any = None
+        self.x_all: Any = None  # the whole part, normalised (memory mode, when it fits)
         if spec.input == "pipeline":
             workers = spec.input_workers
             loader = torch.utils.data.DataLoader(
@@ -60,6 +62,11 @@ class Batches:
             self.loader = iter(loader)  # forks the workers now, before any collective starts
         else:
             self.images, self.labels = shards.load_part(ctx.rank, ctx.world_size)
+            if prepare_whole(self.images):
+                # Before training: the steps gather rows of these tensors, nothing else.
+                self.x_all = self._tensor(self.images)
+                self.y_all = torch.from_numpy(self.labels.astype(np.int64))
+                self.images = None
 
     def _tensor(self, images: np.ndarray) -> Any:
         torch = self.torch
@@ -81,7 +88,15 @@ class Batches:
         if self.loader is not None:
             return next(self.loader)
         index = next(self.indices)
-        return self.convert(self.images[index], self.labels[index])
+        if self.x_all is None:
+            return self.convert(self.images[index], self.labels[index])
+        rows = self.torch.from_numpy(index)
+        x = self.x_all.index_select(0, rows)
+        if self.channels_last:
+            x = x.contiguous(memory_format=self.torch.channels_last)
+        if self.model == "autoencoder":
+            return x, x.flatten(1)
+        return x, self.y_all.index_select(0, rows)
 
     def close(self) -> None:
         """Stop the pipeline's workers (nothing to do in memory mode)."""
