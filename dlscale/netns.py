@@ -296,3 +296,58 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def bridged(
+    hub: str,
+    nodes: dict[str, str],
+    preset: NetworkPreset | None = None,
+    hub_address: str | None = None,
+    prefix_len: int = 24,
+) -> RunNetwork:
+    """Namespaces named by ``nodes`` (name -> address) on a bridge in namespace ``hub``.
+
+    The long-lived sibling of ``emulated``: the caller names every namespace (so that
+    ``sweep_stale``, which removes ``dlscale-<pid>-`` namespaces of dead launchers, never
+    takes them) and may give the bridge itself an address (``hub_address``), so that a
+    process in the hub (a SLURM controller) reaches every node and every node reaches it.
+    Each node's ``eth0`` is shaped to ``preset`` (None: the veth's own speed); change it
+    later with ``set_bandwidth``.
+    """
+    names = list(nodes)
+    net = RunNetwork(names, [nodes[n] for n in names], NODE_INTERFACE, preset, hub)
+    try:
+        _add_namespace(net, hub)
+        run_ip("link", "add", "br0", "type", "bridge", netns=hub)
+        run_ip("link", "set", "br0", "up", netns=hub)
+        if hub_address:
+            run_ip("addr", "add", f"{hub_address}/{prefix_len}", "dev", "br0", netns=hub)
+        for i, name in enumerate(names):
+            _add_namespace(net, name)
+            port = f"p{i}"
+            run_ip("link", "add", port, "type", "veth", "peer", "name", NODE_INTERFACE, "netns", name, netns=hub)
+            run_ip("link", "set", port, "master", "br0", "up", netns=hub)
+            run_ip("addr", "add", f"{nodes[name]}/{prefix_len}", "dev", NODE_INTERFACE, netns=name)
+            run_ip("link", "set", NODE_INTERFACE, "up", netns=name)
+            if preset is not None:
+                run_ip("qdisc", "add", "dev", NODE_INTERFACE, "root", *shaping_args(preset), netns=name, tool="tc")
+    except NetnsError:
+        net.close()
+        raise
+    return net
+
+
+def set_bandwidth(namespace: str, preset: NetworkPreset | None, device: str = NODE_INTERFACE) -> None:
+    """Reshape ``device`` in ``namespace`` to ``preset`` (None: remove the cap), in place.
+
+    Connections stay up: a running cluster changes its links between runs without
+    restarting its daemons.
+    """
+    if preset is None:
+        try:
+            run_ip("qdisc", "del", "dev", device, "root", netns=namespace, tool="tc")
+        except NetnsError as err:
+            if "No such file" not in str(err) and "Cannot delete qdisc with handle of zero" not in str(err):
+                raise
+        return
+    run_ip("qdisc", "replace", "dev", device, "root", *shaping_args(preset), netns=namespace, tool="tc")

@@ -7,9 +7,19 @@ the foreground as our child and is stopped by its PID (jobs first, then their st
 Client commands get the config path from wrapper scripts first on PATH, because the
 Snakemake SLURM plugin strips every ``SLURM_*`` variable (SLURM_CONF included) from jobs.
 
-SLURM's daemons bind every interface (there is no bind-address setting), so the cluster
-runs in a network namespace of its own with only a loopback interface: nothing it or its
-jobs listen on is reachable from outside. Clients must run in it too: ``netns_prefix()``.
+The cluster is wired like a real one (``dlscale.netns.bridged``): every node runs in a
+network namespace of its own with one interface, ``eth0`` at 10.78.0.<k>, joined to the
+others by veth pairs on a bridge in a hub namespace, where the controller (slurmctld,
+munged; 10.78.0.254 on the bridge) and the clients run. Each node's link is shaped with
+``tc tbf`` when the cluster has a ``network`` preset (``set_network`` changes it between
+runs). Every daemon also runs in a mount and a UTS namespace of its own: its hostname is its
+node name, and a hosts file of the cluster's names (``ctl``, ``n1``...) is bind-mounted on
+/etc/hosts, as DNS would answer on a real cluster. So jobs find their peers by node name or
+by the node's address, never over a shared loopback, and no job script sets anything
+test-only. SLURM's daemons bind every interface, but none of these namespaces has a link to
+the host's: nothing the cluster or its jobs listen on is reachable from outside. Clients
+run in the hub: ``netns_prefix()`` (``bin/on-node ctl``), e.g. by hand
+``DIR/bin/on-node ctl env PATH=DIR/bin:$PATH sinfo``.
 
 Usable from pytest (``SlurmCluster`` as a context manager) and by hand:
 ``python tests/slurm_cluster.py up DIR`` / ``down DIR``.
@@ -29,7 +39,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # by hand: python tests/slurm_cluster.py up DIR
+    sys.path.insert(0, str(REPO))
 CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo", "sacct", "salloc")
+SUBNET = "10.78.0"  # node k at .k, the controller at .254 (the namespaces are the cluster's own)
+CONTROLLER = "ctl"
 
 
 def free_port() -> int:
@@ -73,41 +87,73 @@ def alive(pid: int) -> bool:
 class SlurmCluster:
     """``nodes`` emulated nodes of ``cpus`` CPUs and ``mem_mb`` MB each, in ``base``."""
 
-    def __init__(self, base: Path | None = None, nodes: int = 4, cpus: int = 2, mem_mb: int = 4000):
+    def __init__(
+        self,
+        base: Path | None = None,
+        nodes: int = 4,
+        cpus: int = 2,
+        mem_mb: int = 4000,
+        network: str | None = None,
+    ):
         self.base = Path(base or tempfile.mkdtemp(prefix="dlslurm-", dir="/tmp"))
         self.nodes, self.cpus, self.mem_mb = nodes, cpus, mem_mb
+        self.network = network  # a dlscale.networks preset name for every node's link, or None
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.conf = self.base / "slurm.conf"
         self.bin = self.base / "bin"
+        self.hosts = self.base / "etc" / "hosts"
         self.partition = "test"
+        # Not netns.PREFIX: sweep_stale() must never take a cluster whose creator has exited
+        # (``up`` by hand returns at once).
         self.netns = f"dlslurm-{os.getpid()}-{self.base.name[-6:]}"
-        self.netns_created = False
+        self.net = None  # dlscale.netns.RunNetwork once made
 
-    def netns_prefix(self) -> list[str]:
-        """Prefix a command with this to run it inside the cluster's network namespace."""
-        # nsenter enters the network namespace only; `ip netns exec` would also remount
-        # /sys, hiding the cgroup file system that slurmd insists on finding.
-        return ["nsenter", f"--net=/run/netns/{self.netns}"]
+    @property
+    def node_names(self) -> list[str]:
+        return [f"n{k}" for k in range(1, self.nodes + 1)]
 
-    def _make_netns(self) -> None:
-        subprocess.run(["ip", "netns", "add", self.netns], check=True, timeout=30)
-        self.netns_created = True
-        subprocess.run([*self.netns_prefix(), "ip", "link", "set", "lo", "up"], check=True, timeout=30)
-        # glibc's getaddrinfo(AI_ADDRCONFIG), which SLURM uses to bind, ignores 127/8 and
-        # finds nothing when that is all there is: give loopback one more (link-local)
-        # address. It is on lo, so it leads nowhere; all traffic stays on 127.0.0.1.
-        subprocess.run(
-            [*self.netns_prefix(), "ip", "addr", "add", "169.254.77.1/32", "dev", "lo"], check=True, timeout=30
-        )
+    def address(self, node: str) -> str:
+        """The address a node name (or ``ctl``) resolves to on the cluster."""
+        return f"{SUBNET}.254" if node == CONTROLLER else f"{SUBNET}.{int(node.removeprefix('n'))}"
 
-    def interfaces(self) -> dict[str, str]:
-        """Interface name -> kind (``loopback``, ``dummy``, ``veth``, ...) in the namespace."""
+    def namespace(self, node: str) -> str:
+        return f"{self.netns}-hub" if node == CONTROLLER else f"{self.netns}-{node}"
+
+    def netns_prefix(self, node: str = CONTROLLER) -> list[str]:
+        """Prefix a command with this to run it on ``node`` (default: the controller, where
+        clients run): its network namespace, hostname and hosts file."""
+        return [str(self.bin / "on-node"), node]
+
+    def _make_network(self) -> None:
+        from dlscale import netns, networks
+
+        preset = networks.PRESETS[self.network] if self.network else None
+        nodes = {self.namespace(n): self.address(n) for n in self.node_names}
+        self.net = netns.bridged(self.namespace(CONTROLLER), nodes, preset, hub_address=self.address(CONTROLLER))
+
+    def set_network(self, network: str | None) -> None:
+        """Shape every node's link to preset ``network`` (None: unshaped), between runs."""
+        from dlscale import netns, networks
+
+        preset = networks.PRESETS[network] if network else None
+        for node in self.node_names:
+            netns.set_bandwidth(self.namespace(node), preset)
+        self.network = network
+
+    def namespaces(self) -> list[str]:
+        return [self.namespace(CONTROLLER), *(self.namespace(n) for n in self.node_names)]
+
+    def interfaces(self, node: str = CONTROLLER) -> dict[str, str]:
+        """Interface name -> kind (``loopback``, ``bridge``, ``veth``, ...) on ``node``."""
         out = subprocess.run(
-            ["ip", "-n", self.netns, "-d", "-o", "link", "show"], capture_output=True, text=True, timeout=30
+            ["ip", "-n", self.namespace(node), "-d", "-o", "link", "show"],
+            capture_output=True,
+            text=True,
+            timeout=30,
         ).stdout
         kinds = {}
         for line in out.splitlines():
-            name = line.split(":")[1].strip()
+            name = line.split(":")[1].strip().split("@")[0]
             fields = line.split()
             kind = (
                 "loopback"
@@ -123,14 +169,14 @@ class SlurmCluster:
 
     # ----------------------------------------------------------------- set-up
     def _write_config(self) -> None:
-        for sub in ("state", "spool", "run", "log", "tmp", "munge", "bin"):
+        for sub in ("state", "spool", "run", "log", "tmp", "munge", "bin", "etc"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         for k in range(1, self.nodes + 1):
             (self.base / "tmp" / f"n{k}").mkdir(exist_ok=True)
         base = self.base
         lines = [
             "ClusterName=dlscale-test",
-            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldHost={CONTROLLER}({self.address(CONTROLLER)})",
             f"SlurmctldPort={free_port()}",
             "SlurmUser=root",
             "SlurmdUser=root",
@@ -163,13 +209,30 @@ class SlurmCluster:
         ]
         for k in range(1, self.nodes + 1):
             lines.append(
-                f"NodeName=n{k} NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()}"
+                f"NodeName=n{k} NodeHostname=n{k} NodeAddr={self.address(f'n{k}')} Port={free_port()}"
                 f" CPUs={self.cpus} RealMemory={self.mem_mb} State=UNKNOWN"
             )
         lines.append(
             f"PartitionName={self.partition} Nodes=n[1-{self.nodes}] Default=YES MaxTime=120 State=UP"
         )
         self.conf.write_text("\n".join(lines) + "\n")
+        names = [CONTROLLER, *self.node_names]
+        self.hosts.write_text(
+            "127.0.0.1 localhost\n" + "".join(f"{self.address(n)} {n}\n" for n in names)
+        )
+        cases = "".join(f"  {n}) ns={self.namespace(n)} ;;\n" for n in names)
+        on_node = self.bin / "on-node"
+        on_node.write_text(
+            "#!/bin/sh\n"
+            "# on-node NODE COMMAND...: run COMMAND on a node of the dlscale SLURM test cluster\n"
+            "# (its network namespace; its own hostname; the cluster's hosts file on /etc/hosts).\n"
+            'node=$1; shift\ncase $node in\n' + cases + '  *) echo "on-node: no node $node" >&2; exit 2 ;;\nesac\n'
+            # nsenter enters the network namespace only; `ip netns exec` would also remount
+            # /sys, hiding the cgroup file system that slurmd insists on finding.
+            f'exec nsenter --net=/run/netns/$ns unshare --mount --uts --propagation slave sh -c'
+            f' \'mount --bind {self.hosts} /etc/hosts && hostname "$0" && exec "$@"\' "$node" "$@"\n'
+        )
+        on_node.chmod(0o755)
         for client in CLIENTS:
             wrapper = self.bin / client
             record = (
@@ -185,10 +248,10 @@ class SlurmCluster:
         env["SLURM_CONF"] = str(self.conf)
         return env
 
-    def _spawn(self, name: str, cmd: list[str]) -> None:
+    def _spawn(self, name: str, cmd: list[str], node: str = CONTROLLER) -> None:
         log = open(self.base / "log" / f"{name}.out", "ab")
         self.procs[name] = subprocess.Popen(
-            [*self.netns_prefix(), *cmd],
+            [*self.netns_prefix(node), *cmd],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=self.env(),
@@ -224,7 +287,7 @@ class SlurmCluster:
         if install.returncode != 0:
             raise RuntimeError(f"installing SLURM failed: {install.stderr[-2000:]}")
         self._write_config()
-        self._make_netns()
+        self._make_network()
         munge = self.base / "munge"
         key = munge / "munge.key"
         if not key.exists():
@@ -243,11 +306,11 @@ class SlurmCluster:
         self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
         self._wait("slurmctld", lambda: self._run(["scontrol", "ping"]).stdout.count("UP") > 0, timeout)
         for k in range(1, self.nodes + 1):
-            self._spawn(f"slurmd-n{k}", ["slurmd", "-D", "-N", f"n{k}", "-f", str(self.conf)])
+            self._spawn(f"slurmd-n{k}", ["slurmd", "-D", "-N", f"n{k}", "-f", str(self.conf)], node=f"n{k}")
         self._wait("all nodes idle", self._all_idle, timeout)
         self.startup_s = time.time() - started
         state = {n: p.pid for n, p in self.procs.items()}
-        (self.base / "cluster.json").write_text(json.dumps({**state, "netns": self.netns}))
+        (self.base / "cluster.json").write_text(json.dumps({**state, "netns": self.namespaces()}))
         return self
 
     def _run(self, cmd: list[str], timeout: float = 20) -> subprocess.CompletedProcess[str]:
@@ -293,9 +356,9 @@ class SlurmCluster:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        if self.netns_created:
-            subprocess.run(["ip", "netns", "del", self.netns], timeout=30)
-            self.netns_created = False
+        if self.net is not None:
+            self.net.close()
+            self.net = None
 
     def sbatch_calls(self) -> list[str]:
         """Every sbatch command line submitted to this cluster (recorded by the wrapper)."""
@@ -337,7 +400,8 @@ def main(argv: list[str]) -> int:
         except ProcessLookupError:
             pass
     time.sleep(2)
-    subprocess.run(["ip", "netns", "del", state["netns"]], timeout=30)
+    for name in reversed(state["netns"]):
+        subprocess.run(["ip", "netns", "del", name], timeout=30)
     shutil.rmtree(base, ignore_errors=True)
     return 0
 

@@ -1,11 +1,11 @@
 """A Caffe run under real SLURM: ``srun --mpi=pmix`` starts the MPI ranks on 2 nodes.
 
 The cluster is the project's test cluster (tests/slurm_cluster.py: munge, slurmctld and
-one slurmd per emulated node, in a network namespace with only loopback). The job is what
-the training rule runs inside an allocation: ``python -m dlscale.launch``, which sees
-SLURM and plans ``srun --mpi=pmix``. The emulated nodes share one host, so Open MPI is
-kept to TCP on loopback (its shared-memory transport between "nodes" that share /dev/shm
-and a hostname is not safe; a real cluster leaves these unset).
+one slurmd per node, each node in its own network namespace on a bridged link, with its
+own hostname and the cluster's hosts file). The job is exactly what the training rule runs
+inside an allocation, ``python -m dlscale.launch``, which sees SLURM and plans
+``srun --mpi=pmix``: no Open MPI or address variable is set, so Open MPI finds its peers
+the way it does on a real cluster (its TCP transport on the nodes' ``eth0``, never ``lo``).
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ def test_two_node_caffe_run_through_srun_pmix(tmp_path, caffe_py, mnist_shards):
     events = tmp_path / "events.jsonl"
     job.write_text(
         "#!/bin/bash\n"
-        "export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo\n"
-        "export DLSCALE_MASTER_ADDR=127.0.0.1\n"
         f"cd {REPO} && exec {caffe_py} -m dlscale.launch"
         f" --spec-json '{json.dumps(SPEC)}' --data {mnist_shards} --events {events} --python {caffe_py}\n"
     )
