@@ -7,9 +7,15 @@ other frameworks' runners are (runner_arm). Here every arm is a process of its o
 * ``runner``: the study's own run through ``python -m dlscale.launch`` (single node: the
   driver, a standalone master, one worker with one executor), timed from its iteration
   events (BigDL's own log lines, millisecond time stamps);
-* ``bare``: ``benchmarks.bigdl_worker``: BigDL's plainest loop on ``local[C]`` (one JVM,
-  no master or worker), same model, batch, samples and SGD, timed from the same log lines
-  by the same parser; then numpy's matmul peak in that process (the ``peak`` arm).
+* ``bare``: ``benchmarks.bigdl_worker --deployment standalone``: BigDL's plainest loop on
+  the runner's own deployment (a standalone master and worker started by the runner's
+  ``SparkCluster``, the runner's SparkConf), with none of the runner's harness;
+* ``bare_local``: the same loop on ``local[C]`` (one JVM, no master or worker); then
+  numpy's matmul peak in that process (the ``peak`` arm).
+All three train the same model, batch, samples and SGD and are timed from the same log
+lines by the same parser. runner / bare is the harness's ratio (the one held to 0.97),
+bare / bare_local the deployment's (``harness_overhead.overhead_table``): a standalone
+cluster's driver-executor RPC per step is the study's set-up, not the harness.
 
 Throughput is the global batch over the median gap between successive iterations' log
 time stamps (the whole loop: BigDL's step plus whatever happens between steps);
@@ -38,6 +44,7 @@ from benchmarks.common import (
     CommJob,
     FrameworkBench,
     TrainingJob,
+    bench_iterations,
     bench_spec,
     default_study,
     launch_run,
@@ -57,6 +64,21 @@ from dlscale.runspec import RunSpec
 #: are also BigDL's start-up measurements (benchmarks.startup reuses them).
 TRAINING_ITERATIONS = (3, 20)
 COMM_ITERATIONS = (2, 10)
+#: The arms of a training repeat, each a process (rotated per repeat).
+TRAINING_ARMS = ("runner", "bare", "bare_local")
+#: Where each bare arm runs (``benchmarks.bigdl_worker --deployment``).
+DEPLOYMENTS = {"bare": "standalone", "bare_local": "local"}
+
+
+def training_iterations(model: str) -> tuple[int, int]:
+    """(warm-up, timed) iterations of a BigDL arm: ``TRAINING_ITERATIONS`` for the MNIST
+    models; for the ImageNet ones (a BigDL step of seconds to tens of seconds on one core)
+    the study's warm-up and the other frameworks' timed count (``bench_iterations``)."""
+    from dlscale import catalog
+
+    if catalog.model(model).mnist_sized:
+        return TRAINING_ITERATIONS
+    return TRAINING_ITERATIONS[0], bench_iterations(model)[1]
 
 
 def launch_env(python: Path) -> dict[str, str]:
@@ -71,23 +93,26 @@ def runner_run(python: Path, spec: RunSpec, data: Path, work: Path, timeout_s: f
 
 
 def training(job: TrainingJob) -> list[dict[str, Any]]:
-    """Runner (dlscale.launch, Spark standalone) and bare (local mode) processes, alternated."""
+    """Runner (dlscale.launch, Spark standalone), bare on the same standalone deployment and
+    bare on local mode: one process each, rotated per repeat."""
     import dataclasses
 
-    warmup, iterations = TRAINING_ITERATIONS
+    warmup, iterations = training_iterations(job.spec.model)
     spec = dataclasses.replace(job.spec, warmup=warmup, iterations=iterations)
     base = {"model": spec.model, "batch": spec.global_batch, "threads": spec.threads_per_rank}
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-bigdl-") as tmp:
         for repeat in range(job.repeats):
-            for arm in arm_order(repeat, ("runner", "bare")):
+            for arm in arm_order(repeat, TRAINING_ARMS):
                 log(f"  bigdl/{spec.model} repeat {repeat + 1}/{job.repeats}: {arm}")
                 if arm == "runner":
                     run = runner_run(job.python, spec, job.data, Path(tmp) / f"runner{repeat}", job.timeout_s)
                     result = log_rates(run["iterations"], spec.warmup, spec.global_batch)
                     rows.append({"arm": "runner", "repeat": repeat, **base, **result, **run["startup"]})
                 else:
-                    cmd = worker_command(job.python, "bigdl", "bare", spec=spec, data=job.data, peak=True)
+                    peak = arm == "bare_local"  # the matmul peak once per repeat, in a lighter process
+                    cmd = worker_command(job.python, "bigdl", "bare", spec=spec, data=job.data, peak=peak,
+                                         deployment=DEPLOYMENTS[arm])  # fmt: skip
                     env = worker_env(spec.threads_per_rank, launch_env(job.python))
                     for row in run_json_lines(cmd, env, job.timeout_s, cwd=REPO):
                         rows.append({**row, "repeat": repeat, **base})

@@ -1,14 +1,24 @@
 """The bare BigDL loop, inside the BigDL venv (``python -m benchmarks.bigdl_worker bare``;
 arguments and output: benchmarks.worker_cli).
 
-BigDL's plainest training loop on the runner's model, batch and loss: a SparkContext on
-``local[C]`` (driver and executor in one JVM, no standalone master or worker, C = the
-run's cores), BigDL's engine, the same model (``dlscale.runners.bigdl.models``), the same
-samples (``dlscale.runners.bigdl.data.training_rdd``, one partition), the same SGD, and
-``Optimizer.create(...).optimize()`` for warm-up + timed iterations. It is timed from
-BigDL's own driver log (the runner's log4j2 set-up and parser), the same source the
-runner's events come from, so both arms are measured the same way. Then numpy's float32
-matmul peak with the same threads.
+BigDL's plainest training loop on the runner's model, batch and loss: a SparkContext, BigDL's
+engine, the same model (``dlscale.runners.bigdl.models``), the same samples
+(``dlscale.runners.bigdl.data.training_rdd``, one partition per executor), the same SGD,
+and ``Optimizer.create(...).optimize()`` for warm-up + timed iterations, in one of two
+deployments (``--deployment``):
+
+* ``local``: ``local[C]`` (driver and executor in one JVM, no master or worker; C = the
+  run's cores): BigDL's plainest deployment;
+* ``standalone``: the runner's own deployment, started by the runner's own code
+  (``dlscale.runners.bigdl.spark.SparkCluster``: a master and a worker JVM, the worker
+  forks the executor JVM; the driver JVM with the runner's SparkConf,
+  ``dlscale.runners.bigdl.train.spark_conf``), but none of the runner's harness (no
+  launcher, no live log follower, no executor watch, no event writing).
+
+standalone / local is the deployment's cost; the runner / standalone the harness's. Both
+are timed from BigDL's own driver log (the runner's log4j2 set-up and parser), the same
+source the runner's events come from. Then numpy's float32 matmul peak with the same
+threads.
 
 One process per measurement: pyspark allows one SparkContext per Python process, and a
 stopped one leaves JVM state behind, so repeats are separate processes (the driver
@@ -64,7 +74,25 @@ def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
     return conf
 
 
-def bare(spec: RunSpec, data: Path) -> dict[str, float]:
+def standalone_cluster(spec: RunSpec, work: Path) -> Any:
+    """The runner's Spark standalone cluster for ``spec`` (one worker per node), started."""
+    import pyspark
+
+    from dlscale.runners.bigdl.spark import SparkCluster, cluster_shape
+    from dlscale.runners.bigdl.train import executor_memory
+
+    cluster = SparkCluster(
+        spark_home=Path(pyspark.__file__).parent,
+        root=work / "spark",
+        shape=cluster_shape(spec, executor_memory(spec)),
+        mode="local",
+        startup_timeout_s=spec.options["startup_timeout_s"],
+    )
+    cluster.start()
+    return cluster
+
+
+def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, float]:
     from bigdl.dllib.optim.optimizer import SGD, MaxIteration, Optimizer
     from bigdl.dllib.utils.common import init_engine
     from pyspark import SparkContext
@@ -79,28 +107,46 @@ def bare(spec: RunSpec, data: Path) -> dict[str, float]:
         work = Path(tmp)
         log_path = work / "driver.log"
         started = time.perf_counter()
-        sc = SparkContext(conf=local_conf(spec, work, log_path))
+        cluster = None
         try:
-            init_engine()
-            rdd = training_rdd(sc, str(Path(data).resolve()), name, 1, batch * total, spec.seed)
-            model = build_model(name)
-            model.set_seed(spec.seed)
-            optimizer = Optimizer.create(
-                model=model,
-                training_set=rdd,
-                criterion=criterion(name),
-                optim_method=SGD(learningrate=spec.learning_rate, momentum=spec.momentum, dampening=0.0),
-                end_trigger=MaxIteration(total),
-                batch_size=batch,
-            )
-            ready = time.perf_counter()
-            optimizer.optimize()
-            done = time.perf_counter()
+            if deployment == "standalone":
+                from dlscale.runners.bigdl.train import spark_conf
+
+                cluster = standalone_cluster(spec, work)
+                scratch = work / "spark" / "scratch" / "driver"
+                scratch.mkdir(parents=True, exist_ok=True)
+                os.environ["SPARK_LOCAL_DIRS"] = str(scratch)  # as the runner's driver
+                conf, partitions = spark_conf(cluster, spec, log_path), cluster.shape.workers
+            else:
+                conf, partitions = local_conf(spec, work, log_path), 1
+            sc = SparkContext(conf=conf)
+            try:
+                init_engine()
+                per_partition = batch // partitions
+                rdd = training_rdd(
+                    sc, str(Path(data).resolve()), name, partitions, per_partition * total, spec.seed
+                )
+                model = build_model(name)
+                model.set_seed(spec.seed)
+                optimizer = Optimizer.create(
+                    model=model,
+                    training_set=rdd,
+                    criterion=criterion(name),
+                    optim_method=SGD(learningrate=spec.learning_rate, momentum=spec.momentum, dampening=0.0),
+                    end_trigger=MaxIteration(total),
+                    batch_size=batch,
+                )
+                ready = time.perf_counter()
+                optimizer.optimize()
+                done = time.perf_counter()
+            finally:
+                sc.stop()
         finally:
-            sc.stop()
+            if cluster is not None:
+                cluster.stop()
         events = [e for e in bigdl_log.parse(log_path) if e["event"] == "iteration"]
     if len(events) != total:
-        raise RuntimeError(f"BigDL logged {len(events)} iterations, expected {total}")
+        raise RuntimeError(f"BigDL logged {len(events)} iterations, expected {total} ({deployment})")
     return {
         **log_rates(events, spec.warmup, batch),
         "process_to_optimize_s": ready - started,
@@ -108,8 +154,17 @@ def bare(spec: RunSpec, data: Path) -> dict[str, float]:
     }
 
 
+#: The arm each deployment's bare loop is reported as: ``bare`` is the harness ratio's
+#: denominator (the runner's own deployment), ``bare_local`` the deployment's reference.
+ARMS = {"standalone": "bare", "local": "bare_local"}
+
+
 def bare_and_peak(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    yield {"arm": "bare", **bare(args.spec, args.data)}
+    yield {
+        "arm": ARMS[args.deployment],
+        "deployment": args.deployment,
+        **bare(args.spec, args.data, args.deployment),
+    }
     if args.peak:
         yield {"arm": "peak", **matmul_peak(numpy_matmul)}
 

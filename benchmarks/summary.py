@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from benchmarks.harness_overhead import TARGET as OVERHEAD_TARGET
+from benchmarks.stats import verdict
 from benchmarks.workflow_scale import AGGREGATE_TARGET_S, PLAN_TARGET_S
-from dlscale import atomic
+from dlscale import atomic, catalog
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -49,6 +50,59 @@ def _read(out_dir: Path, name: str) -> pd.DataFrame | None:
     return None if table.empty else table
 
 
+def median_coverage(n: int) -> float:
+    """Confidence of [min, max] of ``n`` repeats as an interval of the median: the chance
+    that not all ``n`` fall on one side of it, 1 - 2 * 0.5**n (distribution-free; the
+    binomial order-statistic interval). 5 repeats: 0.94, 3: 0.75, 2: 0.5, 1: none."""
+    from scipy.stats import binom
+
+    if n < 2:
+        return 0.0
+    return float(binom.cdf(n - 1, n, 0.5) - binom.cdf(0, n, 0.5))
+
+
+def ratio_cell(row: Mapping[str, Any] | None, prefix: str = "ratio", mark: bool = True) -> str:
+    """``median [min, max] (n) pass|miss`` of one framework x model ratio, for the lead table."""
+    if row is None:
+        return "not measured"
+    text = fmt_range(row, prefix, 3)
+    if text == "-":
+        return "no ratio (failed)"
+    n = int(row.get(f"{prefix}_n") or 0)
+    cell = f"{text} n={n}"
+    return f"{cell} **{verdict(float(row[f'{prefix}_median']), OVERHEAD_TARGET)}**" if mark else cell
+
+
+def lead_section(table: pd.DataFrame | None) -> str:
+    """Every framework x model harness ratio in one table (catalog order), with a pass/miss
+    mark against the target; a framework whose bare loop also ran in its plainest
+    deployment gets a second row: that deployment's ratio (not the harness: no mark)."""
+    head = f"## Harness ratio, every framework x model (runner / fair bare loop; target >= {OVERHEAD_TARGET})\n\n"
+    rows_by_key = {} if table is None else {(r["framework"], r["model"]): r for r in table.to_dict("records")}
+    models = list(catalog.MODEL_NAMES)
+    rows = []
+    for framework in catalog.FRAMEWORK_NAMES:
+        rows.append([framework, *(ratio_cell(rows_by_key.get((framework, m))) for m in models)])
+        deployed = [rows_by_key.get((framework, m)) for m in models]
+        if any(r is not None and pd.notna(r.get("deployment_ratio_median")) for r in deployed):
+            rows.append(
+                [f"{framework} deployment (bare standalone / bare local)",
+                 *(ratio_cell(r, "deployment_ratio", mark=False) if r is not None else "not measured"
+                   for r in deployed)]
+            )  # fmt: skip
+    coverage = ", ".join(f"{n} repeats {median_coverage(n):.0%}" for n in (5, 3, 2))
+    note = (
+        "\nEach cell: the median over repeats of the paired ratio runner / bare (wall-time"
+        " throughput, both arms side by side in one run, order rotated), [min, max] over those"
+        f" repeats, n = repeats, and the mark against {OVERHEAD_TARGET} (median). [min, max] of n"
+        " repeats is a distribution-free confidence interval of the median, with coverage"
+        f" 1 - 2 x 0.5^n ({coverage}). The bare loop is fed a fresh batch per step from the"
+        " normalised set in memory, as a plain training loop is (benchmarks.bare_common). Details"
+        " and CPU-time ratios: section 1.\n"
+    )
+    return head + markdown_table(["framework", *models], rows) + "\n" + note
+
+
 def overhead_section(table: pd.DataFrame | None) -> str:
     head = f"## 1. Harness overhead (runner / bare loop throughput; target >= {OVERHEAD_TARGET})\n\n"
     if table is None:
@@ -70,7 +124,9 @@ def overhead_section(table: pd.DataFrame | None) -> str:
         " arm (one SparkContext per Python process), fewer repeats (each arm is a JVM start);"
         " the runner is the study's run through dlscale.launch on its own Spark standalone"
         " cluster (driver, master, worker, executor: separate JVMs), the bare loop is"
-        " DistriOptimizer on local[1] (one JVM), both timed from BigDL's own log lines; no"
+        " DistriOptimizer on the same standalone deployment started by the runner's own code"
+        " (the harness's ratio), and again on local[1] (one JVM; bare / that = the"
+        " deployment's ratio, in the lead table), all timed from BigDL's own log lines; no"
         " CPU-time ratio (the work is in JVMs outside the measuring process).\n"
     )
     return head + markdown_table(header, rows) + "\n" + note
@@ -218,6 +274,7 @@ def build(out_dir: Path) -> str:
     info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.exists() else {}
     sections = [
         header(info),
+        lead_section(_read(out_dir, "harness_overhead")),
         overhead_section(_read(out_dir, "harness_overhead")),
         breakdown_section(_read(out_dir, "step_breakdown")),
         compute_section(_read(out_dir, "compute_efficiency")),

@@ -34,7 +34,14 @@ COMMANDS: Mapping[str, Mapping[str, Mapping[str, Any]]] = {
     # runner vs bare loop vs matmul peak, rotated per repeat (benchmarks.runner_arm)
     "training": {**_SPEC, **_DATA, "repeats": {"type": int, "default": 5}},
     # one bare-loop process (BigDL: one SparkContext per process), then the peak if asked
-    "bare": {**_SPEC, **_DATA, "peak": {"action": "store_true", "help": "then the matmul peak"}},
+    # (``deployment``: where the bare loop runs, for frameworks with more than one: BigDL's
+    # local mode, or a standalone cluster as the runner's)
+    "bare": {
+        **_SPEC,
+        **_DATA,
+        "peak": {"action": "store_true", "help": "then the matmul peak"},
+        "deployment": {"choices": ["local", "standalone"], "default": "local"},
+    },
     # one rank of the framework's gradient synchronisation of each size (or each model's);
     # ``ports``: one per rank, on loopback (under mpirun, rank and ports are MPI's)
     "allreduce": {

@@ -82,6 +82,60 @@ def test_overhead_table_pairs_runner_and_bare():
     assert row["runner_samples_per_s_median"] == 95.0
 
 
+def _bigdl_raw() -> pd.DataFrame:
+    """BigDL's three arms: runner and bare on the standalone cluster, bare_local on local[1]."""
+    rows = []
+    for repeat, (runner, bare, local) in enumerate([(30.0, 31.0, 40.0), (20.0, 20.0, 25.0)]):
+        base = {"framework": "bigdl", "model": "alexnet", "batch": 16, "threads": 1, "repeat": repeat}
+        rows += [{**base, "arm": "runner", "samples_per_s": runner}, {**base, "arm": "bare", "samples_per_s": bare},
+                 {**base, "arm": "bare_local", "samples_per_s": local}]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_overhead_table_splits_deployment_from_harness():
+    table = overhead_table(pd.concat([_raw(), _bigdl_raw()], ignore_index=True)).set_index("framework")
+    bigdl = table.loc["bigdl"]
+    # harness: runner / bare on the same deployment, paired: 30/31, 20/20
+    assert bigdl["ratio_median"] == pytest.approx((30 / 31 + 1.0) / 2)
+    assert bigdl["ratio_min"] == pytest.approx(30 / 31) and bigdl["ratio_n"] == 2
+    # deployment: bare standalone / bare local, paired: 31/40, 20/25
+    assert bigdl["deployment_ratio_min"] == pytest.approx(0.775) and bigdl["deployment_ratio_max"] == 0.8
+    assert bigdl["bare_local_samples_per_s_median"] == 32.5
+    assert table.loc["torch", "deployment_ratio_n"] == 0  # no local arm: no deployment ratio
+
+
+def test_summary_leads_with_every_framework_model_ratio(tmp_path):
+    from dlscale import catalog
+
+    overhead_table(pd.concat([_raw(), _bigdl_raw()], ignore_index=True)).to_csv(
+        tmp_path / "harness_overhead.csv", index=False
+    )
+    text = summary.build(tmp_path)
+    lead = text.split("## Harness ratio, every framework x model")[1].split("\n## ")[0]
+    assert text.index("## Harness ratio, every framework x model") < text.index("## 1. Harness overhead")
+    lines = [line for line in lead.splitlines() if line.startswith("| ")]
+    assert lines[0] == "| framework | " + " | ".join(catalog.MODEL_NAMES) + " |"
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in lines[1:]}
+    assert set(catalog.FRAMEWORK_NAMES) <= set(rows)
+    lenet = catalog.MODEL_NAMES.index("lenet")
+    alexnet = catalog.MODEL_NAMES.index("alexnet")
+    assert rows["torch"][lenet] == "0.990 [0.950, 1.000] n=3 **pass**"
+    assert rows["torch"][alexnet].rstrip(" |") == "not measured"
+    assert rows["bigdl"][alexnet].startswith("0.984 [0.968, 1.000] n=2 **pass**")
+    deployment = rows["bigdl deployment (bare standalone / bare local)"]
+    assert deployment[alexnet] == "0.788 [0.775, 0.800] n=2"  # no mark: not the harness
+    assert "torch deployment (bare standalone / bare local)" not in rows
+    assert "coverage 1 - 2 x 0.5^n (5 repeats 94%, 3 repeats 75%, 2 repeats 50%)" in lead
+    miss = _raw().assign(samples_per_s=lambda d: d["samples_per_s"].where(d["arm"] != "runner", 90.0))
+    overhead_table(miss).to_csv(tmp_path / "harness_overhead.csv", index=False)
+    assert "0.900 [0.900, 1.800] n=3 **miss**" in summary.build(tmp_path)
+
+
+def test_median_coverage_is_the_order_statistic_interval():
+    assert summary.median_coverage(5) == pytest.approx(1 - 2 / 32)
+    assert summary.median_coverage(2) == pytest.approx(0.5) and summary.median_coverage(1) == 0.0
+
+
 def test_efficiency_table_uses_each_repeats_own_peak():
     flops = pd.DataFrame({"model": ["lenet"], "flops_per_sample": [2e8]})
     row = efficiency_table(_raw(), flops).iloc[0]
