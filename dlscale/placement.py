@@ -160,3 +160,53 @@ def local_rank_env(
         "DLSCALE_MASTER_ADDR": master_addr,
         "DLSCALE_MASTER_PORT": str(master_port),
     }
+
+
+def address_towards(peer: str) -> str:
+    """This node's address as ``peer`` sees it: the source address of the route to ``peer``.
+
+    Not the address the host name resolves to: many systems map their own name to a
+    loopback address (Debian's 127.0.1.1), which peers on other nodes cannot reach. A UDP
+    ``connect`` sends nothing; it only asks the kernel which source address it would use.
+    Raises OSError when ``peer`` does not resolve or has no route.
+    """
+    target = socket.gethostbyname(peer)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect((target, 9))
+        return str(sock.getsockname()[0])
+
+
+ADDRESS_TOKEN = "{address}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dlscale.placement --towards PEER -- COMMAND...``: run COMMAND bound to this node.
+
+    For daemons that another node's process starts on every node of an allocation (Spark's
+    workers, by one ``srun`` step): each computes its own node's address (``address_towards``
+    PEER), gets it as ``SPARK_LOCAL_IP`` and in place of ``{address}`` in COMMAND, and is
+    exec'ed (same PID). Exits 2 naming PEER when it does not resolve or cannot be reached.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m dlscale.placement", description=main.__doc__)
+    parser.add_argument("--towards", required=True, help="a peer (the master) this node must reach")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run")
+    try:
+        address = address_towards(args.towards)
+    except OSError as err:
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        print(f"dlscale.placement: {node} cannot reach {args.towards}: {err}", file=sys.stderr, flush=True)
+        return 2
+    os.environ["SPARK_LOCAL_IP"] = address
+    os.execvp(command[0], [part.replace(ADDRESS_TOKEN, address) for part in command])
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

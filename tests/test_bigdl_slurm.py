@@ -1,13 +1,12 @@
 """A BigDL run under real SLURM: the Spark master on the first node, a worker on each by srun.
 
 The cluster is the project's test cluster (tests/slurm_cluster.py: munge, slurmctld and one
-slurmd per emulated node, in a network namespace with only loopback). The job is what the
-training rule runs inside an allocation: ``python -m dlscale.launch``, which sees SLURM;
-the BigDL driver then starts the master where it runs and one worker per allocated node
-with a single ``srun`` step, each worker sized from the allocation. The emulated nodes
-share one host whose only interface is loopback, so Spark is told to bind there
-(``SPARK_LOCAL_IP``) and the driver where its master is (``DLSCALE_MASTER_ADDR``); a real
-cluster leaves both unset.
+slurmd per node, each node in its own network namespace on a bridged link, with its own
+hostname and the cluster's hosts file). The job is exactly what the training rule runs
+inside an allocation, ``python -m dlscale.launch``, which sees SLURM; the BigDL driver then
+starts the master where it runs and one worker per allocated node with a single ``srun``
+step, each worker sized from the allocation and bound to its node's address. No Spark or
+address variable is set by the job.
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ def test_two_node_bigdl_lenet_with_workers_started_by_srun(tmp_path, mnist_shard
     events = tmp_path / "run" / "events.jsonl"
     job.write_text(
         "#!/bin/bash\n"
-        "export SPARK_LOCAL_IP=127.0.0.1 DLSCALE_MASTER_ADDR=127.0.0.1\n"
         f"cd {REPO} && exec {bigdl_py} -m dlscale.launch"
         f" --spec-json '{json.dumps(SPEC)}' --data {mnist_shards} --events {events} --python {bigdl_py}\n"
     )

@@ -12,7 +12,16 @@ the JVM's).
   next port when one is taken), web UIs get port 0: concurrent jobs on one host never meet.
 - SLURM: the master on the allocation's first node (where the driver runs) and one worker
   per node started by a single ``srun`` step, each offering the cores and memory the
-  allocation gives a node.
+  allocation gives a node. Every daemon binds its node's address (``SPARK_LOCAL_IP``: the
+  master and the driver the launcher's master address, a worker the address its node
+  reaches the master from, ``python -m dlscale.placement``), never every interface.
+
+Authentication (every mode): each cluster has its own random secret (``secret``, never
+printed or logged). The daemons get it in ``_SPARK_AUTH_SECRET`` (their environment, not
+their command line) with ``spark.authenticate=true``; the driver sets it on its SparkConf
+after its JVM has started (``driver_settings``, ``SECRET_KEY``), so it is on no command
+line either; executors get it from their worker's environment. A process that does not
+hold the secret cannot register with the master, a worker or the driver.
 
 Every daemon runs in a process group of its own (so that stopping a worker also stops the
 executors it forked) with ``PR_SET_PDEATHSIG`` set: if the driver is SIGKILLed before its
@@ -26,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -37,9 +47,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlscale.netns import ENV_NODE_ADDRESSES, ENV_NODE_NAMESPACES, node_argv
+from dlscale.placement import ADDRESS_TOKEN
 from dlscale.runspec import RunSpec
 
 HOST = "127.0.0.1"
+SECRET_KEY = "spark.authenticate.secret"
+SECRET_ENV = "_SPARK_AUTH_SECRET"  # what Spark's daemons and executors read the secret from
 STOP_GRACE_S = 4.0
 PR_SET_PDEATHSIG = 1
 
@@ -108,6 +121,11 @@ def on_node(node: int) -> list[str]:
     return node_argv(sys.executable, node=node)
 
 
+def placement_argv(master: str) -> list[str]:
+    """The prefix that runs a daemon bound to its node's address towards ``master``."""
+    return [sys.executable, "-m", "dlscale.placement", "--towards", master, "--"]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
@@ -154,6 +172,23 @@ class SparkCluster:
     daemons: list[Daemon] = field(default_factory=list)
     master_url: str | None = None
     startup_s: float | None = None
+    secret: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
+
+    def master_host(self) -> str:
+        """Where the master (and the driver) bind: node 0 locally; under SLURM the launcher's
+        master address (``DLSCALE_MASTER_ADDR``, this first node's address), else the host name."""
+        if self.mode == "local":
+            return node_address(0)
+        return os.environ.get("DLSCALE_MASTER_ADDR") or socket.gethostname()
+
+    def driver_settings(self) -> dict[str, str]:
+        """The driver's SparkConf entries for this cluster: authentication on (the secret itself
+        is set after the JVM starts: ``SECRET_KEY``) and, under SLURM, the node's address."""
+        settings = {"spark.authenticate": "true"}
+        if self.mode != "local":
+            host = self.master_host()
+            settings.update({"spark.driver.host": host, "spark.driver.bindAddress": host})
+        return settings
 
     @property
     def pids(self) -> list[int]:
@@ -192,9 +227,10 @@ class SparkCluster:
             # start them sooner and keep them off the cores the training needs. No
             # /tmp/hsperfdata_* file, which a SIGKILLed JVM would leave behind.
             "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
-            + self._marker(),
+            " -Dspark.authenticate=true" + self._marker(),
             "SPARK_LOG_DIR": str(self.logs_dir),
             "SPARK_PID_DIR": str(self.root),
+            SECRET_ENV: self.secret,
         }
 
     def _marker(self) -> str:
@@ -240,11 +276,10 @@ class SparkCluster:
         spark_class = str(self.spark_home / "bin" / "spark-class")
         # Under SLURM the master runs where the driver does (the first node); the launcher's
         # DLSCALE_MASTER_ADDR names that node's address where its hostname does not do.
-        host = (
-            node_address(0)
-            if self.mode == "local"
-            else os.environ.get("DLSCALE_MASTER_ADDR") or socket.gethostname()
-        )
+        host = self.master_host()
+        master_env = self._daemon_env(self.root / "scratch" / "master")
+        if self.mode != "local":
+            master_env["SPARK_LOCAL_IP"] = host
         master = self._spawn(
             "master",
             [
@@ -257,7 +292,7 @@ class SparkCluster:
                 "--webui-port",
                 "0",
             ],
-            self._daemon_env(self.root / "scratch" / "master"),
+            master_env,
         )
         self.master_url = self._wait_for(r"Starting Spark master at (spark://\S+)", [master.log])
         memory = self.shape.executor_memory
@@ -310,8 +345,12 @@ class SparkCluster:
                 f"--ntasks={self.shape.workers}",
                 "--ntasks-per-node=1",
                 "--kill-on-bad-exit=1",
+                # Each worker binds the address its node reaches the master from.
+                *placement_argv(self.master_host()),
                 spark_class,
                 "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                ADDRESS_TOKEN,
                 "--cores",
                 cpus,
                 "--memory",

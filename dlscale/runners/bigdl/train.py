@@ -54,6 +54,7 @@ from dlscale import catalog
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
 from dlscale.runners.bigdl.spark import (
+    SECRET_KEY,
     ClusterShape,
     SparkCluster,
     alive,
@@ -151,6 +152,7 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
         "spark.task.maxFailures": 1,
         "spark.scheduler.maxRegisteredResourcesWaitingTime": f"{opts['startup_timeout_s']}s",
     }
+    settings.update(cluster.driver_settings())  # authentication; the node's address under SLURM
     if cluster.mode == "local":
         driver_host = node_address(0)  # loopback, or node 0's address on an emulated network
         settings.update({"spark.driver.host": driver_host, "spark.driver.bindAddress": driver_host})
@@ -390,6 +392,7 @@ def _optimize(
     os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
     conf = spark_conf(cluster, spec, log_path)
     held["gateway"] = start_driver_jvm(conf, log_path.with_name("driver-console.log"))
+    conf.set(SECRET_KEY, cluster.secret)  # after the JVM's start: on no command line
     sc = held["sc"] = SparkContext(conf=conf, gateway=held["gateway"])
     init_engine()
     times = {"spark_cluster_s": float(cluster.startup_s or 0.0), "spark_context_s": time.time() - started}
