@@ -28,6 +28,7 @@ include: "rules/bigdl.smk"
 include: "rules/data.smk"
 include: "rules/imagenet.smk"
 include: "rules/train.smk"
+include: "rules/tune.smk"
 include: "rules/commbench.smk"
 include: "rules/analysis.smk"
 
@@ -44,4 +45,5 @@ rule all:
         figure_files(),
         CAFFE_FIGURE_FILES,
         perfmodel_files(),
+        tune_files(),
     localrule: True

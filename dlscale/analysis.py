@@ -82,7 +82,7 @@ import jsonschema
 import numpy as np
 import pandas as pd
 
-from dlscale import atomic
+from dlscale import atomic, roofline
 from dlscale.contention import CONTENDED_SHARE
 from dlscale.events import EVENT_SCHEMAS, EventError, read_numbered
 from dlscale.networks import HOST
@@ -123,6 +123,9 @@ RUN_COLUMNS: tuple[str, ...] = (
     "baseline_nodes",
     "speedup",
     "efficiency",
+    "flops_per_sample",
+    "peak_flops",
+    "roofline_fraction",
     "loss_first",
     "loss_last",
     "startup_s",
@@ -135,6 +138,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "flag",
     "hosts",
     "versions",
+    "settings",
     "git_sha",
     "config_sha256",
     "started_utc",
@@ -257,6 +261,9 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
         "hosts": ";".join(str(h) for h in hosts),
         "_hosts": list(hosts),
         "versions": json.dumps(start.get("versions") or {}, sort_keys=True),
+        # The run's CPU settings (engine, thread pools and variables; dlscale.launch).
+        "settings": json.dumps(start.get("settings") or {}, sort_keys=True),
+        "flops_per_sample": roofline.flops_per_sample(start["model"]),
         "git_sha": start.get("git_sha"),
         "config_sha256": start.get("config_sha256"),
         "started": float(start["time"]),
@@ -343,6 +350,7 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
     runs = _decide_status(runs)
     runs = add_speedup(runs)
     runs["flag"] = run_flags(runs)
+    runs = add_roofline(runs, None)
     runs["started_utc"] = pd.to_datetime(runs["started"], unit="s", utc=True)
     runs = runs.reset_index(drop=True)[list(RUN_COLUMNS)]
 
@@ -767,12 +775,25 @@ class Tables:
     claims: pd.DataFrame
 
 
-def aggregate(paths: Iterable[str | os.PathLike[str]]) -> Tables:
+def add_roofline(runs: pd.DataFrame, peak: Mapping[str, Any] | None) -> pd.DataFrame:
+    """``peak_flops`` (the host's matmul peak at the run's threads per rank, from the
+    workflow's measurement, dlscale.roofline) and ``roofline_fraction`` = throughput x
+    FLOPs per sample / (world size x peak): NaN where no peak was measured."""
+    peaks = runs["threads_per_rank"].map(lambda t: roofline.peak_of(peak, t)).astype("float64")
+    runs["peak_flops"] = peaks
+    achieved = runs["throughput"].astype("float64") * runs["flops_per_sample"].astype("float64")
+    runs["roofline_fraction"] = achieved / (runs["world_size"].astype("float64") * peaks)
+    return runs
+
+
+def aggregate(paths: Iterable[str | os.PathLike[str]], peak: Mapping[str, Any] | None = None) -> Tables:
     """Events files -> every table. Files are read in sorted order, so the tables do not
-    depend on the order the paths come in (a rule's input list, a directory walk)."""
+    depend on the order the paths come in (a rule's input list, a directory walk).
+    ``peak``: the host's matmul peak (dlscale.roofline) for the roofline fraction."""
     from dlscale import verdicts
 
     runs, iterations = load_events(sorted(paths, key=str))
+    runs = add_roofline(runs, peak)
     cells = verdicts.cells(runs)
     return Tables(runs, iterations, cells, verdicts.findings(cells), verdicts.claims(cells))
 

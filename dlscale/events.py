@@ -120,6 +120,12 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
                     "warmup": {"type": "integer", "minimum": 0},
                 },
             },
+            # The run's CPU settings (dlscale.launch.run_settings): engine, BLAS, thread
+            # pools and variables; absent in runs recorded before it existed.
+            "settings": {
+                "type": "object",
+                "properties": {"env": {"type": "object", "additionalProperties": {"type": "string"}}},
+            },
             "time": _FINITE_NUMBER,
         },
     },

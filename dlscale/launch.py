@@ -283,6 +283,8 @@ class Launch:
         self.terminated_by: str | None = None
         self.exit_warnings: dict[int, str] = {}
         self.plan = Plan([], 0)
+        #: The run's CPU settings (run_start ``settings``): see run_settings.
+        self.settings: dict[str, Any] = {}
         self.mode = "local"
         self.network: netns.RunNetwork | None = None
         self.network_info: dict[str, Any] = {
@@ -330,6 +332,7 @@ class Launch:
             self.failure = f"cannot start the run: {err}"
             print(f"[launch] FAILED: {self.failure}", file=sys.stderr, flush=True)
             return
+        self.settings = run_settings(runner_launcher(spec.framework), spec, self.plan)
         where = "emulated node(s) on this host" if self.mode == "local" else "node(s) of SLURM job"
         if self.mode == "slurm":
             where += f" {os.environ.get('SLURM_JOB_ID')}"
@@ -492,6 +495,7 @@ class Launch:
             "loadavg": self.loadavg_start,
             "startup_s": startup_s,
             "spec": record,
+            "settings": self.settings,
             **environment_record(os.environ),
             "time": self.started,
         }
@@ -515,6 +519,36 @@ class Launch:
             "time": time.time(),
         }
         return [run_start, *iterations, run_end]
+
+
+#: The thread variables every rank's environment may set, recorded with the settings.
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "KMP_AFFINITY",
+    "KMP_BLOCKTIME",
+    "MKL_DEBUG_CPU_TYPE",
+)
+
+
+def run_settings(launcher: ModuleType, spec: RunSpec, plan: Plan) -> dict[str, Any]:
+    """The CPU settings a run uses: the runner launcher's ``settings(spec)`` (engine, BLAS,
+    thread pools, ...) and the thread variables its first process is given (what the
+    ranks really get, not what the spec meant). A runner without the hook records the
+    variables only; a hook that fails is recorded with its error, never a crash.
+    """
+    record: dict[str, Any] = {}
+    describe = getattr(launcher, "settings", None)
+    if describe is not None:
+        try:
+            record.update(describe(spec))
+        except (KeyError, ValueError, TypeError) as err:
+            record["error"] = f"{type(err).__name__}: {err}"
+    env = plan.processes[0].env if plan.processes else {}
+    record["env"] = {name: env[name] for name in THREAD_VARIABLES if name in env}
+    return record
 
 
 def environment_record(env: Mapping[str, str]) -> dict[str, Any]:

@@ -40,3 +40,5 @@ CATEGORY_FINDINGS = "1. Findings"
 CATEGORY_RUNS = "5. All runs"
 CATEGORY_PERFMODEL = "6. Scaling model"
 CATEGORY_CAFFE_LAYERS = "7. Caffe per-layer time"
+#: The tuning stage's table (rules/tune.smk) and the host's matmul peak (roofline).
+CATEGORY_TUNING = "8. Tuning: each framework at its best"

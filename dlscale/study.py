@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dlscale import catalog, netns, networks
+from dlscale import catalog, netns, networks, tuning
 from dlscale.runspec import RUN_ID_PATTERN, RunSpec
 
 FRAMEWORKS = catalog.FRAMEWORK_NAMES
@@ -170,6 +170,12 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
     _refuse_shared_values(config)
     _refuse_lossy_numbers(config)
     study = copy.deepcopy(config)
+    try:
+        # Pinned settings (tune.pinned, or a tunable option set in a framework's own
+        # section) are the framework's options as is: merged before defaults are filled.
+        tuning.pin_explicit_options(config, study)
+    except tuning.TuneError as err:
+        raise ConfigError(str(err)) from None
     _fill_defaults(study, schema)
     validator = _VALIDATOR(schema)
     errors = sorted(validator.iter_errors(study), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
@@ -201,6 +207,10 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
             err = _branch_error(err)
         raise ConfigError(f"config key '{_key_path(err.absolute_path)}': {err.message}")
     _check_semantics(study, Path(base_dir))
+    try:
+        tuning.check(study)
+    except tuning.TuneError as err:
+        raise ConfigError(str(err)) from None
     return study
 
 
@@ -449,12 +459,16 @@ def dataset_of(study: dict[str, Any], model: str) -> str:
     return study["datasets"][model]
 
 
-def run_spec(study: dict[str, Any], run: Run) -> RunSpec:
+def run_spec(study: dict[str, Any], run: Run, tuned: dict[str, Any] | None = None) -> RunSpec:
     """Everything a runner needs to know about one run, and nothing that does not change it.
 
     The spec is passed to the job as a parameter: Snakemake reruns a run when its spec
     changes, and only then. Its hash is recorded in the events as ``config_sha256``.
+    ``tuned``: the options the tuning stage chose for the run's framework and model
+    (dlscale.tuning), over the framework's section of the study; a choice equal to the
+    defaults leaves the spec, and its hash, as they were without tuning.
     """
+    options = {**study[catalog.framework(run.framework).options_key], **(tuned or {})}
     return RunSpec(
         framework=run.framework,
         model=run.model,
@@ -474,7 +488,7 @@ def run_spec(study: dict[str, Any], run: Run) -> RunSpec:
         learning_rate=float(study["learning_rate"][run.model]),
         seed=1234 + run.repeat,
         timeout_s=study["run_timeout_min"] * 60,
-        options=study[catalog.framework(run.framework).options_key],
+        options=options,
         input=study["input"],
         input_workers=study["input_workers"],
     )

@@ -2,6 +2,8 @@ rule aggregate:
     """Every run's events -> the runs and iterations tables and the findings."""
     input:
         events=all_run_events,
+        # The host's matmul peak: runs.csv's roofline fraction (rules/tune.smk).
+        peak="results/host/matmul_peak.json",
     output:
         runs_csv=report(
             "results/runs.csv", caption="../report/runs.rst", category=CATEGORY_RUNS

@@ -19,6 +19,7 @@ from dlscale import commbench as dlcommbench
 from dlscale import networks as dlnetworks
 from dlscale import envs as dlenvs
 from dlscale import study as dlstudy
+from dlscale import tuning as dltuning
 
 # Validated once, here, by dlscale.study (jsonschema with the schema completed from the
 # catalog, defaults filled, then the checks a schema cannot express); Snakemake's own
@@ -69,6 +70,7 @@ from dlscale.outputs import (
     CATEGORY_FINDINGS,
     CATEGORY_PERFMODEL,
     CATEGORY_RUNS,
+    CATEGORY_TUNING,
 )
 
 DATASET_DIRS = {
@@ -219,10 +221,14 @@ def run_of(wildcards):
     )
 
 
+#: The study's frameworks that have a tuning grid (tune.enabled, more than one setting).
+TUNED = {fw: dltuning.is_tuned(STUDY, fw) for fw in STUDY["frameworks"]}
+
+
 @inspected
-def train_input(wildcards):
-    """Inputs of a training run: its framework's environment, the model's shards, and
-    what the catalog says the framework needs besides (the Caffe build, Java).
+def run_input(wildcards):
+    """Inputs of a training or tuning run: its framework's environment, the model's
+    shards, and what the catalog says the framework needs besides (the Caffe build, Java).
 
     All ordinary inputs (no ``ancient``): each is named by the hash of what it is built
     from (dlscale.envs), so it changes exactly when a rebuild must redo the runs.
@@ -235,10 +241,40 @@ def train_input(wildcards):
     }
 
 
+@inspected
+def train_input(wildcards):
+    """A study run's inputs: run_input's, and the tuning stage's choice for its framework
+    and model where that framework is tuned (its spec is known only once the choice is:
+    checkpoint tune_choice, rules/tune.smk)."""
+    inputs = run_input(wildcards)
+    if TUNED.get(wildcards.framework):
+        # The path itself, not checkpoints...get(): every input stays known (a dry run
+        # prints the job whole); the spec parameters read the choice through the
+        # checkpoint (to be determined until it has run; then the job is re-evaluated).
+        inputs["tune_choice"] = dltuning.choice_path(
+            wildcards.framework, wildcards.model
+        )
+    return inputs
+
+
+def tune_choice_file(framework, model):
+    """The choice file of a tuned (framework, model); raises Snakemake's incomplete-
+    checkpoint signal until the tuning stage has written it."""
+    return checkpoints.tune_choice.get(framework=framework, model=model).output[0]
+
+
+def tuned_options(run):
+    """The options the tuning stage chose for a run's framework and model ({} untuned)."""
+    if not TUNED.get(run.framework):
+        return {}
+    return dltuning.read_choice(tune_choice_file(run.framework, run.model))
+
+
 @functools.cache
 def run_spec(run):
-    """A run's spec (dlscale.runspec.RunSpec), built once per run (two params use it)."""
-    return dlstudy.run_spec(STUDY, run)
+    """A run's spec (dlscale.runspec.RunSpec), built once per run (two params use it),
+    with the tuning stage's choice for its framework and model."""
+    return dlstudy.run_spec(STUDY, run, tuned_options(run))
 
 
 @inspected
@@ -261,7 +297,11 @@ def failed_attempts(wildcards):
     attempts = os.path.join(run_dir(run_of(wildcards)), "attempts")
     if not os.path.isdir(attempts):
         return 0
-    return sum(1 for name in os.listdir(attempts) if name.startswith("failed-"))
+    return sum(
+        1
+        for name in os.listdir(attempts)
+        if name.startswith("failed-") and name.endswith(".jsonl")
+    )
 
 
 @inspected
@@ -443,3 +483,82 @@ def commbench_args(wildcards):
         args += ["--models", *settings["models"]]
     args += ["--algorithms", "default", *map(str, settings["algorithms"])]
     return " ".join(shlex.quote(a) for a in args)
+
+
+# --- the tuning stage (rules/tune.smk, dlscale.tuning) ---
+
+
+def tune_run_of(wildcards):
+    """The RunSpec of one tuning run (a setting of the grid, one repeat)."""
+    return _tune_spec(
+        wildcards.framework, wildcards.model, wildcards.setting, int(wildcards.repeat)
+    )
+
+
+@functools.cache
+def _tune_spec(framework, model, setting, repeat):
+    try:
+        return dltuning.tune_spec(STUDY, framework, model, setting, repeat)
+    except dltuning.TuneError as err:
+        raise WorkflowError(str(err)) from None
+
+
+@inspected
+def tune_run_spec(wildcards):
+    return tune_run_of(wildcards).to_json()
+
+
+@inspected
+def tune_run_spec_sha(wildcards):
+    return tune_run_of(wildcards).sha256
+
+
+@inspected
+def tune_cpus(wildcards):
+    """Cores of a tuning run: one node's ranks x threads (at least all: it is timed)."""
+    return timed_threads(STUDY["ranks_per_node"] * STUDY["threads_per_rank"])
+
+
+def tune_resources():
+    """A tuning run asks the batch system for one node (see train_resources)."""
+    tasks = STUDY["ranks_per_node"]
+    return {
+        "runtime": train_runtime(),
+        "nodes": 1,
+        "tasks": tasks,
+        "cpus_per_task": STUDY["threads_per_rank"],
+        "mem_mb": tasks * STUDY["mem_per_rank_mb"],
+        "mpi": "srun" if tasks > 1 else "",
+    }
+
+
+@inspected
+def tune_choice_input(wildcards):
+    """Every tuning run of one (framework, model), interleaved (dlscale.tuning.tune_runs)."""
+    return dltuning.tune_runs(STUDY, wildcards.framework, wildcards.model)
+
+
+@inspected
+def tune_choice_settings(wildcards):
+    """setting id -> setting, the default first (JSON: a params change redoes the choice)."""
+    return json.dumps(dltuning.grid_ids(STUDY, wildcards.framework))
+
+
+def tune_choice_files():
+    """The choice file of every tuned (framework, model) of the study."""
+    return [
+        dltuning.choice_path(fw, model)
+        for fw in STUDY["frameworks"]
+        if TUNED.get(fw)
+        for model in dlstudy.models_of(STUDY, fw)
+    ]
+
+
+def tune_files():
+    """The tuning stage's targets: its table, when anything is tuned."""
+    return ["results/tune/tuning.csv"] if tune_choice_files() else []
+
+
+def workflow_python():
+    """The python of the workflow's own jobs (its venv, or the rule's conda env)."""
+    return "python" if USE_CONDA else sys.executable

@@ -8,7 +8,7 @@ Snakemake's input/output names onto them and logs to the rule's log file.
 
 import logging
 
-from dlscale import analysis
+from dlscale import analysis, roofline
 from dlscale.logsetup import log_to
 
 log_to(snakemake.log[0])
@@ -17,7 +17,8 @@ log = logging.getLogger("aggregate")
 try:
     events = snakemake.input.events
     paths = [events] if isinstance(events, str) else list(events)
-    tables = analysis.aggregate(paths)
+    peak = roofline.read_peak(snakemake.input.peak) if hasattr(snakemake.input, "peak") else None
+    tables = analysis.aggregate(paths, peak)
     log.info("%s", analysis.summary(tables.runs))
     for row in tables.runs[tables.runs["status"].eq("failed")].itertuples():
         log.warning("failed run %s: %s", row.run_id, row.reason)

@@ -70,10 +70,12 @@ def test_fields_added_later_change_the_hash_only_when_set():
 
 def test_options_defaults_are_filled_from_the_runner_schema():
     spec = RunSpec.from_dict({**KNOWN, "options": {}})
-    assert spec.options == {"channels_last": True, "timeout_s": 300, "startup_timeout_s": 180}
+    assert spec.options == {"channels_last": True, "mkldnn": True, "timeout_s": 300, "startup_timeout_s": 180}
     tf = RunSpec.from_dict({**KNOWN, "framework": "tensorflow", "options": {"strategy": "ps"}})
     assert tf.options["strategy"] == "ps" and tf.options["num_ps"] == 1
-    assert tf.options["collective_timeout_s"] == 300 and "intra_op_threads" not in tf.options  # no default
+    # intra_op_threads: null = the rank's threads, left out of the JSON (and the hash).
+    assert tf.options["collective_timeout_s"] == 300 and tf.options["intra_op_threads"] is None
+    assert "intra_op_threads" not in tf.to_dict()["options"]
     caffe = RunSpec.from_dict({**KNOWN, "framework": "caffe", "options": {}})
     assert caffe.options["home"] is None and caffe.options["log_every"] == 0
     # A spec completed by hand hashes as one that was complete already.

@@ -13,11 +13,13 @@ in ``DLSCALE_TF_CLUSTER``; nothing assumes that ports beyond the launcher's are 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from dlscale import placement
 from dlscale.runners.plan import LaunchContext, Plan, Process, per_rank_plan
 from dlscale.runners.tensorflow import cluster as cluster_mod
-from dlscale.runners.tensorflow import steps
+from dlscale.runners.tensorflow import settings as tf_settings
+from dlscale.runspec import RunSpec
 
 RUNNER = "dlscale.runners.tensorflow"
 SERVER = "dlscale.runners.tensorflow.server"
@@ -28,13 +30,16 @@ def tf_env(ctx: LaunchContext) -> dict[str, str]:
     options = ctx.spec.options
     return {
         "KERAS_HOME": str(ctx.work_dir / "keras"),  # keep ~/.keras out of the home directory
-        "TF_ENABLE_ONEDNN_OPTS": "1",
         "TF_CPP_MIN_LOG_LEVEL": "1",
         "DLSCALE_TF_STRATEGY": options["strategy"],
-        # intra_op_threads has no default: absent, the pool is the rank's threads.
-        steps.ENV_INTRA: str(options.get("intra_op_threads") or ctx.spec.threads_per_rank),
-        steps.ENV_INTER: str(options["inter_op_threads"]),
+        # oneDNN on/off and the pool sizes (intra: absent or null = the rank's threads).
+        **tf_settings.env(ctx.spec),
     }
+
+
+def settings(spec: RunSpec) -> dict[str, Any]:
+    """The run's effective CPU settings (recorded in run_start by dlscale.launch)."""
+    return tf_settings.describe(spec)
 
 
 def plan(ctx: LaunchContext) -> Plan:

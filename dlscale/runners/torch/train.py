@@ -19,6 +19,7 @@ from datetime import timedelta
 import numpy as np
 
 from dlscale.runners.common import RunContext
+from dlscale.runners.torch import settings as torch_settings
 from dlscale.runners.torch.data import Batches
 
 
@@ -80,6 +81,7 @@ def train(ctx: RunContext) -> None:
     spec = ctx.spec
     tune_allocator()
     torch.set_num_threads(spec.threads_per_rank)
+    torch_settings.apply(torch, spec)  # the tuned engine (dlscale.runners.torch.settings)
     torch.manual_seed(spec.seed)
     distributed = ctx.world_size > 1
     batches = Batches(ctx, torch)

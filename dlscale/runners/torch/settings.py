@@ -1,0 +1,31 @@
+"""The torch runner's tunable CPU settings: described for the run record, applied in a rank.
+
+``describe`` is what the launcher records in run_start (``settings``, with the thread
+variables every rank gets); ``apply`` sets them inside a rank, before the model is
+built. Options: ``mkldnn`` (oneDNN kernels, torch.backends.mkldnn.enabled) and
+``channels_last`` (memory format of the CNNs); threads come from ``threads_per_rank``.
+No torch import at module level: the launcher imports this from the workflow's python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlscale.runspec import RunSpec
+
+
+def describe(spec: RunSpec) -> dict[str, Any]:
+    """The settings a run of ``spec`` uses, by name (engine, memory format, threads)."""
+    mkldnn = bool(spec.options["mkldnn"])
+    return {
+        "engine": "onednn" if mkldnn else "native",
+        "mkldnn": mkldnn,
+        # As dlscale.runners.torch.data applies it: for the ImageNet-sized CNNs only.
+        "channels_last": bool(spec.options["channels_last"]) and not spec.mnist_sized,
+        "intra_op_threads": spec.threads_per_rank,
+    }
+
+
+def apply(torch: Any, spec: RunSpec) -> None:
+    """Set the run's engine in this rank (torch imported by the caller)."""
+    torch.backends.mkldnn.enabled = bool(spec.options["mkldnn"])

@@ -1,0 +1,41 @@
+"""Snakemake glue: one (framework, model)'s tuning runs -> its choice.json.
+
+All logic is in ``dlscale.tuning.choose``; this maps the rule's input and params onto it.
+"""
+
+import json
+import logging
+from pathlib import Path
+
+from dlscale import tuning
+from dlscale.logsetup import log_to
+
+log_to(snakemake.log[0])
+log = logging.getLogger("tune_choice")
+
+try:
+    settings = json.loads(snakemake.params.settings)
+    events = {sid: [] for sid in settings}
+    for path in snakemake.input.events:
+        events[Path(path).parent.parent.name].append(path)
+    record = tuning.choose(
+        snakemake.wildcards.framework, snakemake.wildcards.model, settings, events, default=next(iter(settings))
+    )
+    for row in record["settings"]:
+        log.info(
+            "%s %s: %s samples/s [%s, %s] (%s), %d/%d ok%s",
+            row["id"],
+            json.dumps(row["settings"], sort_keys=True),
+            row["throughput"],
+            row["low"],
+            row["high"],
+            row["interval"],
+            row["ok_runs"],
+            row["runs"],
+            f"; failed: {'; '.join(row['failed'])}" if row["failed"] else "",
+        )
+    log.info("chosen %s %s: %s", record["chosen"], record["chosen_settings"], record["reason"])
+    tuning.write_choice(snakemake.output.choice, record)
+except Exception:
+    log.exception("tuning choice failed")
+    raise

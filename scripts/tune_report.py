@@ -1,0 +1,24 @@
+"""Snakemake glue: every choice.json -> results/tune/tuning.csv (dlscale.tuning.choice_table)."""
+
+import json
+import logging
+
+import pandas as pd
+
+from dlscale import atomic, tuning
+from dlscale.logsetup import log_to
+
+log_to(snakemake.log[0])
+log = logging.getLogger("tune_report")
+
+try:
+    records = []
+    for path in snakemake.input.choices:
+        with open(path, encoding="utf-8") as handle:
+            records.append(json.load(handle))
+    table = pd.DataFrame(tuning.choice_table(records), columns=tuning.TABLE_COLUMNS)
+    atomic.replace_with(snakemake.output.table, lambda tmp: table.to_csv(tmp, index=False))
+    log.info("wrote %s (%d settings)", snakemake.output.table, len(table))
+except Exception:
+    log.exception("tuning table failed")
+    raise
