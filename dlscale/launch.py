@@ -8,7 +8,10 @@ the ranks' part files into ``events.jsonl`` written atomically, with a run_end t
 ok, or failed and why ("rank 1 died (SIGKILL) at iteration 37", "time limit ...").
 
 A failed run's events file still feeds the tables (a row with status failed), and a copy
-is kept in ``attempts/failed-<time>.jsonl`` beside it. The training rule takes the number
+is kept in ``attempts/failed-<time>.jsonl`` beside it, its logs (its part of run.log, the
+work dir's logs: BigDL's driver, Spark's daemons and executors, the ranks' part files) in
+``attempts/failed-<time>/``, which its reason names; a contended attempt that is redone
+keeps the same, as ``contended-<time>``. The training rule takes the number
 of such attempts as a parameter, so the next invocation sees a changed parameter and
 redoes that run, and only that run (Snakemake's ``params`` rerun trigger); a successful
 rerun leaves the count unchanged, so it is not redone again. Nothing of a failure is lost.
@@ -27,14 +30,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dlscale import contention, envs, netns, networks
+from dlscale import contention, envs, netns, networks, userns
 from dlscale.events import EventError, write_atomic
-from dlscale.runners.plan import LaunchContext, Plan, Process, environ_with
+from dlscale.runners.plan import LaunchContext, Plan, environ_with
 from dlscale.runspec import RunSpec, SpecError, run_id_fields
 
 
@@ -95,26 +98,59 @@ def master_address(mode: str, env: Mapping[str, str]) -> str:
         return socket.gethostname()
 
 
-def setup_network(spec: RunSpec, mode: str) -> tuple[netns.RunNetwork | None, dict[str, Any]]:
+def isolation_options() -> dict[str, str | None]:
+    """Each way a local run's network can be kept private, strongest first, with why it
+    cannot be used here (None: it can). Probed, not guessed (see ``netns``, ``userns``)."""
+    return {"namespace": netns.unavailable(), "user namespace": userns.unavailable()}
+
+
+def listens_on_every_interface(spec: RunSpec) -> str | None:
+    """What of this run would listen on every interface whatever it is told (None: nothing);
+    each runner's launcher says it for its framework."""
+    says = getattr(runner_launcher(spec.framework), "listens_on_every_interface", None)
+    return says(spec) if says else None
+
+
+def setup_network(
+    spec: RunSpec,
+    mode: str,
+    options: Mapping[str, str | None] | None = None,
+    python: str = sys.executable,
+) -> tuple[netns.RunNetwork | None, dict[str, Any]]:
     """The run's namespaces, and what the start event records about them.
 
-    Local runs on the host network are isolated when namespaces can be made (root and
-    iproute2), and run on the host's loopback otherwise, saying so. An emulated network
-    cannot degrade: without namespaces the run fails (NetnsError) with the reason.
+    Local runs on the host network are isolated in a network namespace when root and
+    iproute2 allow, else in an unprivileged user+network namespace (``userns``); with
+    neither, a run whose processes bind only loopback (torch: a file rendezvous and gloo on
+    ``lo``; BigDL: Spark on ``SPARK_LOCAL_IP``) runs on the host's loopback, saying so,
+    and one that would listen on every interface (TensorFlow's gRPC servers, mpirun) is
+    refused with the reason and what to do. ``options`` (``isolation_options()`` by
+    default) is injectable for tests of the decision. An emulated network cannot degrade:
+    without namespaces the run fails (NetnsError) with the reason.
     """
     name = spec.network
     preset = networks.emulated_preset(name)
     if preset is None:
         if mode != "local":
             return None, {"name": name, "isolation": "none (SLURM allocation: the cluster's network)"}
-        reason = netns.unavailable()
-        if reason:
-            return None, {"name": name, "isolation": f"none ({reason})"}
-        try:
-            net = netns.isolated(spec.framework)
-        except netns.NetnsError as err:
-            return None, {"name": name, "isolation": f"none ({err})"}
-        return net, {"name": name, **net.describe()}
+        tried = []
+        for kind, reason in (isolation_options() if options is None else options).items():
+            if reason is None:
+                try:
+                    net = netns.isolated(spec.framework) if kind == "namespace" else userns.isolated(python)
+                    return net, {"name": name, **net.describe()}
+                except (netns.NetnsError, userns.UsernsError) as err:
+                    reason = str(err)
+            tried.append(f"{kind}: {reason}")
+        why = "; ".join(tried)
+        listens = listens_on_every_interface(spec)
+        if listens:
+            raise netns.NetnsError(
+                f"refusing to run {spec.framework} on the host's network: {listens}, reachable"
+                f" from other machines for the whole run, and no private network namespace can"
+                f" be made here ({why}). To run it, {userns.REMEDY}"
+            )
+        return None, {"name": name, "isolation": f"none ({why})", "listen": "127.0.0.1 only"}
     if mode != "local":
         raise netns.NetnsError(f"network {name!r} is emulated on the local profile only, not inside SLURM")
     reason = netns.unavailable(shaping=True)
@@ -124,15 +160,25 @@ def setup_network(spec: RunSpec, mode: str) -> tuple[netns.RunNetwork | None, di
     return net, {"name": name, **net.describe()}
 
 
-def child_setup(namespace: str | None):
+def child_setup(join: Callable[[], None] | None):
     """What a rank runs between fork and exec: die with the launcher, join its node's namespace."""
 
     def setup() -> None:
         die_with_parent()
-        if namespace:
-            netns.enter(namespace)
+        if join:
+            join()
 
     return setup
+
+
+def joiner(net: netns.RunNetwork | None, node: int) -> Callable[[], None] | None:
+    """How a process of ``node`` joins the run's network (None: it stays on the host's)."""
+    if net is None:
+        return None
+    if isinstance(net, userns.UserRunNetwork):
+        return net.join
+    path = net.path(node)
+    return lambda: netns.enter(path)
 
 
 def describe_network(info: Mapping[str, Any]) -> str:
@@ -144,6 +190,8 @@ def describe_network(info: Mapping[str, Any]) -> str:
         )
     if info.get("isolation") == "namespace":
         return "loopback only (own network namespace)"
+    if info.get("isolation") == "user namespace":
+        return "loopback only (own unprivileged user+network namespace)"
     return f"host loopback, {info.get('isolation', 'not isolated')}"
 
 
@@ -302,8 +350,8 @@ class Launch:
         port = free_port()
         self.mode = launch_mode(os.environ)
         try:
-            self.network, self.network_info = setup_network(spec, self.mode)
-        except (netns.NetnsError, KeyError) as err:
+            self.network, self.network_info = setup_network(spec, self.mode, python=self.args.python)
+        except (netns.NetnsError, userns.UsernsError, KeyError) as err:
             self.failure = f"network not set up: {err}"
             print(f"[launch] FAILED: {self.failure}", file=sys.stderr, flush=True)
             return
@@ -346,17 +394,19 @@ class Launch:
         for process in self.plan.processes:
             if self.terminated_by or time.time() - self.started > spec.timeout_s:
                 break  # starting many ranks on a loaded host takes time: watch() says why it stopped
-            self.procs.append(
-                subprocess.Popen(
-                    process.argv,
-                    env=environ_with(process.env),
-                    start_new_session=True,
-                    preexec_fn=child_setup(self.namespace_of(process)),
+            try:
+                self.procs.append(
+                    subprocess.Popen(
+                        process.argv,
+                        env=environ_with(process.env),
+                        start_new_session=True,
+                        preexec_fn=child_setup(joiner(self.network, process.node)),
+                    )
                 )
-            )
-
-    def namespace_of(self, process: Process) -> str | None:
-        return self.network.path(process.node) if self.network else None
+            except OSError as err:  # not executable, or joining the namespace refused
+                self.failure = f"cannot start {process.label}: {err}"
+                print(f"[launch] FAILED: {self.failure}", file=sys.stderr, flush=True)
+                return  # the ones already started are stopped by run_once
 
     def close_network(self) -> None:
         """Remove the run's namespaces once its processes are gone (never before)."""
@@ -580,12 +630,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config-sha256", default="unknown")
     parser.add_argument("--repo", default=str(Path(__file__).resolve().parent.parent))
     parser.add_argument(
+        "--run-log",
+        default=None,
+        help="the file the launcher's output goes to (default: run.log beside --events; '' for none),"
+        " whose part of a failed or redone attempt is kept under attempts/",
+    )
+    parser.add_argument(
         "--contended-retries",
         type=int,
         default=CONTENDED_RETRIES,
         help="times a run whose host was busy with other work is redone before it is recorded as is",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.run_log is None:
+        args.run_log = str(Path(args.events).parent / "run.log")
+    return args
 
 
 #: A run whose host was busy with other work (dlscale.contention) is redone this many
@@ -632,9 +691,88 @@ def _stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
+#: Files of an attempt's work dir kept with it: every log (the BigDL driver's, Spark's
+#: master, workers and executors, glog's files of Caffe's ranks) and the ranks' own part
+#: files (what each rank recorded, before the merge). Not the scratch (jars, shards' copies).
+KEPT_PATTERNS = ("*.log", "*.log.*", "rank*.jsonl")
+
+
+def attempt_id(run_dir: Path, kind: str) -> str:
+    """``<kind>-<UTC time>`` (``failed``, ``contended``), unique in the run's ``attempts/``."""
+    base = f"{kind}-{_stamp()}"
+    name, n = base, 1
+    while (run_dir / "attempts" / f"{name}.jsonl").exists() or (run_dir / "attempts" / name).exists():
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def point_to_logs(run_end: dict[str, Any], attempt: str) -> dict[str, Any]:
+    """The attempt's run_end, naming the folder that keeps its logs (its reason too, if failed)."""
+    folder = f"attempts/{attempt}/"
+    marked = {**run_end, "attempt_logs": folder}
+    if run_end["status"] != "ok":
+        marked["reason"] = f"{run_end['reason'] or 'failed'} (logs: {folder})"
+    return marked
+
+
+def keep_attempt_logs(
+    run_dir: Path, attempt: str, work_dir: Path, run_log: Path | None, log_from: int
+) -> list[str]:
+    """Copy what explains an attempt into ``attempts/<attempt>/`` before the next attempt or
+    a rerun replaces it: the part of ``run.log`` this attempt wrote (the launcher's and the
+    ranks' output: mpirun's, TensorFlow's, Spark's driver), every log and part file of its
+    work dir (``KEPT_PATTERNS``, at their paths there), and the run folder's
+    ``bigdl-driver.log``. Returns the paths kept; a file that cannot be copied is named on
+    stderr, never a crash (the attempt is recorded either way)."""
+    target = run_dir / "attempts" / attempt
+    kept: list[str] = []
+
+    def copy(source: Path, name: str, offset: int = 0) -> None:
+        try:
+            dest = target / name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with open(source, "rb") as src, open(dest, "wb") as out:
+                src.seek(offset)
+                shutil.copyfileobj(src, out)
+            kept.append(name)
+        except OSError as err:
+            print(
+                f"[launch] warning: {source} not kept with attempt {attempt}: {err}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if run_log is not None and run_log.is_file():
+        copy(run_log, "run.log", log_from if run_log.stat().st_size >= log_from else 0)
+    for name in ("bigdl-driver.log",):
+        if (run_dir / name).is_file():
+            copy(run_dir / name, name)
+    if work_dir.is_dir():
+        found = {p for pattern in KEPT_PATTERNS for p in work_dir.rglob(pattern)}
+        for path in sorted(found):
+            if path.is_file() and not path.is_symlink():
+                copy(path, str(Path("work") / path.relative_to(work_dir)))
+    return kept
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path else 0
+    except OSError:
+        return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    run_dir = Path(args.events).parent
+    # The training rule sends the launcher's output (and the ranks') to run.log beside
+    # the events; --run-log names another file, "" none.
+    run_log = Path(args.run_log) if args.run_log else None
     for attempt in range(args.contended_retries + 1):
+        log_from = _size(run_log)
         launch, events = run_once(args)
         run_end = events[-1]
         busy = run_end["contention"]
@@ -653,8 +791,12 @@ def main(argv: list[str] | None = None) -> int:
             f" (attempt {attempt + 2} of at most {args.contended_retries + 1})",
             flush=True,
         )
-        write_atomic(launch.events_path.parent / "attempts" / f"contended-{_stamp()}.jsonl", events)
+        redone = attempt_id(run_dir, "contended")
+        events[-1] = point_to_logs(run_end, redone)
+        write_atomic(run_dir / "attempts" / f"{redone}.jsonl", events)
+        keep_attempt_logs(run_dir, redone, launch.work_dir, run_log, log_from)
     try:
+        failed = None
         try:
             write_atomic(launch.events_path, events)  # validates every event first
         except EventError as err:
@@ -662,9 +804,12 @@ def main(argv: list[str] | None = None) -> int:
             # reason (its iterations are not evidence of anything), never a crash.
             run_end = {**run_end, "status": "failed", "reason": f"a rank wrote an invalid event: {err}"}
             events = [events[0], run_end]
-            write_atomic(launch.events_path, events)
         if run_end["status"] != "ok":
-            write_atomic(launch.events_path.parent / "attempts" / f"failed-{_stamp()}.jsonl", events)
+            failed = attempt_id(run_dir, "failed")
+            run_end = point_to_logs(run_end, failed)
+            events = [*events[:-1], run_end]
+            write_atomic(launch.events_path, events)
+            write_atomic(run_dir / "attempts" / f"{failed}.jsonl", events)
     except OSError as err:
         # Nothing half-written is left (atomic writes); the job fails so Snakemake redoes it.
         print(
@@ -673,8 +818,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         return 1
-    if run_end["status"] != "ok":
+    if failed:
         print(f"[launch] run recorded as FAILED: {run_end['reason']}", file=sys.stderr, flush=True)
+        keep_attempt_logs(run_dir, failed, launch.work_dir, run_log, log_from)
     else:
         shutil.rmtree(launch.work_dir, ignore_errors=True)
         print(f"[launch] ok: {launch.events_path} ({run_end['wall_s']:.1f} s)", flush=True)

@@ -141,13 +141,14 @@ def test_stale_namespaces_of_dead_launchers_are_swept():
 def test_setup_network_degrades_for_isolation_and_refuses_emulation(monkeypatch):
     monkeypatch.setattr(netns, "unavailable", lambda shaping=False: "network namespaces need root (test)")
     host = fault_spec("torch", nodes=2)
-    net, info = launcher.setup_network(host, "local")
-    assert net is None and "need root" in info["isolation"]
+    none = {"namespace": "network namespaces need root (test)", "user namespace": "disabled (test)"}
+    net, info = launcher.setup_network(host, "local", none)
+    assert net is None and "need root" in info["isolation"] and "disabled (test)" in info["isolation"]
     emulated = dataclasses.replace(host, network="emulated-1gbe")
     with pytest.raises(netns.NetnsError, match="cannot be emulated here: network namespaces need root"):
-        launcher.setup_network(emulated, "local")
+        launcher.setup_network(emulated, "local", none)
     with pytest.raises(netns.NetnsError, match="local profile only"):
-        launcher.setup_network(emulated, "slurm")
+        launcher.setup_network(emulated, "slurm", none)
 
 
 def test_netns_cli_errors_name_what_is_missing(monkeypatch, capsys):

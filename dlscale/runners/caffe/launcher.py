@@ -25,6 +25,7 @@ from typing import Any
 from dlscale.envs import caffe_build_marker
 from dlscale.netns import node_argv as netns_argv
 from dlscale.runners.plan import LaunchContext, Plan, Process, slurm_env, srun_argv
+from dlscale.runspec import RunSpec
 
 MODULE = "dlscale.runners.caffe"
 
@@ -94,6 +95,13 @@ def mpirun_argv(ctx: LaunchContext, mpirun: str = "mpirun") -> list[str]:
         shutil.which(mpirun) or mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
         "-n", str(world), *ctx.runner_argv(MODULE),
     ]  # fmt: skip
+
+
+def listens_on_every_interface(spec: RunSpec) -> str | None:
+    """mpirun (Open MPI 4.1) listens on 0.0.0.0 and :: for its out-of-band channel and PMIx
+    whatever ``oob_tcp_if_include`` says (seen with ``ss -ltnp``), even for one rank: a
+    local run needs a private network namespace (dlscale.launch)."""
+    return "mpirun listens on every interface (Open MPI's out-of-band TCP and PMIx channels)"
 
 
 def plan(ctx: LaunchContext) -> Plan:

@@ -25,6 +25,15 @@ RUNNER = "dlscale.runners.tensorflow"
 SERVER = "dlscale.runners.tensorflow.server"
 
 
+def listens_on_every_interface(spec: RunSpec) -> str | None:
+    """TensorFlow's gRPC servers (every rank of a multi-rank MWMS run; every task in ps mode)
+    listen on every interface whatever host the cluster spec names, and run any TensorFlow
+    op for whoever connects: a local run needs a private network namespace (dlscale.launch)."""
+    if spec.options["strategy"] == "ps" or spec.world_size > 1:
+        return "TensorFlow's gRPC servers listen on every interface (and run any TensorFlow op for whoever connects)"
+    return None
+
+
 def tf_env(ctx: LaunchContext) -> dict[str, str]:
     """TensorFlow's settings for every process of the run (explicit, recorded in versions)."""
     options = ctx.spec.options
