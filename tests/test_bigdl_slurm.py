@@ -12,8 +12,11 @@ address variable is set by the job.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO, framework_python
@@ -68,3 +71,48 @@ def test_two_node_bigdl_lenet_with_workers_started_by_srun(tmp_path, mnist_shard
     assert pids and len(pids[1].split(",")) == 2, log[-3000:]
     driver_log = events.with_name("bigdl-driver.log").read_text(errors="replace")
     assert "Executor number is 2 and executor cores number is 1" in driver_log
+
+
+def test_spark_daemons_authenticate_with_a_secret_on_no_command_line(tmp_path):
+    """The run's Spark cluster accepts only processes that hold its secret, and shows it nowhere.
+
+    A worker started with the cluster's settings but a wrong secret cannot register
+    with the master; the secret is on no daemon's command line (``/proc/PID/cmdline`` is
+    readable by every user) and in no log.
+    """
+    subprocess.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
+    from dlscale.runners.bigdl.spark import SECRET_ENV, ClusterShape, SparkCluster
+
+    spark_home = next((REPO / ".venvs" / "bigdl" / "lib").glob("python3*/site-packages/pyspark"))
+    env = {"JAVA_HOME": os.environ.get("JAVA_HOME", "")} if os.environ.get("JAVA_HOME") else {}
+    cluster = SparkCluster(spark_home, tmp_path / "spark", ClusterShape(1, 1, "512m"), env=env)
+    with cluster:
+        assert len(cluster.secret) >= 32
+        for pid in cluster.pids:
+            assert cluster.secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        # An intruder: the same worker, started the same way, without the secret.
+        intruder_env = {
+            k: v for k, v in cluster._daemon_env(tmp_path / "intruder").items() if k != SECRET_ENV
+        }
+        intruder_env["_SPARK_AUTH_SECRET"] = "not-the-secret"
+        intruder = cluster._spawn(
+            "intruder",
+            [str(spark_home / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker",
+             "--host", "127.0.0.1", "--cores", "1", "--memory", "512m",
+             "--work-dir", str(tmp_path / "intruder"), "--webui-port", "0", str(cluster.master_url)],
+            intruder_env,
+        )  # fmt: skip
+        deadline = time.time() + 120
+        text = ""
+        while time.time() < deadline:  # the worker retries: its first refusal is enough
+            text = intruder.log.read_text(errors="replace")
+            if "Successfully registered with master" in text or "SaslException" in text:
+                break
+            time.sleep(0.5)
+        master_log = (cluster.logs_dir / "master.log").read_text(errors="replace")
+    assert "Successfully registered with master" not in text, text[-2000:]
+    assert "Failed to connect to master" in text and "SaslException" in text, text[-2000:]
+    assert "authentication enabled" in master_log, master_log[-2000:]
+    assert master_log.count("Registering worker") == 1  # ours, not the intruder
+    for log in cluster.logs_dir.glob("*.log"):
+        assert cluster.secret not in log.read_text(errors="replace"), log
