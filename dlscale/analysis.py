@@ -795,7 +795,7 @@ def aggregate(paths: Iterable[str | os.PathLike[str]], peak: Mapping[str, Any] |
     runs, iterations = load_events(sorted(paths, key=str))
     runs = add_roofline(runs, peak)
     cells = verdicts.cells(runs)
-    return Tables(runs, iterations, cells, verdicts.findings(cells), verdicts.claims(cells))
+    return Tables(runs, iterations, cells, verdicts.findings(cells), verdicts.claims(cells, runs=runs))
 
 
 def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]]) -> list[Path]:
@@ -837,8 +837,11 @@ def write_tables(
 
 
 def find_events(runs_dir: str | os.PathLike[str]) -> list[Path]:
-    """Every ``events.jsonl`` under ``runs_dir``, sorted (attempt copies are not named so)."""
-    return sorted(Path(runs_dir).rglob("events.jsonl"))
+    """Every ``events.jsonl`` under ``runs_dir``, sorted (attempt copies are not named so),
+    but the tuning stage's (a ``tune/`` folder, dlscale.tuning): they repeat the 1-node
+    runs' ids with other settings and are not the study's runs."""
+    root = Path(runs_dir)
+    return sorted(p for p in root.rglob("events.jsonl") if "tune" not in p.relative_to(root).parts[:-1])
 
 
 def summary(runs: pd.DataFrame) -> str:
@@ -866,12 +869,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--figures", action="store_true", help="also draw the study's figures into OUT/figures"
     )
+    parser.add_argument(
+        "--peak",
+        help="the host's matmul peak (results/host/matmul_peak.json) for the roofline fraction",
+    )
     args = parser.parse_args(argv)
     paths = find_events(args.runs_dir)
     if not paths:
         print(f"{args.runs_dir}: no events.jsonl found", file=sys.stderr)
         return 2
-    tables = aggregate(paths)
+    tables = aggregate(paths, roofline.read_peak(args.peak))
     out = Path(args.out)
     written = write_outputs(tables, {name: out / filename for name, filename in OUTPUT_FILES.items()})
     print(summary(tables.runs))

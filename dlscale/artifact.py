@@ -67,7 +67,13 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 #: Library versions recorded in the provenance (those that make and read the tables).
 VERSION_PACKAGES = ("snakemake", "pandas", "numpy", "pyarrow", "altair", "vl-convert-python", "jsonschema")
 #: The code that turns events into tables: its hash tells verify whether it runs the same.
-ANALYSIS_CODE = ("dlscale/analysis.py", "dlscale/verdicts.py", "dlscale/events.py", "dlscale/networks.py")
+ANALYSIS_CODE = (
+    "dlscale/analysis.py",
+    "dlscale/verdicts.py",
+    "dlscale/events.py",
+    "dlscale/networks.py",
+    "dlscale/roofline.py",
+)
 
 
 class ArtifactError(RuntimeError):

@@ -285,14 +285,16 @@ def choose(
     settings: Mapping[str, Mapping[str, Any]],
     events: Mapping[str, Sequence[str | os.PathLike[str]]],
     default: str,
+    peak: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Choose a setting from its runs' events (module docstring: the interval decides,
     ties go to the default). ``settings``: id -> setting; ``events``: id -> events files.
 
     Returns the choice record (``choice.json``): every setting's throughput with its
-    interval, its failed runs' reasons, its gain over the default, and the one chosen.
+    interval, its failed runs' reasons, its gain over the default, its roofline fraction
+    (against ``peak``, the host's matmul peak, dlscale.roofline), and the one chosen.
     """
-    from dlscale import analysis, verdicts
+    from dlscale import analysis, roofline, verdicts
 
     rows: list[dict[str, Any]] = []
     intervals: dict[str, Any] = {}
@@ -302,6 +304,11 @@ def choose(
         usable = runs[runs["status"].eq("ok") & ~runs["contended"].astype(bool)]
         values = [float(v) for v in usable["throughput"]]
         interval = verdicts.median_interval(values)
+        fraction = math.nan
+        if len(usable):
+            first = usable.iloc[0]
+            denominator = float(first["world_size"]) * roofline.peak_of(peak, first["threads_per_rank"])
+            fraction = interval.value * roofline.flops_per_sample(model) / denominator
         intervals[sid], samples[sid] = interval, values
         rows.append(
             {
@@ -317,6 +324,7 @@ def choose(
                 "high": _num(interval.high),
                 "interval": interval.method,
                 "coverage": _num(interval.coverage),
+                "roofline_fraction": _num(fraction),
             }
         )
     chosen, reason = decide(samples, default)
@@ -383,6 +391,7 @@ TABLE_COLUMNS: tuple[str, ...] = (
     "gain",
     "gain_low",
     "gain_high",
+    "roofline_fraction",
     "failed",
     "reason",
 )
@@ -410,6 +419,7 @@ def choice_table(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "gain": row["gain"],
                     "gain_low": row["gain_low"],
                     "gain_high": row["gain_high"],
+                    "roofline_fraction": row.get("roofline_fraction"),
                     "failed": "; ".join(row["failed"]),
                     "reason": record["reason"] if row["chosen"] else "",
                 }

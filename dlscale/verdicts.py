@@ -162,6 +162,8 @@ CLAIM_COLUMNS: tuple[str, ...] = (
     "repeats",
     "others",
     "reason",
+    "threads_per_rank",
+    "settings",
 )
 
 REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
@@ -940,13 +942,20 @@ def judge(entries: list[Competitor], framework: str, higher: bool) -> tuple[str,
     return REPRODUCED, "clear of every other framework", mine
 
 
-def claims(cell_table: pd.DataFrame, claim_list: Sequence[Claim] = CLAIMS) -> pd.DataFrame:
+def claims(
+    cell_table: pd.DataFrame, claim_list: Sequence[Claim] = CLAIMS, runs: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """The seed study's claims checked per model, network and set-up (``CLAIM_COLUMNS``).
 
     A "best at" claim uses the question's comparison exactly as ``findings`` does (same
     node count, flags, exclusions and, for scaling, the time-per-sample rule); a "worst
     at" claim (BigDL losing time in communication) is the same test with the direction
     turned. ``others`` lists every other framework's value and interval.
+
+    With ``runs`` (the runs table), each row also says what the claimed framework ran
+    with: its runs' ``threads_per_rank`` and CPU ``settings`` (engine, thread pools, as
+    recorded in run_start; after the tuning stage, its chosen setting), so that "BigDL
+    computes fastest" is read at a thread count and with the settings it was judged at.
     """
     if cell_table.empty:
         return _empty(CLAIM_COLUMNS)
@@ -966,6 +975,7 @@ def claims(cell_table: pd.DataFrame, claim_list: Sequence[Claim] = CLAIMS) -> pd
                 row["verdict"], row["reason"] = INCONCLUSIVE, na
                 rows.append(row)
                 continue
+            _ran_with(row, runs, claim.framework, setup)
             verdict, reason, entry = judge(entries, claim.framework, higher != claim.worst)
             row["verdict"], row["reason"] = verdict, reason
             if entry is not None:
@@ -983,6 +993,19 @@ def claims(cell_table: pd.DataFrame, claim_list: Sequence[Claim] = CLAIMS) -> pd
     for name in ("nodes", "ranks_per_node", "batch", "repeats"):
         table[name] = table[name].astype("Int64")
     return table
+
+
+def _ran_with(row: dict[str, Any], runs: pd.DataFrame | None, framework: str, setup: tuple[Any, ...]) -> None:
+    """Fill a claim row's ``threads_per_rank`` and ``settings`` from the framework's ok runs
+    of that set-up's model (``;``-joined when they differ)."""
+    if runs is None or runs.empty or "settings" not in runs:
+        return
+    model = setup[SETUP.index("model")]
+    mine = runs[runs["framework"].eq(framework) & runs["model"].eq(model) & runs["status"].eq("ok")]
+    if mine.empty:
+        return
+    row["threads_per_rank"] = ";".join(str(t) for t in sorted(mine["threads_per_rank"].dropna().unique()))
+    row["settings"] = ";".join(sorted(str(v) for v in mine["settings"].dropna().unique()))
 
 
 __all__: Sequence[str] = (

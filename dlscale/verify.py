@@ -251,7 +251,10 @@ def recompute(
         with _as_workflow_saw_it(results, "" if os.path.isabs(prefix) else prefix):
             if hasattr(analysis, "aggregate") and hasattr(analysis, "write_outputs"):
                 # What the aggregate rule runs (scripts/aggregate.py).
-                analysis.write_outputs(analysis.aggregate(paths), tables)
+                # The host's matmul peak (rules/tune.smk), when the study measured one.
+                peak_file = results / "host" / "matmul_peak.json"
+                peak = json.loads(peak_file.read_text()) if peak_file.is_file() else None
+                analysis.write_outputs(analysis.aggregate(paths, peak), tables)
             else:
                 runs, iterations = analysis.load_events(paths)
                 analysis.write_tables(runs, iterations, analysis.findings(runs), **tables)

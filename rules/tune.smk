@@ -31,6 +31,7 @@ checkpoint tune_choice:
     """One (framework, model): every setting's throughput with its interval, the choice."""
     input:
         events=tune_choice_input,
+        peak="results/host/matmul_peak.json",
     output:
         choice="results/tune/{framework}/{model}/choice.json",
     log:

@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from dlscale import tuning
+from dlscale import roofline, tuning
 from dlscale.logsetup import log_to
 
 log_to(snakemake.log[0])
@@ -19,7 +19,12 @@ try:
     for path in snakemake.input.events:
         events[Path(path).parent.parent.name].append(path)
     record = tuning.choose(
-        snakemake.wildcards.framework, snakemake.wildcards.model, settings, events, default=next(iter(settings))
+        snakemake.wildcards.framework,
+        snakemake.wildcards.model,
+        settings,
+        events,
+        default=next(iter(settings)),
+        peak=roofline.read_peak(snakemake.input.peak),
     )
     for row in record["settings"]:
         log.info(
