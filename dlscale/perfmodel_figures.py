@@ -7,6 +7,7 @@ with nothing in it gives a chart that says why, never an error.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import altair as alt
@@ -173,8 +174,12 @@ def validation_chart(validation: pd.DataFrame, summary: pd.DataFrame | None = No
     if summary is not None and not summary.empty:
         for row in summary.itertuples():
             if pd.notna(row.median_abs_error):
+                given = getattr(row, "median_abs_error_given_compute", math.nan)
                 labels[row.setup] = (
-                    f"{row.setup} (median |error| {row.median_abs_error:.0%}, worst {row.max_abs_error:.0%})"
+                    f"{row.setup} (cells' median |error| {row.median_abs_error:.0%}, worst"
+                    f" {row.max_abs_error:.0%}"
+                    + ("" if pd.isna(given) else f"; given each run's compute {given:.0%}")
+                    + ")"
                 )
     table["label"] = table["setup"].map(lambda s: labels.get(s, s))
     order = _setup_order(table["setup"])

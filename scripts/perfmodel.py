@@ -69,8 +69,10 @@ try:
     summary = pm.validation_summary(validation)
     for row in summary.itertuples():
         log.info(
-            "validation %s: %d held-out runs, median |error| %s, worst %s (%s)",
-            row.setup, row.runs, row.median_abs_error, row.max_abs_error, row.worst_run,
+            "validation %s: %d held-out runs in %d cells, median |error| %s, worst %s (%s); given each"
+            " run's compute %s, worst %s; compute alone %s",
+            row.setup, row.runs, row.cells, row.median_abs_error, row.max_abs_error, row.worst_cell,
+            row.median_abs_error_given_compute, row.max_abs_error_given_compute, row.median_abs_compute_error,
         )  # fmt: skip
 
     network = pm.preset_named(str(params.network))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -429,13 +430,16 @@ def test_without_benchmarks_the_runs_calibrate_the_library() -> None:
 
 
 def test_validation_predicts_held_out_runs_from_benchmarks_and_host_runs(exact_fits) -> None:
+    """Held-out runs are predicted twice: wholly (compute from the host runs) and given their
+    own compute (the model's error); their cells' medians are the summary's unit."""
     runs = modelled_runs(exact_fits, offset=0.002)
     held_out = []
     cals = pm.calibrate(runs, exact_fits)
+    link = pm.emulated_link("emulated-100mbe", exact_fits)
     for nodes, factor in ((2, 1.1), (4, 0.8)):
-        link = pm.emulated_link("emulated-100mbe", exact_fits)
-        library = float(pm.library_comm(cals["torch"], "lenet", [nodes], 1, link, 2)[0])
-        compute = 0.016 * max(1.0, nodes / 2)
+        compute = 0.016 * max(1.0, nodes / 2)  # the host runs' compute at this layout
+        # the bucket holds what the compute refilled (0.016 s x 12.5 MB/s < 256 KiB)
+        library = float(pm.library_comm(cals["torch"], "lenet", [nodes], 1, link.refilled(compute), 2)[0])
         predicted = compute + library + 0.002
         held_out.append(
             run_row(
@@ -448,6 +452,11 @@ def test_validation_predicts_held_out_runs_from_benchmarks_and_host_runs(exact_f
                 step=predicted / factor,
             )
         )
+    # the 4-node run's own compute is twice the host runs': the step's error is the compute's
+    own = 2 * 0.016 * 2
+    own_library = float(pm.library_comm(cals["torch"], "lenet", [4], 1, link.refilled(own), 2)[0])
+    held_out[-1].update(compute_s=own, step_s=own + own_library + 0.002)
+    held_out[-1]["exposed_comm_s"] = held_out[-1]["step_s"] - own
     held_out.append(
         run_row("torch", "lenet", 8, compute=0.05, exposed=0.0, network="emulated-1gbe", step=0.2)
     )
@@ -459,16 +468,69 @@ def test_validation_predicts_held_out_runs_from_benchmarks_and_host_runs(exact_f
     assert list(table.reset_index().columns) == list(pm.VALIDATION_COLUMNS)
     two = table.loc["torch/lenet/n2x1-100mbe/b64/r0"]
     assert two["error"] == pytest.approx(0.1, rel=1e-6) and two["compute_source"] == "host runs at n2x1"
+    assert two["error_given_compute"] == pytest.approx(0.1, rel=1e-6) and two["compute_error"] == 0.0
     assert two["link_beta_Bps"] == pytest.approx(PRESETS["100mbe"].bandwidth_Bps)
-    assert table.loc["torch/lenet/n4x1-100mbe/b64/r0", "error"] == pytest.approx(-0.2, rel=1e-6)
+    four = table.loc["torch/lenet/n4x1-100mbe/b64/r0"]
+    assert four["compute_error"] == pytest.approx(-0.5) and four["error"] < -0.1
+    assert four["error_given_compute"] == pytest.approx(0.0, abs=1e-9)
+    assert four["comm_error"] == pytest.approx(0.0, abs=1e-9)
     eight = table.loc["torch/lenet/n8x1-1gbe/b64/r0"]
     assert eight["compute_source"] == "smallest world (1)"
     summary = pm.validation_summary(table.reset_index()).set_index("setup")
     assert list(summary.reset_index().columns) == list(pm.SUMMARY_COLUMNS)
     torch = summary.loc["torch"]
-    assert torch["runs"] == 3 and torch["predicted"] == 3
+    assert torch["runs"] == 3 and torch["predicted"] == 3 and torch["cells"] == 3
     assert torch["max_abs_error"] >= torch["median_abs_error"] >= 0.1
-    assert torch["worst_run"] in table.index and not torch["within_target"]
+    worst = table["error"].abs().idxmax()  # one run per cell: the worst run's cell
+    row = table.loc[worst]
+    assert torch["worst_cell"] == f"torch/lenet/n{row['nodes']}x1/{row['network']}"
+    assert not torch["within_target"]
+    assert torch["max_abs_compute_error"] == pytest.approx(1 - 0.016 / 0.05)  # the 8-node run
+    assert torch["max_abs_error_given_compute"] >= torch["median_abs_error_given_compute"] >= 0.1 - 1e-9
+
+
+def test_validation_cells_take_the_median_of_repeats(exact_fits) -> None:
+    """A cell of three repeats counts once, at the medians of what was measured and predicted:
+    one repeat slowed by the shared host does not move it."""
+    runs = modelled_runs(exact_fits, offset=0.002)
+    cals = pm.calibrate(runs, exact_fits)
+    rows = []
+    for repeat, step in enumerate((0.3, 0.31, 0.9)):
+        row = run_row("torch", "lenet", 2, compute=0.016, exposed=0.0, network="emulated-1gbe", step=step)
+        row["run_id"] = row["run_id"].replace("/r0", f"/r{repeat}")
+        rows.append(row)
+    table = pm.validate(pd.concat([runs, pd.DataFrame(rows)], ignore_index=True), cals, exact_fits)
+    assert len(table) == 3
+    cells = pm.validation_cells(table)
+    assert len(cells) == 1 and cells.loc[0, "repeats"] == 3
+    assert cells.loc[0, "measured_s"] == pytest.approx(0.31)
+    predicted = float(table["predicted_s"].iloc[0])
+    assert cells.loc[0, "error"] == pytest.approx(predicted / 0.31 - 1.0)
+    summary = pm.validation_summary(table).iloc[0]
+    assert summary["runs"] == 3 and summary["cells"] == 1
+    assert summary["median_abs_error"] == pytest.approx(abs(predicted / 0.31 - 1.0))
+
+
+def test_a_lone_ring_rank_has_no_model_error(exact_fits) -> None:
+    """A one-rank ring run's step is its compute: the model predicts nothing there, so it
+    has no error given its compute (it would be 0 by construction)."""
+    runs = modelled_runs(exact_fits)
+    lone = run_row("torch", "lenet", 1, compute=0.02, exposed=0.0, network="emulated-1gbe")
+    table = pm.validate(
+        pd.concat([runs, pd.DataFrame([lone])], ignore_index=True), pm.calibrate(runs, exact_fits)
+    )
+    assert math.isnan(table.loc[0, "error_given_compute"]) and math.isfinite(table.loc[0, "error"])
+
+
+def test_bucket_refills_with_idle_time() -> None:
+    link = pm.emulated_link("emulated-100mbe", {})
+    rate = PRESETS["100mbe"].bandwidth_Bps
+    assert link.refilled(1.0).burst_bytes == link.burst_bytes  # at most the bucket
+    assert link.refilled(0.01).burst_bytes == pytest.approx(0.01 * rate)
+    assert link.refilled(0.0).wire(0, 1e6) == pytest.approx(1e6 / rate)
+    assert dataclasses.replace(link, wire_scale=1.7).wire(0, 1e6) == pytest.approx(
+        1.7 * (1e6 - link.burst_bytes) / rate
+    )
 
 
 def test_validation_without_emulated_runs_is_empty(exact_fits) -> None:
@@ -611,3 +673,37 @@ def test_figures_with_and_without_data(tmp_path: Path, exact_fits) -> None:
     assert "no runs on an emulated network" in (tmp_path / "empty" / "validation.svg").read_text()
     with pytest.raises(KeyError):
         perfmodel_figures.draw({}, {"nope": {}})
+
+
+def test_link_scale_is_fitted_on_emulated_benchmarks_and_left_out_of_projections(exact_fits) -> None:
+    """A library whose bytes take 1.7x the rate through the emulated link (Open MPI's, as
+    measured) gets that scale from the emulated micro-benchmarks; a validation on the
+    emulated link uses it, a projection to a real network does not."""
+    mpi = exact_fits[("mpi", "allreduce", "host")]
+    drained = pm.emulated_link("emulated-100mbe", {}).refilled(0.0)
+    rows = []
+    for world in (2, 4):
+        for size in (4 << 20, 16 << 20, 64 << 20):
+            fixed, per_byte, wire = pm.mpi_parts(mpi, [world], [size], drained, 2)
+            rows.append(
+                {"framework": "caffe", "library": "mpi", "op": "allreduce", "network": "emulated-100mbe",
+                 "world": world, "nbytes": size, "parts": 1, "model": "", "algorithm": "default", "repeat": 0,
+                 "seconds": float(fixed[0] + per_byte[0] + 1.7 * wire[0]), "host_cores": 2}
+            )  # fmt: skip
+    fits = pm.fit_commbench(pm.commbench_cells(pd.concat([synthetic_bench(), pd.DataFrame(rows)])))
+    assert pm.link_scale(fits[("mpi", "allreduce", "host")]) == pytest.approx(1.7, rel=1e-3)
+    assert pm.link_scale(fits[("gloo", "allreduce", "host")]) == 1.0  # no emulated cells
+    scaled, plain = (
+        pm.calibrate(pd.DataFrame(), fits)["caffe"],
+        pm.calibrate(pd.DataFrame(), exact_fits)["caffe"],
+    )
+    real = pm.Link.of_preset(PRESETS["1gbe"])
+    nodes = np.array([2, 16, 256])
+    assert pm.library_comm(scaled, "autoencoder", nodes, 1, real, None) == pytest.approx(
+        pm.library_comm(plain, "autoencoder", nodes, 1, real, None), rel=1e-3
+    )
+    emulated = pm.emulated_link("emulated-100mbe", fits)
+    assert np.all(
+        pm.library_comm(scaled, "autoencoder", nodes[:1], 1, emulated, 2)
+        > 1.5 * pm.library_comm(plain, "autoencoder", nodes[:1], 1, emulated, 2)
+    )
