@@ -79,6 +79,14 @@ def tuned_options(study: Mapping[str, Any], framework: str) -> dict[str, list[An
         return {}
     candidates = tunable(framework)
     restricted = (tune.get("options") or {}).get(framework)
+    listed = (tune.get("settings") or {}).get(framework)
+    if listed is not None:  # the options the listed settings name, with their values
+        restricted = {}
+        for setting in listed:
+            for option, value in setting.items():
+                restricted.setdefault(option, [])
+                if value not in restricted[option]:
+                    restricted[option].append(value)
     pinned = (tune.get("pinned") or {}).get(framework) or {}
     chosen = restricted if restricted is not None else candidates
     props = _options_schema(framework).get("properties", {})
@@ -116,12 +124,25 @@ def setting_id(setting: Mapping[str, Any]) -> str:
 
 
 def grid(study: Mapping[str, Any], framework: str) -> list[dict[str, Any]]:
-    """Every setting of the framework's grid, the default first; [] when nothing is tuned."""
+    """Every setting of the framework's grid, the default first; [] when nothing is tuned.
+
+    The product of the tuned options' candidates, or, where ``tune.settings.<fw>`` lists
+    settings, the default and each listed setting (options it leaves out at the default).
+    """
     options = tuned_options(study, framework)
     if not options:
         return []
     names = list(options)
-    return [dict(zip(names, values, strict=True)) for values in itertools.product(*options.values())]
+    listed = ((study.get("tune") or {}).get("settings") or {}).get(framework)
+    if listed is None:
+        return [dict(zip(names, values, strict=True)) for values in itertools.product(*options.values())]
+    default = {name: values[0] for name, values in options.items()}
+    out = [default]
+    for setting in listed:
+        full = {**default, **{k: v for k, v in setting.items() if k in options}}
+        if full not in out:
+            out.append(full)
+    return out
 
 
 def grid_ids(study: Mapping[str, Any], framework: str) -> dict[str, dict[str, Any]]:
@@ -142,6 +163,14 @@ def check(study: Mapping[str, Any]) -> None:
     tune = study.get("tune") or {}
     for framework, options in (tune.get("options") or {}).items():
         _check_options(framework, "options", options)
+    for framework, listed in (tune.get("settings") or {}).items():
+        if framework in (tune.get("options") or {}):
+            raise TuneError(
+                f"config key 'tune.settings.{framework}': {framework} has tune.options too; give its"
+                " grid one way (a product of options, or a list of settings)"
+            )
+        for index, setting in enumerate(listed):
+            _check_options(framework, f"settings.{framework}[{index}]", {k: [v] for k, v in setting.items()}, "")
     limit = tune.get("max_settings")
     if tune.get("enabled") and limit:
         for framework in study["frameworks"]:
@@ -153,12 +182,15 @@ def check(study: Mapping[str, Any]) -> None:
                 )
 
 
-def _check_options(framework: str, section: str, options: Mapping[str, Sequence[Any]]) -> None:
+def _check_options(
+    framework: str, section: str, options: Mapping[str, Sequence[Any]], name: str | None = None
+) -> None:
     """Each option of ``tune.<section>.<framework>`` exists, is tunable, and each of its
     values is valid for it (TuneError naming the key otherwise)."""
     props = _options_schema(framework).get("properties", {})
+    prefix = f"tune.{section}" + (f".{framework}" if name is None else name)
     for option, values in options.items():
-        where = f"tune.{section}.{framework}.{option}"
+        where = f"{prefix}.{option}"
         if option not in props:
             raise TuneError(f"config key '{where}': {framework} has no option {option!r}")
         if TUNE_KEY not in props[option]:

@@ -230,3 +230,16 @@ def test_flops_per_sample_are_the_torch_models_count():
     assert proc.returncode == 0, proc.stderr[-2000:]
     counted = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counted == {name: roofline.FLOPS_PER_SAMPLE[name] for name in counted}
+
+
+def test_listed_settings_replace_the_product(schema):
+    s = study(schema, settings={"tensorflow": [{"onednn": False}, {"inter_op_threads": 1}]})
+    assert tuning.grid(s, "tensorflow") == [
+        {"onednn": True, "inter_op_threads": 2},
+        {"onednn": False, "inter_op_threads": 2},
+        {"onednn": True, "inter_op_threads": 1},
+    ]
+    with pytest.raises(ConfigError, match=r"'tune.settings.tensorflow\[0\].onednn': 'no'"):
+        study(schema, settings={"tensorflow": [{"onednn": "no"}]})
+    with pytest.raises(ConfigError, match="give its grid one way"):
+        study(schema, settings={"torch": [{"mkldnn": False}]}, options={"torch": {"mkldnn": [False]}})
