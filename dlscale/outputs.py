@@ -24,7 +24,9 @@ FIGURE_CATEGORIES: Mapping[str, str] = MappingProxyType(
 FIGURES: tuple[str, ...] = tuple(FIGURE_CATEGORIES)
 
 #: The scaling model's tables and figures (rule perfmodel), and their report captions.
-PERFMODEL_TABLES: tuple[str, ...] = ("calibration", "validation", "validation_summary", "projection")
+PERFMODEL_TABLES: tuple[str, ...] = (
+    "calibration", "validation", "validation_summary", "projection", "efficiency50",
+)  # fmt: skip
 PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation")
 PERFMODEL_CAPTIONS: Mapping[str, str] = MappingProxyType(
     {
@@ -32,6 +34,7 @@ PERFMODEL_CAPTIONS: Mapping[str, str] = MappingProxyType(
         "validation": "validation.rst",
         "validation_summary": "validation.rst",
         "projection": "projection.rst",
+        "efficiency50": "projection.rst",
     }
 )
 

@@ -51,13 +51,18 @@ def _nodes_x(top: int) -> alt.X:
 
 
 def projection_chart(
-    projection: pd.DataFrame, runs: pd.DataFrame | None = None, host_model: pd.DataFrame | None = None
+    projection: pd.DataFrame,
+    runs: pd.DataFrame | None = None,
+    host_model: pd.DataFrame | None = None,
+    efficiency50: pd.DataFrame | None = None,
 ) -> alt.TopLevelMixin:
     """Projected speedup and efficiency vs nodes, each with its 95% bootstrap band.
 
     Lines: the model on the projection's network (solid) and on this host (dashed, over the
     measured node counts); bands: the 2.5-97.5 percentiles of the bootstrap; points: the
-    measured host-network runs; grey: ideal. The 50% efficiency line is marked.
+    measured host-network runs; grey: ideal. The 50% efficiency line is marked, and each
+    framework's node count where it first drops below it, with its band (``efficiency50``),
+    is written in the efficiency panel: the projection's answer, where a reader looks.
     """
     if projection.empty:
         return empty_chart("Projection: no framework to project (needs micro-benchmarks or ok host runs)")
@@ -81,8 +86,22 @@ def projection_chart(
     setups = _setup_order(pd.concat([lines["setup"], points["setup"]]))
     colour = _colour(setups)
     x = _nodes_x(int(lines["nodes"].max()))
+    notes = pd.DataFrame(columns=["model", "setup", "nodes", "efficiency", "label"])
+    if efficiency50 is not None and not efficiency50.empty:
+        notes = efficiency50[efficiency50["model"].isin(models)].copy()
+        order = {setup: i for i, setup in enumerate(setups)}
+        notes["rank"] = notes["setup"].map(order).fillna(len(order))
+        notes = notes.sort_values(["model", "rank"])
+        notes["efficiency"] = 0.04 + 0.07 * notes.groupby("model").cumcount()
+        notes["nodes"] = 1.0
+        notes["label"] = notes["setup"] + ": 50% at " + notes["summary"].astype(str)
+        notes = notes[["model", "setup", "nodes", "efficiency", "label"]]
     data = pd.concat(
-        [lines.assign(kind="model"), points.assign(kind="measured", curve="measured (host)")],
+        [
+            lines.assign(kind="model"),
+            points.assign(kind="measured", curve="measured (host)"),
+            notes.assign(kind="e50"),
+        ],
         ignore_index=True,
     )
     data["ideal"] = data["nodes"].astype(float)
@@ -146,6 +165,12 @@ def projection_chart(
                 .transform_filter(model_rows)
                 .mark_rule(color="firebrick", strokeDash=[3, 3], strokeWidth=1)
                 .encode(y=alt.Y("half:Q", title=title, scale=scale))
+            )
+            layers.append(
+                alt.Chart()
+                .transform_filter(alt.datum.kind == "e50")
+                .mark_text(align="left", baseline="middle", fontSize=9, dx=2)
+                .encode(x=x, y=y, text="label:N", color=colour)
             )
         rows.append(
             alt.layer(*layers, data=data)
@@ -321,10 +346,11 @@ def make_perfmodel_figures(
     cells: pd.DataFrame,
     predicted: pd.DataFrame,
     host_model: pd.DataFrame | None = None,
+    efficiency50: pd.DataFrame | None = None,
 ) -> None:
     """Draw the figures ``out`` names (``PERFMODEL_FIGURES``) into its paths."""
     builders: dict[str, Callable[[], alt.TopLevelMixin]] = {
-        "projection": lambda: projection_chart(projection, runs, host_model),
+        "projection": lambda: projection_chart(projection, runs, host_model, efficiency50),
         "validation": lambda: validation_chart(validation, summary),
         "latency_sensitivity": lambda: latency_chart(sensitivity),
         "commbench": lambda: commbench_chart(cells, predicted),

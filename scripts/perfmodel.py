@@ -121,6 +121,7 @@ try:
         cells[cells["op"].ne("allreduce-blobs")] if len(cells) else cells,
         pm.fit_curves(fits),
         host_model=host_model,
+        efficiency50=projection.efficiency50,
     )
     log.info("wrote %s", ", ".join(str(path) for path in out))
 except Exception:

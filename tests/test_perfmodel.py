@@ -658,10 +658,14 @@ def test_figures_with_and_without_data(tmp_path: Path, exact_fits) -> None:
     perfmodel_figures.make_perfmodel_figures(
         out, projection.table, runs, validation, pm.validation_summary(validation),
         pm.latency_sensitivity(runs, cals, PRESETS["th-express2"], max_nodes=64),
-        pm.commbench_cells(raw), pm.fit_curves(exact_fits),
+        pm.commbench_cells(raw), pm.fit_curves(exact_fits), efficiency50=projection.efficiency50,
     )  # fmt: skip
     assert "median |error|" in (tmp_path / "full" / "validation.svg").read_text()
-    assert "th-express2" in (tmp_path / "full" / "projection.svg").read_text()
+    drawn = (tmp_path / "full" / "projection.svg").read_text()
+    assert "th-express2" in drawn
+    # each framework's 50%-efficiency node count and band is written in the figure
+    torch = projection.efficiency50.set_index(["setup", "model"]).loc[("torch", "lenet"), "summary"]
+    assert f"torch: 50% at {torch}".replace(">", "&gt;") in drawn
     empty = {name: {"svg": str(tmp_path / "empty" / f"{name}.svg")} for name in names}
     nothing = pd.DataFrame()
     perfmodel_figures.make_perfmodel_figures(
