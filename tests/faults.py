@@ -58,7 +58,7 @@ def fault_spec(framework: str, *, nodes: int = 2, iterations: int = 100_000, **o
 class LaunchedRun:
     """A run started through ``python -m dlscale.launch`` in the background."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[bytes]
     events: Path
     started: float = field(default_factory=time.time)
 
@@ -112,10 +112,16 @@ class LaunchedRun:
             return None
         return time.time() - start
 
+    @property
+    def log(self) -> Path:
+        """The launcher's output (and its ranks'), where the training rule puts it."""
+        return self.events.parent / "run.log"
+
     def output(self) -> str:
-        if self.proc.stdout is None or self.proc.poll() is None:
+        try:
+            return self.log.read_text(errors="replace")[-3000:]
+        except OSError:
             return ""
-        return self.proc.stdout.read()[-3000:]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -132,10 +138,29 @@ def launch(
         "--events", str(events), "--python", str(python),
     ]  # fmt: skip
     env = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+    events.parent.mkdir(parents=True, exist_ok=True)
+    # Output to run.log beside the events, as the training rule sends it: the launcher
+    # keeps a failed attempt's part of it (attempts/<id>/run.log).
+    with open(events.parent / "run.log", "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return LaunchedRun(proc, events)
+
+
+def assert_attempt_kept(events: Path, *logs: str) -> Path:
+    """The failed attempt's record and logs are kept (issue 17): one ``failed-*.jsonl``
+    and its folder, which the reason names, with its part of run.log and ``logs`` (paths
+    in the folder: ``work/...`` for the run's work dir). Returns the folder."""
+    attempts = events.parent / "attempts"
+    records = sorted(attempts.glob("failed-*.jsonl"))
+    assert records, "the failure was not kept"
+    folder = attempts / records[-1].stem
+    reason = json.loads(records[-1].read_text().splitlines()[-1])["reason"]
+    assert f"(logs: attempts/{folder.name}/)" in reason, reason
+    kept = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    assert "run.log" in kept and "[launch]" in (folder / "run.log").read_text(errors="replace"), kept
+    missing = set(logs) - kept
+    assert not missing, f"not kept: {sorted(missing)}; kept: {sorted(kept)}"
+    return folder
 
 
 def alive(pid: int) -> bool:

@@ -19,6 +19,7 @@ from conftest import caffe_python, framework_python
 from faults import (
     FaultRow,
     alive,
+    assert_attempt_kept,
     assert_loopback_only,
     fault_spec,
     launch,
@@ -36,7 +37,13 @@ BOUND_S = 120  # a run that has not ended this long after its fault is hung
 
 
 def finish(
-    run, fault: str, framework: str, expected_reason: str, started: float, pids: dict[int, int]
+    run,
+    fault: str,
+    framework: str,
+    expected_reason: str,
+    started: float,
+    pids: dict[int, int],
+    logs: tuple[str, ...] = (),
 ) -> None:
     """Wait for the run, judge the outcome, record it, and fail the test unless it is clean."""
     waited = run.wait(BOUND_S)
@@ -62,7 +69,17 @@ def finish(
     assert re.search(expected_reason, end["reason"] or "", re.IGNORECASE), end["reason"]
     assert not left, f"processes left behind: {left}"
     assert run.proc.returncode == 0, run.output()
-    assert list((run.events.parent / "attempts").glob("failed-*.jsonl")), "the failure was not kept"
+    assert_attempt_kept(run.events, *logs)
+
+
+def training_logs(framework: str) -> tuple[str, ...]:
+    """What a failure during training keeps besides run.log (attempts/<id>/work/...): the
+    ranks' part files; for BigDL, its driver log and Spark's master and worker logs, which
+    the next attempt would otherwise delete."""
+    if framework == "bigdl":
+        spark = "work/spark/logs"
+        return ("work/rank0.jsonl", f"{spark}/driver.log", f"{spark}/master.log", f"{spark}/worker0.log")
+    return ("work/rank0.jsonl", "work/rank1.jsonl")
 
 
 # Frameworks that do not pass the suite yet, with the reason (skipped, not hidden). Empty:
@@ -106,7 +123,15 @@ def test_sigkill_one_rank(framework, mnist_shards, tmp_path):
         started = time.time()
         os.kill(pids[victim], signal.SIGKILL)
         expected = rf"rank {victim} died .*at iteration \d+"
-        finish(run, f"SIGKILL rank {victim} mid-run", framework, expected, started, pids)
+        finish(
+            run,
+            f"SIGKILL rank {victim} mid-run",
+            framework,
+            expected,
+            started,
+            pids,
+            training_logs(framework),
+        )
     finally:
         run.stop()
 
@@ -121,7 +146,8 @@ def test_sigterm_like_slurm_time_limit(framework, mnist_shards, tmp_path):
             assert assert_loopback_only(run.proc.pid) >= len(pids)
         started = time.time()
         run.proc.send_signal(signal.SIGTERM)
-        finish(run, "SIGTERM the job (SLURM time limit)", framework, r"SIGTERM", started, pids)
+        fault = "SIGTERM the job (SLURM time limit)"
+        finish(run, fault, framework, r"SIGTERM", started, pids, training_logs(framework))
     finally:
         run.stop()
 
@@ -135,7 +161,8 @@ def test_nan_loss(framework, mnist_shards, tmp_path):
         started = run.started
         waited = run.wait(BOUND_S)
         pids = run.rank_pids() if waited is not None else {}
-        finish(run, "loss becomes NaN", framework, r"loss became (nan|inf) at iteration \d+", started, pids)
+        expected = r"loss became (nan|inf) at iteration \d+"
+        finish(run, "loss becomes NaN", framework, expected, started, pids, training_logs(framework))
     finally:
         run.stop()
 
@@ -171,9 +198,8 @@ def test_corrupted_shard(framework, mnist_shards, tmp_path):
     try:
         waited = run.wait(BOUND_S)
         pids = run.rank_pids() if waited is not None else {}
-        finish(
-            run, "corrupted shard", framework, r"shard-00001-images\.npy.*(sha256|corrupt)", run.started, pids
-        )
+        expected = r"shard-00001-images\.npy.*(sha256|corrupt)"
+        finish(run, "corrupted shard", framework, expected, run.started, pids, training_logs(framework))
     finally:
         run.stop()
 

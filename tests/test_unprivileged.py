@@ -295,15 +295,18 @@ def test_unprivileged_run_lives_in_its_own_user_and_network_namespace(shared):
     assert not [pid for pid in descendants(proc.pid)], "the holder or a rank outlived the run"
 
 
-def test_without_user_namespaces_torch_listens_on_loopback_only(shared):
+@pytest.mark.parametrize(("framework", "iterations"), [("torch", 30), ("bigdl", 12)])
+def test_without_user_namespaces_torch_and_spark_listen_on_loopback_only(shared, framework, iterations):
     """nobody, with no `unshare` on PATH (a host where user namespaces cannot be made):
-    torch runs on the host's loopback, and every socket it listens on is loopback."""
+    torch (gloo's pairs) and BigDL (Spark's master, worker, executor, driver, block
+    managers and web UIs) run on the host's loopback, and every socket they listen on is
+    a loopback one, looked at while they train."""
     path = without("unshare", shared / "bin-no-unshare")
-    spec = fault_spec("torch", iterations=30)
-    proc, events = launch_as_nobody("torch", spec, shared, "host-torch", path)
+    spec = fault_spec(framework, iterations=iterations)
+    proc, events = launch_as_nobody(framework, spec, shared, f"host-{framework}", path)
     listening = []
     try:
-        wait_for_training(proc, events, ranks=2)
+        wait_for_training(proc, events, ranks=2 if framework == "torch" else 1)
         listening = listening_sockets([proc.pid, *descendants(proc.pid)])
     finally:
         finish(proc)
@@ -311,7 +314,7 @@ def test_without_user_namespaces_torch_listens_on_loopback_only(shared):
     assert records[-1]["status"] == "ok", records[-1]
     isolation = records[0]["network_setup"]["isolation"]
     assert isolation.startswith("none (") and "unshare" in isolation, isolation
-    assert listening, "gloo's pairs listen: none seen, so this check saw nothing"
+    assert listening, "the run's processes listen: none seen, so this check saw nothing"
     assert all(loopback(address) for address, _, _ in listening), listening
 
 
