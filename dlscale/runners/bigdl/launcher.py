@@ -7,8 +7,18 @@ line per iteration for the whole cluster, so the plan has ``reporting_ranks=1`` 
 iteration event carries the GLOBAL samples.
 """
 
+from typing import Any
+
 from dlscale import placement
+from dlscale.runners.bigdl import engine
 from dlscale.runners.plan import LaunchContext, Plan, Process
+from dlscale.runspec import RunSpec
+
+
+def settings(spec: RunSpec) -> dict[str, Any]:
+    """The engine, libraries, threads and batch split this run computes with (run_start's
+    ``settings``): see ``dlscale.runners.bigdl.engine.settings``."""
+    return engine.settings(spec)
 
 
 def plan(ctx: LaunchContext) -> Plan:

@@ -50,9 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from dlscale import catalog
+from dlscale import atomic, catalog
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
+from dlscale.runners.bigdl import engine
 from dlscale.runners.bigdl.spark import (
     SECRET_KEY,
     ClusterShape,
@@ -123,6 +124,7 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
 
     opts = spec.options
     shape = cluster.shape
+    eng = engine.engine_settings(spec)
     tmp = cluster.root / "scratch" / "jvm-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     jars = ":".join(get_bigdl_jars())
@@ -133,6 +135,7 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
         "-Dbigdl.failure.retryTimes=1",  # a failure fails the run; no silent retraining
         f"-Djava.io.tmpdir={tmp}",  # BigDL unpacks its native MKL library there
         "-XX:-UsePerfData",  # no /tmp/hsperfdata_* file for a killed JVM to leave behind
+        *engine.java_options(eng),  # BigDL's Engine reads them in the driver too
     ]
     conf = create_spark_conf().setMaster(str(cluster.master_url)).setAppName(f"dlscale {spec.run_id}")
     settings = {
@@ -143,9 +146,17 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
         # Without the jars on the executors' class path, BigDL's lambdas fail to deserialise.
         "spark.executor.extraClassPath": jars,
         "spark.driver.extraJavaOptions": " ".join(driver_java),
-        "spark.executor.extraJavaOptions": (
-            f"-Djava.io.tmpdir={tmp} -Dbigdl.utils.LoggerFilter.disable=true -XX:-UsePerfData"
+        "spark.executor.extraJavaOptions": " ".join(
+            [
+                f"-Djava.io.tmpdir={tmp}",
+                "-Dbigdl.utils.LoggerFilter.disable=true",
+                "-XX:-UsePerfData",
+                *engine.java_options(eng),
+            ]
         ),
+        # The native libraries read these when they load (SLURM's workers do not inherit
+        # the driver's environment; local ones do, and get the same values).
+        **{f"spark.executorEnv.{name}": value for name, value in eng.env.items()},
         "spark.pyspark.python": sys.executable,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -399,6 +410,7 @@ def _optimize(
     held["times"] = times  # kept for the events even if training fails
     executors = executor_pids(ctx, cluster, spec.options["startup_timeout_s"])
     write_executor_ranks(ctx, shape, executors)
+    record_settings(ctx, held["gateway"].proc.pid, executors)
     per_executor = global_batch // shape.workers
     rdd = training_rdd(
         sc,
@@ -434,11 +446,53 @@ def _optimize(
         held["optimizing"].set()
 
 
+def apply_environment(eng: engine.EngineSettings) -> None:
+    """The settings' variables in this process's environment, before any JVM starts: the
+    driver JVM, the daemons and (locally) the executors inherit it. A variable the settings
+    leave unset is removed, so that "unset" holds whatever the calling shell had."""
+    for name in engine.MANAGED_VARS:
+        os.environ.pop(name, None)
+    os.environ.update(eng.env)
+
+
+def record_settings(ctx: RunContext, driver_pid: int, executors: Mapping[int, int]) -> None:
+    """What the driver's and each executor's JVM actually carry, read back from /proc, kept
+    beside the events (``bigdl-settings.json``); a setting that did not arrive fails the run.
+
+    Executors are visible in local mode only (under SLURM they run on other nodes).
+    """
+    eng = engine.engine_settings(ctx.spec)
+    seen = {"asked": engine.settings(ctx.spec), "driver": engine.observed(driver_pid, eng)}
+    seen["executors"] = {str(node): engine.observed(pid, eng) for node, pid in sorted(executors.items())}
+    atomic.write_text(
+        ctx.writer.path.parent.parent / "bigdl-settings.json", json.dumps(seen, indent=1) + "\n"
+    )
+    for name, record in [
+        ("driver", seen["driver"]),
+        *((f"executor {n}", r) for n, r in seen["executors"].items()),
+    ]:
+        wrong = engine.mismatches(record, eng)
+        if wrong:
+            raise RunFailure(
+                f"BigDL settings did not reach the {name} JVM (pid {record['pid']}): {'; '.join(wrong)}"
+            )
+
+
+def keep_executor_logs(cluster: SparkCluster, run_dir: Path) -> None:
+    """With ``verbose``, the executors' logs (every MKL call / MKL-DNN primitive) beside the events."""
+    for path in sorted(cluster.logs_dir.glob("worker*-executor*.log")):
+        try:
+            shutil.copyfile(path, run_dir / f"spark-{path.name}")
+        except OSError as err:
+            print(f"[bigdl] could not keep {path}: {err}", file=sys.stderr, flush=True)
+
+
 def train(ctx: RunContext) -> None:
     spec = ctx.spec
     java_version()  # a missing Java is said plainly, before any daemon starts
     shape = cluster_shape(spec, executor_memory(spec))
     global_batch = bigdl_batch(spec, shape)
+    apply_environment(engine.engine_settings(spec))  # a setting BigDL cannot run fails here
     root = ctx.writer.path.parent / "spark"
     log_path = root / "logs" / "driver.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -473,6 +527,8 @@ def train(ctx: RunContext) -> None:
             cluster.stop()
             print(f"[bigdl] Spark daemons stopped: pids {cluster.pids}", flush=True)
             keep_log(log_path, ctx.writer.path.parent.parent / "bigdl-driver.log")
+            if spec.options.get("verbose"):
+                keep_executor_logs(cluster, ctx.writer.path.parent.parent)
         finally:
             signal.signal(signal.SIGTERM, previous)
     report(ctx, log_path, held.get("live"), failure, described)
