@@ -24,7 +24,7 @@ try:
         settings,
         events,
         default=next(iter(settings)),
-        peak=roofline.read_peak(snakemake.input.peak),
+        peak=roofline.read_peak(getattr(snakemake.input, "peak", None)),
     )
     for row in record["settings"]:
         log.info(
