@@ -739,10 +739,14 @@ def fit_overlap(
     validation's held-out set) are never fitted.
 
     Why a scale: on the same shaped links raw TCP and gloo move 4 MiB at 1.00-1.04x the
-    rate, Open MPI at 1.5-1.9x (its all-reduce and Caffe's per-blob pattern alike). It is
-    a property of the library on this emulator (each node's egress queue holds up to 100 ms;
-    a protocol that waits for its peer's replies waits behind the peer's queued data), not
-    of the network: a projection to a real network uses 1.
+    rate, Open MPI at 1.5-1.9x (its all-reduce and Caffe's per-blob pattern alike). The
+    cause is Open MPI's rendezvous protocol for messages above the TCP BTL's 64 KiB eager
+    limit: the sender waits for the receiver's reply, which queues behind the receiver's
+    own data in its shaped egress queue (``tc tbf`` holds up to 100 ms). Measured, 2
+    emulated 100 Mbit/s nodes, 4 MiB all-reduce, medians of 7, interleaved: 654-717 ms
+    as shipped, 348-374 ms with the rendezvous off (``btl_tcp_eager_limit``, ``_rndv_eager_
+    limit`` and ``_max_send_size`` at 16 MiB), the rate being 336 ms. It is the emulator's
+    deep queue, not the network's rate: a projection to a real network uses 1.
     """
     from scipy.optimize import least_squares
 
