@@ -391,7 +391,7 @@ def decide(samples: Mapping[str, Sequence[float]], default: str) -> tuple[str, s
     base = ok.get(default)
     if base is None:
         if not ok:
-            return default, "no setting ran: the default stays"
+            return default, "no setting has an ok, uncontended run: the default stays"
         best = max(ok, key=lambda s: ok[s].value)
         return best, "the default has no ok run: the highest median of the settings that ran"
     clear = {sid: iv for sid, iv in ok.items() if sid != default and verdicts.separated(iv, base, higher=True)}
@@ -416,6 +416,7 @@ TABLE_COLUMNS: tuple[str, ...] = (
     "chosen",
     "ok_runs",
     "runs",
+    "contended_runs",
     "throughput",
     "low",
     "high",
@@ -444,6 +445,7 @@ def choice_table(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "chosen": row["chosen"],
                     "ok_runs": row["ok_runs"],
                     "runs": row["runs"],
+                    "contended_runs": row["contended_runs"],
                     "throughput": row["throughput"],
                     "low": row["low"],
                     "high": row["high"],

@@ -28,7 +28,7 @@ try:
     )
     for row in record["settings"]:
         log.info(
-            "%s %s: %s samples/s [%s, %s] (%s), %d/%d ok%s",
+            "%s %s: %s samples/s [%s, %s] (%s), %d/%d ok and uncontended (%d contended)%s",
             row["id"],
             json.dumps(row["settings"], sort_keys=True),
             row["throughput"],
@@ -37,6 +37,7 @@ try:
             row["interval"],
             row["ok_runs"],
             row["runs"],
+            row["contended_runs"],
             f"; failed: {'; '.join(row['failed'])}" if row["failed"] else "",
         )
     log.info("chosen %s %s: %s", record["chosen"], record["chosen_settings"], record["reason"])

@@ -151,7 +151,7 @@ def test_failed_settings_are_never_chosen():
     assert chosen == "d"
     chosen, reason = tuning.decide({"d": [nan, nan], "a": [50, 51], "b": [60, 61]}, "d")
     assert chosen == "b" and "default has no ok run" in reason
-    assert tuning.decide({"d": [nan], "a": [nan]}, "d") == ("d", "no setting ran: the default stays")
+    assert tuning.decide({"d": [nan], "a": [nan]}, "d") == ("d", "no setting has an ok, uncontended run: the default stays")
 
 
 # --- the settings record ----------------------------------------------------------------------
