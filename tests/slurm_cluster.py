@@ -129,7 +129,9 @@ class SlurmCluster:
 
         preset = networks.PRESETS[self.network] if self.network else None
         nodes = {self.namespace(n): self.address(n) for n in self.node_names}
-        self.net = netns.bridged(self.namespace(CONTROLLER), nodes, preset, hub_address=self.address(CONTROLLER))
+        self.net = netns.bridged(
+            self.namespace(CONTROLLER), nodes, preset, hub_address=self.address(CONTROLLER)
+        )
 
     def set_network(self, network: str | None) -> None:
         """Shape every node's link to preset ``network`` (None: unshaped), between runs."""
@@ -146,26 +148,17 @@ class SlurmCluster:
     def interfaces(self, node: str = CONTROLLER) -> dict[str, str]:
         """Interface name -> kind (``loopback``, ``bridge``, ``veth``, ...) on ``node``."""
         out = subprocess.run(
-            ["ip", "-n", self.namespace(node), "-d", "-o", "link", "show"],
+            ["ip", "-j", "-d", "-n", self.namespace(node), "link", "show"],
             capture_output=True,
             text=True,
             timeout=30,
         ).stdout
-        kinds = {}
-        for line in out.splitlines():
-            name = line.split(":")[1].strip().split("@")[0]
-            fields = line.split()
-            kind = (
-                "loopback"
-                if "LOOPBACK" in line
-                else next(
-                    (fields[i + 1] for i, f in enumerate(fields) if f in ("dummy", "veth", "bridge")), "other"
-                )
-            )
-            if "dummy" in fields:
-                kind = "dummy"
-            kinds[name] = kind
-        return kinds
+        return {
+            link["ifname"]: "loopback"
+            if link.get("link_type") == "loopback"
+            else link.get("linkinfo", {}).get("info_kind", "other")
+            for link in json.loads(out or "[]")
+        }
 
     # ----------------------------------------------------------------- set-up
     def _write_config(self) -> None:
@@ -217,19 +210,19 @@ class SlurmCluster:
         )
         self.conf.write_text("\n".join(lines) + "\n")
         names = [CONTROLLER, *self.node_names]
-        self.hosts.write_text(
-            "127.0.0.1 localhost\n" + "".join(f"{self.address(n)} {n}\n" for n in names)
-        )
+        self.hosts.write_text("127.0.0.1 localhost\n" + "".join(f"{self.address(n)} {n}\n" for n in names))
         cases = "".join(f"  {n}) ns={self.namespace(n)} ;;\n" for n in names)
         on_node = self.bin / "on-node"
         on_node.write_text(
             "#!/bin/sh\n"
             "# on-node NODE COMMAND...: run COMMAND on a node of the dlscale SLURM test cluster\n"
             "# (its network namespace; its own hostname; the cluster's hosts file on /etc/hosts).\n"
-            'node=$1; shift\ncase $node in\n' + cases + '  *) echo "on-node: no node $node" >&2; exit 2 ;;\nesac\n'
+            "node=$1; shift\ncase $node in\n"
+            + cases
+            + '  *) echo "on-node: no node $node" >&2; exit 2 ;;\nesac\n'
             # nsenter enters the network namespace only; `ip netns exec` would also remount
             # /sys, hiding the cgroup file system that slurmd insists on finding.
-            f'exec nsenter --net=/run/netns/$ns unshare --mount --uts --propagation slave sh -c'
+            f"exec nsenter --net=/run/netns/$ns unshare --mount --uts --propagation slave sh -c"
             f' \'mount --bind {self.hosts} /etc/hosts && hostname "$0" && exec "$@"\' "$node" "$@"\n'
         )
         on_node.chmod(0o755)

@@ -48,9 +48,28 @@ def cluster(tmp_path_factory):
     assert running.netns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
-def test_cluster_is_sealed_to_loopback(cluster):
-    """SLURM binds every interface, so its namespace has nothing but loopback."""
-    assert cluster.interfaces() == {"lo": "loopback"}
+def test_cluster_is_wired_like_a_cluster_and_sealed(cluster):
+    """Each node its own namespace, name and address on the bridge; no link to the host's.
+
+    SLURM binds every interface, so the cluster's namespaces hold only loopbacks, the
+    bridge and the veth pairs between them: nothing reaches (or is reached from) outside.
+    """
+    ports = {f"p{i}": "veth" for i in range(cluster.nodes)}
+    assert cluster.interfaces() == {"lo": "loopback", "br0": "bridge", **ports}
+    for node in cluster.node_names:
+        assert cluster.interfaces(node) == {"lo": "loopback", "eth0": "veth"}
+    host_links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    assert cluster.netns not in host_links
+    # Every node is named after itself, and every name resolves to its node's address.
+    probe = subprocess.run(
+        [*cluster.netns_prefix("n2"), "sh", "-c", "hostname; getent hosts n1 n4 ctl"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    lines = probe.stdout.split()
+    assert lines[0] == "n2", probe
+    assert dict(zip(lines[2::2], lines[1::2], strict=True)) == {
+        "n1": cluster.address("n1"), "n4": cluster.address("n4"), "ctl": cluster.address("ctl"),
+    }  # fmt: skip
     assert (cluster.base / "munge" / "munge.key").stat().st_mode & 0o077 == 0  # owner only
 
 
@@ -59,8 +78,7 @@ def snakemake(cluster: SlurmCluster, workdir: Path, *args: str, wait: bool = Tru
         *cluster.netns_prefix(), sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
         "--profile", str(REPO / "profiles" / "slurm"), "--configfile", str(workdir / "study.yaml"), *args,
     ]  # fmt: skip
-    # The emulated nodes all live on 127.0.0.1: keep rendezvous and gloo on loopback.
-    env = {**cluster.env(), "DLSCALE_MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo"}
+    env = cluster.env()  # what a user's shell has: nothing test-only for the jobs
     if not wait:
         return subprocess.Popen(
             cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
