@@ -59,8 +59,8 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
 
     broken = [tuning.run_path("torch", "lenet", default_id, r) for r in range(2)]
     first = subprocess.run(
-        [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-         "--profile", str(REPO / "profiles" / "local"), "--configfile", str(tmp_path / "study.yaml"), *broken],
+        [*SNAKEMAKE, *broken, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+         "--profile", str(REPO / "profiles" / "local"), "--configfile", str(tmp_path / "study.yaml")],
         capture_output=True, text=True, timeout=600, cwd=tmp_path,
         env={**os.environ, "DLSCALE_MASTER_ADDR": "no-such-master.invalid"},
     )  # fmt: skip
