@@ -3,6 +3,8 @@
 
 CAFFE = STUDY["caffe"]
 CAFFE_BUILD_MARKER = EXTRA_INPUTS["caffe"]
+#: The build of the study's BLAS (caffe.blas): what `caffe time` runs.
+CAFFE_STUDY_BUILD_MARKER = CAFFE_BUILD_MARKERS[CAFFE["blas"]]
 
 
 # The per-layer time figures (in rule all and the report) when the study includes Caffe.
@@ -51,10 +53,39 @@ rule caffe_build:
         " {output.marker:q} > {log:q} 2>&1"
 
 
-rule caffe_time:
-    """`caffe time`: each layer's forward and backward time at the model's per-rank batch."""
+rule caffe_build_mkl:
+    """The same Caffe built against Intel MKL (caffe option ``blas: mkl``): the MKL wheels
+    pinned in envs/caffe-mkl.lock, installed once into the build cache, linked by rpath.
+    Only a study whose runs ask for mkl needs it (the demo does not)."""
     input:
-        caffe=CAFFE_BUILD_MARKER,
+        env=env_marker("caffe"),
+        lock=os.path.join(ENVS_SPEC_DIR, "caffe-mkl.lock"),
+    output:
+        marker=CAFFE_BUILD_MARKERS["mkl"],
+    log:
+        "results/logs/envs/caffe-build-mkl.log",
+    localrule: True
+    conda:
+        "../envs/caffe.yaml"
+    # Untimed: it may use every core, since no timed run can share the host with it.
+    threads: workflow.cores
+    params:
+        python=env_python("caffe"),
+        home=CAFFE_HOME or "",
+        script=str(dlenvs.CAFFE_BUILD_SCRIPT),
+    message:
+        "Building Caffe against MKL (once per machine, cached; 10-25 minutes):"
+        " progress in results/logs/envs/caffe-build-mkl.log"
+    shell:
+        "DLSCALE_CAFFE_BLAS=mkl DLSCALE_CAFFE_JOBS={threads} DLSCALE_CAFFE_HOME={params.home:q}"
+        " bash {params.script:q} {params.python:q} {output.marker:q} > {log:q} 2>&1"
+
+
+rule caffe_time:
+    """`caffe time`: each layer's forward and backward time at the model's per-rank batch,
+    with the study's BLAS (caffe.blas)."""
+    input:
+        caffe=CAFFE_STUDY_BUILD_MARKER,
         env=env_marker("caffe"),
     output:
         net="results/caffe/time/{model}.prototxt",

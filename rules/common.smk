@@ -118,6 +118,11 @@ EXTRA_INPUTS = {
     "caffe": str(dlenvs.caffe_build_marker(ENVS_DIR, CAFFE_HOME, ENVS_SPEC_DIR)),
     "java": str(dlenvs.java_marker(ENVS_DIR)),
 }
+#: One Caffe build per BLAS (caffe option ``blas``; rules caffe_build, caffe_build_mkl).
+CAFFE_BUILD_MARKERS = {
+    blas: str(dlenvs.caffe_build_marker(ENVS_DIR, CAFFE_HOME, ENVS_SPEC_DIR, blas))
+    for blas in dlenvs.CAFFE_BLAS
+}
 
 
 def inspected(func):
@@ -234,11 +239,27 @@ def run_input(wildcards):
     from (dlscale.envs), so it changes exactly when a rebuild must redo the runs.
     """
     framework = catalog.framework(wildcards.framework)
+    extra = {name: EXTRA_INPUTS[name] for name in framework.extra_inputs}
+    if "caffe" in extra:
+        extra["caffe"] = [
+            CAFFE_BUILD_MARKERS[blas] for blas in caffe_blas_of(wildcards)
+        ]
     return {
         "env": env_marker(framework.name),
         "data": DATASET_DIRS[dlstudy.dataset_of(STUDY, wildcards.model)],
-        **{name: EXTRA_INPUTS[name] for name in framework.extra_inputs},
+        **extra,
     }
+
+
+def caffe_blas_of(wildcards):
+    """The BLAS builds a Caffe run may need: a tuning run's setting's; a study run's, the
+    study's ``caffe.blas`` and, where the tuning stage chooses it, every candidate (all built
+    for the tuning runs anyway; the choice is known only after its checkpoint)."""
+    study_blas = STUDY["caffe"]["blas"]
+    if "setting" in wildcards.keys():
+        return [tune_run_of(wildcards).options.get("blas", study_blas)]
+    grid = dltuning.grid(STUDY, "caffe")
+    return sorted({study_blas, *(setting.get("blas", study_blas) for setting in grid)})
 
 
 @inspected
@@ -321,8 +342,16 @@ def train_python(wildcards):
 def train_markers(wildcards):
     """``DLSCALE_<NAME>_MARKER=<path>`` for each extra input: how the launcher finds them."""
     framework = catalog.framework(wildcards.framework)
+    markers = dict(EXTRA_INPUTS)
+    if "caffe" in framework.extra_inputs:  # the build of the run's own BLAS
+        spec = (
+            tune_run_of(wildcards)
+            if "setting" in wildcards.keys()
+            else run_spec(run_of(wildcards))
+        )
+        markers["caffe"] = CAFFE_BUILD_MARKERS[spec.options.get("blas", "openblas")]
     return " ".join(
-        f"DLSCALE_{name.upper()}_MARKER={shlex.quote(os.path.abspath(EXTRA_INPUTS[name]))}"
+        f"DLSCALE_{name.upper()}_MARKER={shlex.quote(os.path.abspath(markers[name]))}"
         for name in framework.extra_inputs
     )
 

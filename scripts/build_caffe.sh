@@ -12,7 +12,10 @@
 #   PYTHON   the caffe venv's python (its headers and numpy headers are built against)
 #   MARKER   optional JSON file written last, naming the install ({"home": ...})
 # Env: DLSCALE_CACHE (default ~/.cache/dlscale), DLSCALE_CAFFE_JOBS (default: nproc),
-#      DLSCALE_CAFFE_HOME (an existing build tree: checked and named in MARKER, no build).
+#      DLSCALE_CAFFE_HOME (an existing build tree: checked and named in MARKER, no build),
+#      DLSCALE_CAFFE_BLAS (open, the default: Debian's OpenBLAS; or mkl: Intel MKL from the
+#      PyPI wheels pinned in envs/caffe-mkl.lock, installed once into the cache and linked with
+#      an rpath to it). Each BLAS is its own cached build (the BLAS is in the cache key).
 #
 # The install is a BVLC build tree: $HOME/python (pycaffe) and $HOME/build/tools/caffe,
 # the same layout a cluster's own make-built Caffe has (config `caffe.home`).
@@ -21,9 +24,18 @@ set -euo pipefail
 PYTHON=${1:?usage: build_caffe.sh PYTHON [MARKER]}
 MARKER=${2:-}
 VERSION=9.0.2
+BLAS=${DLSCALE_CAFFE_BLAS:-open}
+MKL_LOCK="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/envs/caffe-mkl.lock"
 CACHE=${DLSCALE_CACHE:-$HOME/.cache/dlscale}
 JOBS=${DLSCALE_CAFFE_JOBS:-$(nproc)}
 say() { echo "build_caffe: $*" >&2; }
+case $BLAS in
+open | mkl) ;;
+*)
+  say "unknown BLAS '$BLAS' (DLSCALE_CAFFE_BLAS): open or mkl"
+  exit 1
+  ;;
+esac
 
 # --- A user's own Caffe (config caffe.home): check it and name it; nothing is built.
 if [[ -n ${DLSCALE_CAFFE_HOME:-} ]]; then
@@ -76,7 +88,28 @@ PYLIB=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR")
 NPINC=$("$PYTHON" -c 'import numpy; print(numpy.get_include())')
 PYVER=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
 NPVER=$("$PYTHON" -c 'import numpy; print(numpy.__version__)')
-OPTIONS="CPU_ONLY=1 USE_OPENCV=0 USE_LEVELDB=0 USE_LMDB=0 BLAS=open python=$PYVER numpy=$NPVER"
+OPTIONS="CPU_ONLY=1 USE_OPENCV=0 USE_LEVELDB=0 USE_LMDB=0 BLAS=$BLAS python=$PYVER numpy=$NPVER"
+if [[ $BLAS == mkl ]]; then
+  # The MKL wheels, exactly as locked (hash-checked), once per lock into the cache.
+  [[ -f $MKL_LOCK ]] || { say "BLAS=mkl needs $MKL_LOCK"; exit 1; }
+  MKL_SHA=$(sha256sum "$MKL_LOCK" | cut -d' ' -f1)
+  MKLROOT="$CACHE/mkl-${MKL_SHA:0:16}"
+  OPTIONS="$OPTIONS mkl_lock=$MKL_SHA"
+  exec 8>"$MKLROOT.lock"
+  flock 8
+  if [[ ! -f $MKLROOT/.installed ]]; then
+    say "installing MKL from $MKL_LOCK into $MKLROOT"
+    rm -rf "$MKLROOT"
+    "$PYTHON" -m pip install -q --disable-pip-version-check --no-deps --require-hashes \
+      --prefix "$MKLROOT" -r "$MKL_LOCK" >&2
+    # The wheels ship libmkl_rt.so.N only; -lmkl_rt (Caffe's Makefile) needs the bare name.
+    rt=$(cd "$MKLROOT/lib" && ls libmkl_rt.so.* | head -1)
+    ln -sfn "$rt" "$MKLROOT/lib/libmkl_rt.so"
+    [[ -f $MKLROOT/include/mkl.h ]] || { say "no mkl.h in $MKLROOT/include"; exit 1; }
+    touch "$MKLROOT/.installed"
+  fi
+  flock -u 8
+fi
 SRC_SHA=$(sha256sum "$SDIST" | cut -d' ' -f1)
 KEY=$(printf '%s\n%s\n' "$SRC_SHA" "$OPTIONS" | sha256sum | cut -c1-16)
 HOME_DIR="$CACHE/caffe-$KEY"
@@ -110,8 +143,12 @@ CPU_ONLY := 1
 USE_OPENCV := 0
 USE_LEVELDB := 0
 USE_LMDB := 0
-BLAS := open
-BLAS_INCLUDE := /usr/include/$ARCH/openblas-pthread /usr/include/$ARCH
+$(if [[ $BLAS == mkl ]]; then
+    printf 'BLAS := mkl\nBLAS_INCLUDE := %s/include\nBLAS_LIB := %s/lib\nLINKFLAGS += -Wl,-rpath,%s/lib\n' \
+      "$MKLROOT" "$MKLROOT" "$MKLROOT"
+  else
+    printf 'BLAS := open\nBLAS_INCLUDE := /usr/include/%s/openblas-pthread /usr/include/%s\n' "$ARCH" "$ARCH"
+  fi)
 PYTHON_INCLUDE := $PYINC $NPINC
 PYTHON_LIB := $PYLIB
 PYTHON_LIBRARIES := boost_python$PYVER
@@ -162,11 +199,16 @@ find "$WORK/.temp_release" -name '*.warnings.txt' -delete
 # Smoke test before publishing: pycaffe imports and the tool runs.
 PYTHONPATH="$WORK/python" "$PYTHON" -c 'import caffe; caffe.set_mode_cpu()' >&2
 "$WORK/build/tools/caffe" --version >&2 || "$WORK/build/tools/caffe" 2>&1 | head -1 >&2
+if [[ $BLAS == mkl ]] && ! ldd "$WORK/build/lib/libcaffe.so" | grep -q "$MKLROOT/lib/libmkl_rt"; then
+  say "libcaffe.so is not linked to the MKL in $MKLROOT:"
+  ldd "$WORK/build/lib/libcaffe.so" >&2
+  exit 1
+fi
 
 build_s=$(($(date +%s) - started))
 cat >"$WORK/dlscale-caffe.json" <<EOF
 {"home": "$HOME_DIR", "key": "$KEY", "source": "brocolli-caffe==$VERSION",
- "source_sha256": "$SRC_SHA", "options": "$OPTIONS", "build_s": $build_s, "built": true}
+ "source_sha256": "$SRC_SHA", "options": "$OPTIONS", "blas": "$BLAS", "build_s": $build_s, "built": true}
 EOF
 rm -rf "$HOME_DIR"
 mv "$WORK" "$HOME_DIR"

@@ -18,11 +18,18 @@ from dlscale.runspec import RunSpec
 def settings(spec: RunSpec) -> dict[str, Any]:
     """The engine, libraries, threads and batch split this run computes with (run_start's
     ``settings``): see ``dlscale.runners.bigdl.engine.settings``."""
-    return engine.settings(spec)
+    try:
+        return engine.settings(spec)
+    except engine.BigDLSettingsError as err:
+        return {"error": str(err)}
 
 
 def plan(ctx: LaunchContext) -> Plan:
     env = {**ctx.base_env(), "PYSPARK_PYTHON": ctx.python, "DLSCALE_SPARK_MODE": ctx.mode}
+    try:  # the engine's variables, as the driver gets them (and records them: run_start)
+        env.update(engine.engine_settings(ctx.spec).env)
+    except engine.BigDLSettingsError:
+        pass  # the driver fails the run with the reason, before any JVM starts
     if ctx.mode == "local":
         env.update(
             placement.local_rank_env(

@@ -7,9 +7,10 @@ when one rank dies, so no rank waits forever in an all-reduce for a dead peer; u
 
 pycaffe is not pip-installable: it lives in a Caffe build tree (``<home>/python``), found
 in this order: the config's ``caffe.home``; ``DLSCALE_CAFFE_HOME``; the build marker named
-by ``DLSCALE_CAFFE_MARKER`` (the training rule passes the one ``caffe_build`` wrote);
-the build marker beside the framework venvs (``dlscale.envs.caffe_build_marker``, named by
-what the build depends on: where the tests put it).
+by ``DLSCALE_CAFFE_MARKER`` (the training rule passes the one ``caffe_build`` wrote for the
+run's ``blas``); the build marker beside the framework venvs
+(``dlscale.envs.caffe_build_marker``, named by what the build depends on and by the BLAS:
+where the tests put it). A marker built against another BLAS than the run's fails the run.
 No caffe or MPI import here: this module is loaded when a run is planned.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dlscale.envs import caffe_build_marker
+from dlscale.envs import CAFFE_BLAS, CAFFE_BUILD_SCRIPT, SPEC_DIR, caffe_build_marker, parse_lock
 from dlscale.netns import node_argv as netns_argv
 from dlscale.runners.plan import LaunchContext, Plan, Process, slurm_env, srun_argv
 from dlscale.runspec import RunSpec
@@ -43,35 +44,76 @@ def check_home(home: str | os.PathLike[str]) -> Path:
     return path
 
 
-def read_marker(marker: str | os.PathLike[str]) -> Path:
-    """The Caffe home recorded in a build marker (written by scripts/build_caffe.sh)."""
+def read_marker(marker: str | os.PathLike[str], blas: str | None = None) -> Path:
+    """The Caffe home recorded in a build marker (written by scripts/build_caffe.sh).
+
+    With ``blas``, the marker must be of a build against that BLAS (a marker from before
+    the choice, without ``blas``, is an OpenBLAS build; a user's own Caffe says nothing).
+    """
     try:
         info = json.loads(Path(marker).read_text(encoding="utf-8"))
-        return check_home(info["home"])
+        home = check_home(info["home"])
     except (OSError, ValueError, KeyError) as err:
         raise CaffeNotFound(f"unreadable Caffe build marker {marker}: {err}") from None
+    built = info.get("blas", "open") if info.get("built", True) else None
+    if blas is not None and built is not None and built != CAFFE_BLAS[blas]:
+        raise CaffeNotFound(
+            f"caffe.blas is {blas} but the Caffe build of {marker} ({home}) is linked against"
+            f" BLAS={built} (scripts/build_caffe.sh, DLSCALE_CAFFE_BLAS)"
+        )
+    return home
 
 
-def marker_beside_venvs(python: str | os.PathLike[str]) -> Path:
+def marker_beside_venvs(python: str | os.PathLike[str], blas: str = "openblas") -> Path:
     """The Caffe build marker beside the framework venvs of ``python`` (``<envs>/caffe/bin/python``)."""
-    return caffe_build_marker(Path(python).absolute().parent.parent.parent, None)
+    return caffe_build_marker(Path(python).absolute().parent.parent.parent, None, blas=blas)
 
 
 def caffe_home(options: Mapping[str, Any], env: Mapping[str, str], python: str) -> Path:
     """Where pycaffe and the caffe tool live (see the module docstring for the order)."""
+    blas = str(options.get("blas") or "openblas")
     if options.get("home"):  # null (the default): the workflow's own build
         return check_home(options["home"])
     if env.get("DLSCALE_CAFFE_HOME"):
         return check_home(env["DLSCALE_CAFFE_HOME"])
     if env.get("DLSCALE_CAFFE_MARKER"):
-        return read_marker(env["DLSCALE_CAFFE_MARKER"])
-    beside_venvs = marker_beside_venvs(python)
+        return read_marker(env["DLSCALE_CAFFE_MARKER"], blas)
+    beside_venvs = marker_beside_venvs(python, blas)
     if beside_venvs.is_file():
-        return read_marker(beside_venvs)
+        return read_marker(beside_venvs, blas)
     raise CaffeNotFound(
         "no Caffe install found: set config caffe.home to a built Caffe tree, or let the"
         f" workflow build one (rule caffe_build; looked for {beside_venvs})"
     )
+
+
+def blas_library(blas: str) -> str:
+    """The BLAS library a Caffe build of ``blas`` links, with its version where the repository
+    pins it (MKL: the PyPI wheel in envs/caffe-mkl.lock; OpenBLAS: Debian's, as installed)."""
+    if blas == "mkl":
+        try:
+            version = parse_lock(SPEC_DIR / "caffe-mkl.lock")["mkl"]["version"]
+        except (OSError, KeyError, ValueError):
+            version = "unknown"
+        return f"Intel MKL {version} (PyPI mkl, envs/caffe-mkl.lock; libmkl_rt, Intel OpenMP threads)"
+    return f"OpenBLAS (Debian libopenblas-dev, pthread build; {CAFFE_BUILD_SCRIPT.name} BLAS=open)"
+
+
+def settings(spec: RunSpec) -> dict[str, Any]:
+    """What a Caffe run computes with (run_start's ``settings``): the BLAS and its threads.
+
+    Caffe computes convolutions as im2col + one BLAS SGEMM per sample and inner products as
+    SGEMM, so its speed is its BLAS's. Every BLAS gets the rank's threads (the launcher's
+    environment: OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, OMP_NUM_THREADS = threads_per_rank).
+    """
+    blas = str(spec.options.get("blas") or "openblas")
+    variable = "MKL_NUM_THREADS" if blas == "mkl" else "OPENBLAS_NUM_THREADS"
+    return {
+        "engine": "caffe (CPU_ONLY, im2col + BLAS)",
+        "blas": blas,
+        "blas_library": blas_library(blas),
+        "blas_threads": {variable: spec.threads_per_rank},
+    }
 
 
 def caffe_env(home: Path, env: Mapping[str, str]) -> dict[str, str]:
