@@ -47,7 +47,9 @@ def dry_run(workdir: Path, config: dict) -> str:
 
 
 def markers(workdir: Path) -> dict[str, str]:
-    return {blas: str(envs.caffe_build_marker(workdir / "venvs", None, blas=blas)) for blas in envs.CAFFE_BLAS}
+    return {
+        blas: str(envs.caffe_build_marker(workdir / "venvs", None, blas=blas)) for blas in envs.CAFFE_BLAS
+    }
 
 
 def launched_with(output: str) -> list[str]:
@@ -73,7 +75,10 @@ def test_blas_mkl_plans_the_mkl_build_and_hands_its_marker_to_the_run(tmp_path):
 
 
 def test_a_blas_grid_gives_each_tuning_run_its_own_build(tmp_path):
-    config = {**TINY, "tune": {"enabled": True, "repeats": 2, "options": {"caffe": {"blas": ["openblas", "mkl"]}}}}
+    config = {
+        **TINY,
+        "tune": {"enabled": True, "repeats": 2, "options": {"caffe": {"blas": ["openblas", "mkl"]}}},
+    }
     output = dry_run(tmp_path, config)
     built = markers(tmp_path)
     assert re.search(r"^caffe_build_mkl +1$", output, re.M) and re.search(r"^caffe_build +1$", output, re.M)
