@@ -5,7 +5,9 @@ Sub-commands (arguments and output: benchmarks.worker_cli):
 * ``training``: the runner's own loop (``dlscale.runners.tensorflow.train.train`` as a lone
   rank, in this process) against a bare loop and the matmul peak, rotated per repeat.
   The bare loop is TensorFlow's plainest training loop on the runner's model, batch and thread
-  pools: one ``tf.function`` train step (GradientTape, Keras SGD with momentum) called on
+  pools: one ``tf.function`` train step (GradientTape; the runner's loss and SGD-momentum
+  update, ``dlscale.runners.tensorflow.steps``: the step's arithmetic, not harness; Keras'
+  SGD costs up to 17% more per AutoEncoder step, which would hide harness cost) called on
   a fresh batch per step, gathered from the normalised set in memory and made tensors
   (``bare_common.Dataset``), as a plain user loop does; then tf.matmul's float32 peak with
   the same pools. The pools are the
@@ -31,6 +33,7 @@ from typing import Any
 from benchmarks import worker_cli
 from benchmarks.bare_common import Dataset, bare_loop, matmul_peak
 from benchmarks.runner_arm import rotate_arms, runner_arm
+from dlscale.runners.tensorflow import steps
 from dlscale.runners.tensorflow import train as runner
 from dlscale.runspec import RunSpec
 
@@ -43,25 +46,17 @@ def bare(spec: RunSpec, dataset: Dataset) -> dict[str, float]:
     name, batch = spec.model, spec.batch
     tf.keras.utils.set_random_seed(spec.seed)
     model = build_model(name, dataset.image_shape)
-    optimizer = tf.keras.optimizers.SGD(spec.learning_rate, momentum=spec.momentum)
+    variables = list(model.trainable_variables)
+    sgd = steps.SGD(tf, variables, spec.learning_rate, spec.momentum)
+    loss_of = steps.loss_function(tf, name)
     x_spec = tf.TensorSpec([batch, *dataset.image_shape], tf.float32)
     y_spec = tf.TensorSpec([batch], tf.int64)
-    if name == "autoencoder":
-
-        def loss_of(logits, x, y):  # noqa: ANN001, ANN202
-            target = tf.reshape(x, [batch, -1])
-            return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=target, logits=logits))
-    else:
-
-        def loss_of(logits, x, y):  # noqa: ANN001, ANN202
-            return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
 
     @tf.function(input_signature=[x_spec, y_spec])
     def train_step(x, y):  # noqa: ANN001, ANN202
         with tf.GradientTape() as tape:
             loss = loss_of(model(x, training=True), x, y)
-        variables = model.trainable_variables
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        sgd.apply(tape.gradient(loss, variables))
         return loss
 
     batches = dataset.batches(batch, spec.seed)
