@@ -227,3 +227,45 @@ def test_peer_unreachable_at_startup(framework, mnist_shards, tmp_path):
         assert time.time() - run.started < STARTUP_S + 30
     finally:
         run.stop()
+
+
+def test_an_attempt_keeps_its_own_part_of_run_log_and_every_log_of_its_work_dir(tmp_path):
+    """What ``keep_attempt_logs`` keeps, on files laid out as a BigDL and a Caffe attempt
+    leave them (the real runs above check it end to end)."""
+    from dlscale import launch as launcher
+
+    run_dir = tmp_path / "run"
+    work = run_dir / ".work"
+    for name, text in {
+        "rank0.jsonl": '{"event": "rank_start"}\n',
+        "spark/logs/driver.log": "driver\n",
+        "spark/logs/worker0-executor0.stderr.log": "executor\n",
+        "tmp/python3.11.host.root.log.WARNING.20261130-190000.7": "glog\n",
+        "tmp/scratch.bin": "not a log\n",
+    }.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    (work / "tmp" / "python3.11.WARNING.log").symlink_to(work / "tmp" / "scratch.bin")
+    (run_dir / "bigdl-driver.log").write_text("driver\n")
+    run_log = run_dir / "run.log"
+    run_log.write_text("[launch] the attempt before\n")
+    offset = run_log.stat().st_size
+    with open(run_log, "a") as log:
+        log.write("[launch] this attempt\n")
+    first = launcher.attempt_id(run_dir, "failed")
+    kept = launcher.keep_attempt_logs(run_dir, first, work, run_log, offset)
+    assert sorted(kept) == [
+        "bigdl-driver.log",
+        "run.log",
+        "work/rank0.jsonl",
+        "work/spark/logs/driver.log",
+        "work/spark/logs/worker0-executor0.stderr.log",
+        "work/tmp/python3.11.host.root.log.WARNING.20261130-190000.7",
+    ]
+    assert (run_dir / "attempts" / first / "run.log").read_text() == "[launch] this attempt\n"
+    # A second attempt in the same second gets its own folder.
+    assert launcher.attempt_id(run_dir, "failed") != first
+    failed = launcher.point_to_logs({"status": "failed", "reason": "rank 1 died"}, first)
+    assert failed["reason"] == f"rank 1 died (logs: attempts/{first}/)"
+    redone = launcher.point_to_logs({"status": "ok", "reason": None}, "contended-x")
+    assert redone == {"status": "ok", "reason": None, "attempt_logs": "attempts/contended-x/"}
