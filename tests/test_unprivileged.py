@@ -29,6 +29,8 @@ from dlscale import launch as launcher
 from dlscale import netns, userns
 from dlscale.events import read_events
 
+pytestmark = pytest.mark.faults  # a host without namespaces is a fault of the environment
+
 REPO = Path(__file__).resolve().parent.parent
 NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
 RUN_TIMEOUT_S = 240  # LeNet, a few iterations; a run that takes longer is stuck
