@@ -282,3 +282,15 @@ def test_a_local_study_too_big_for_the_host_fails_before_any_job(tmp_path, repo)
     assert proc.returncode != 0
     assert "config key 'nodes': the largest run (100000 nodes" in output
     assert not (tmp_path / "envs").exists() and not (tmp_path / "results" / "runs").exists()
+
+
+def test_a_study_of_zero_runs_is_an_error(schema):
+    """models_per_framework naming only models outside ``models`` once gave zero training
+    runs (and still scheduled the Caffe build): an error naming the key (issue 17)."""
+    config = {
+        "frameworks": ["torch", "caffe"],
+        "models": ["lenet"],
+        "models_per_framework": {"torch": ["alexnet"], "caffe": ["resnet50"]},
+    }
+    with pytest.raises(ConfigError, match=r"config key 'models_per_framework': no framework runs any"):
+        validate_config(config, schema)
