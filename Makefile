@@ -18,6 +18,15 @@ $(VENV)/.installed: envs/workflow.lock pyproject.toml
 system:
 	bash scripts/ensure-system.sh
 
+## check-site: one 2-node SLURM job verifies what the study's frameworks need across nodes
+## (shared file system, venvs, TCP by node name, MPI with PMIx, Java) before the study runs.
+## make check-site [SITE_PROFILE=profiles/slurm] [SITE_CONFIG=my-study.yaml]
+SITE_PROFILE ?= profiles/slurm
+SITE_CONFIG ?= config.yaml
+.PHONY: check-site
+check-site: $(VENV)/.installed
+	$(SNAKEMAKE) results/site/check.json --profile $(SITE_PROFILE) --configfile $(SITE_CONFIG) --forcerun check_site
+
 ## profiles: `snakemake --profile tianhe` / `--profile slurm` as typed (links into ~/.config/snakemake).
 .PHONY: profiles
 profiles:

@@ -31,6 +31,7 @@ include: "rules/train.smk"
 include: "rules/tune.smk"
 include: "rules/commbench.smk"
 include: "rules/analysis.smk"
+include: "rules/site.smk"
 
 
 rule all:
