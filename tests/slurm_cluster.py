@@ -373,12 +373,12 @@ class SlurmCluster:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("up", "down"):
-        print("usage: python tests/slurm_cluster.py up|down DIR", file=sys.stderr)
+    if len(argv) not in (2, 3) or argv[0] not in ("up", "down") or (len(argv) == 3 and argv[0] == "down"):
+        print("usage: python tests/slurm_cluster.py up DIR [NETWORK-PRESET] | down DIR", file=sys.stderr)
         return 2
     base = Path(argv[1])
     if argv[0] == "up":
-        cluster = SlurmCluster(base).start()
+        cluster = SlurmCluster(base, network=argv[2] if len(argv) == 3 else None).start()
         print(
             f"up in {cluster.startup_s:.1f} s; clients: {' '.join(cluster.netns_prefix())} env"
             f" PATH={cluster.bin}:$PATH ...; pids in {base}/cluster.json"
