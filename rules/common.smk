@@ -281,8 +281,14 @@ def train_input(wildcards):
 
 
 def tune_choice_file(framework, model):
-    """The choice file of a tuned (framework, model); raises Snakemake's incomplete-
-    checkpoint signal until the tuning stage has written it."""
+    """The choice file of a tuned (framework, model): read as is once it exists; before,
+    Snakemake's incomplete-checkpoint signal (the spec parameters are to be determined,
+    and the job is re-evaluated when the checkpoint has run). Not checkpoints...get()
+    when the file exists: in a parameter, get() is incomplete in the first pass of every
+    invocation's DAG, and that marked the tables to be redone each time."""
+    path = dltuning.choice_path(framework, model)
+    if os.path.exists(path):
+        return path
     return checkpoints.tune_choice.get(framework=framework, model=model).output[0]
 
 
@@ -293,11 +299,16 @@ def tuned_options(run):
     return dltuning.read_choice(tune_choice_file(run.framework, run.model))
 
 
-@functools.cache
 def run_spec(run):
-    """A run's spec (dlscale.runspec.RunSpec), built once per run (two params use it),
-    with the tuning stage's choice for its framework and model."""
-    return dlstudy.run_spec(STUDY, run, tuned_options(run))
+    """A run's spec (dlscale.runspec.RunSpec), with the tuning stage's choice for its
+    framework and model; built once per run and choice (two params use it; a job
+    re-evaluated after the choice is made gets the new one)."""
+    return _run_spec(run, json.dumps(tuned_options(run), sort_keys=True))
+
+
+@functools.cache
+def _run_spec(run, tuned_json):
+    return dlstudy.run_spec(STUDY, run, json.loads(tuned_json))
 
 
 @inspected
