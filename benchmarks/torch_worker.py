@@ -75,6 +75,11 @@ def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     # The runner tunes glibc's malloc when it starts (runner.tune_allocator); the process
     # set-up is the same for every arm, so it is done first, not by whichever arm runs first.
     runner.tune_allocator()
+    # Likewise the run's engine (oneDNN on/off, dlscale.runners.torch.settings): the runner
+    # sets it when it starts; set here first, the bare arm never runs with another one.
+    from dlscale.runners.torch import settings
+
+    settings.apply(torch, spec)
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-torch-") as tmp:
         work = Path(tmp)
         dataset = Dataset(args.data, spec.model, nchw=True)
