@@ -23,10 +23,14 @@ from typing import Any
 
 from dlscale.runspec import RunSpec
 
-#: The MKL bundled in bigdl-core 2.4.0's jar (libmklml_intel.so; MKL_VERBOSE prints it).
-BUNDLED_MKL = "Intel MKL 2019.0 Update 1 (libmklml_intel.so in bigdl-core)"
-#: What BigDL's mkldnn engine computes with (libmkldnn.so in bigdl-core's jar).
-BUNDLED_MKLDNN = "MKL-DNN (libmkldnn.so in bigdl-core)"
+#: The MKL BigDL's tensors compute with (mklblas: every layer), bundled in bigdl-core 2.4.0's
+#: jar; the first MKL_VERBOSE line of an executor names it and the code path it took.
+BUNDLED_MKL = "Intel MKL 2019.0 Update 1 (libjmkl.so in bigdl-core)"
+#: What BigDL's mkldnn engine computes with (bigdl-core's jar; seen in MKLDNN_VERBOSE /
+#: MKL_VERBOSE output): MKL-DNN's own JIT kernels, and MKL's SGEMM for inner products.
+BUNDLED_MKLDNN = (
+    "MKL-DNN v0.19.0 (libmkldnn.so in bigdl-core), its gemm on Intel MKL 2019.0 Update 3 (libmklml_intel.so)"
+)
 #: The variables that print every MKL call / MKL-DNN primitive (names across releases).
 VERBOSE_VARS = ("MKL_VERBOSE", "MKLDNN_VERBOSE", "DNNL_VERBOSE", "ONEDNN_VERBOSE")
 #: Every variable these settings own: one a setting leaves unset is removed from the driver's
