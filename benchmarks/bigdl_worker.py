@@ -116,10 +116,17 @@ def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, floa
                 scratch = work / "spark" / "scratch" / "driver"
                 scratch.mkdir(parents=True, exist_ok=True)
                 os.environ["SPARK_LOCAL_DIRS"] = str(scratch)  # as the runner's driver
+                from pyspark.java_gateway import launch_gateway
+
+                from dlscale.runners.bigdl.spark import SECRET_KEY
+
                 conf, partitions = spark_conf(cluster, spec, log_path), cluster.shape.workers
+                # As the runner: the cluster's secret set after the driver JVM started.
+                gateway = launch_gateway(conf)
+                conf.set(SECRET_KEY, cluster.secret)
             else:
-                conf, partitions = local_conf(spec, work, log_path), 1
-            sc = SparkContext(conf=conf)
+                conf, partitions, gateway = local_conf(spec, work, log_path), 1, None
+            sc = SparkContext(conf=conf, gateway=gateway)
             try:
                 init_engine()
                 per_partition = batch // partitions

@@ -70,13 +70,19 @@ class Batches:
 
     def _tensor(self, images: np.ndarray) -> Any:
         torch = self.torch
-        x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255.0)
+        # The layout first (on the uint8 pixels): contiguous NCHW, or channels_last for the
+        # ImageNet CNNs. Every feed hands the step a tensor of this one layout (a permuted
+        # view would pick other kernels, whose different summation order drifts the losses).
+        layout = torch.channels_last if self.channels_last else torch.contiguous_format
+        x = (
+            torch.from_numpy(np.ascontiguousarray(images))
+            .permute(0, 3, 1, 2)
+            .contiguous(memory_format=layout)
+        )
+        x = x.float().div_(255.0)
         if self.model == "autoencoder":
             return x  # the autoencoder reconstructs raw [0, 1] pixels
-        x = x.sub_(self.mean).div_(self.std)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x
+        return x.sub_(self.mean).div_(self.std)
 
     def convert(self, images: np.ndarray, labels: np.ndarray) -> tuple[Any, Any]:
         x = self._tensor(images)
