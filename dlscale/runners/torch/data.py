@@ -70,16 +70,13 @@ class Batches:
 
     def _tensor(self, images: np.ndarray) -> Any:
         torch = self.torch
-        # The layout first (on the uint8 pixels): contiguous NCHW, or channels_last for the
-        # ImageNet CNNs. Every feed hands the step a tensor of this one layout (a permuted
-        # view would pick other kernels, whose different summation order drifts the losses).
+        # One layout for every feed, with canonical strides: contiguous NCHW (as the gathered
+        # rows of memory mode and a plain loop's tensors), or channels_last for the ImageNet
+        # CNNs. A permuted view of a 1-channel batch also counts as contiguous but keeps other
+        # strides, which pick other kernels whose summation order drifts the losses (1e-5).
         layout = torch.channels_last if self.channels_last else torch.contiguous_format
-        x = (
-            torch.from_numpy(np.ascontiguousarray(images))
-            .permute(0, 3, 1, 2)
-            .contiguous(memory_format=layout)
-        )
-        x = x.float().div_(255.0)
+        pixels = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2)
+        x = torch.empty(pixels.shape, dtype=torch.float32, memory_format=layout).copy_(pixels).div_(255.0)
         if self.model == "autoencoder":
             return x  # the autoencoder reconstructs raw [0, 1] pixels
         return x.sub_(self.mean).div_(self.std)
