@@ -64,6 +64,10 @@ from dlscale.runspec import RunSpec
 #: are also BigDL's start-up measurements (benchmarks.startup reuses them).
 TRAINING_ITERATIONS = (3, 20)
 COMM_ITERATIONS = (2, 10)
+#: Repeats of an ImageNet-sized model (each repeat: three JVM starts and steps of tens of
+#: seconds; a BigDL AlexNet repeat took over 10 minutes at load 15): one, so its ratio has
+#: no interval; the MNIST models get the entry's ``max_repeats``.
+IMAGENET_REPEATS = 1
 #: Start-up time-out of a benchmark arm (seconds; the study's is 180).
 STARTUP_TIMEOUT_S = 900
 #: The arms of a training repeat, each a process (rotated per repeat).
@@ -109,10 +113,13 @@ def training(job: TrainingJob) -> list[dict[str, Any]]:
     spec = dataclasses.replace(job.spec, warmup=warmup, iterations=iterations, options=options)
     base = {"model": spec.model, "batch": spec.global_batch, "threads": spec.threads_per_rank}
     rows: list[dict[str, Any]] = []
+    from dlscale import catalog
+
+    repeats = job.repeats if catalog.model(spec.model).mnist_sized else min(job.repeats, IMAGENET_REPEATS)
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-bigdl-") as tmp:
-        for repeat in range(job.repeats):
+        for repeat in range(repeats):
             for arm in arm_order(repeat, TRAINING_ARMS):
-                log(f"  bigdl/{spec.model} repeat {repeat + 1}/{job.repeats}: {arm}")
+                log(f"  bigdl/{spec.model} repeat {repeat + 1}/{repeats}: {arm}")
                 if arm == "runner":
                     run = runner_run(job.python, spec, job.data, Path(tmp) / f"runner{repeat}", job.timeout_s)
                     result = log_rates(run["iterations"], spec.warmup, spec.global_batch)
