@@ -226,11 +226,16 @@ def launch_run(
     extra_env: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One study run through ``python -m dlscale.launch``, as the training rule runs it; its
-    events (run_start, iterations, run_end). A run that did not end ok raises BenchError."""
+    events (run_start, iterations, run_end). A run that did not end ok raises BenchError.
+
+    Never redone for contention (``--contended-retries 0``): a benchmark pairs its arms in
+    the same spell of load instead, and redoing only this arm would time it in another
+    spell (and take up to three times as long: a BigDL arm is minutes)."""
     events_path = work / "events.jsonl"
     cmd = [
         str(python), "-m", "dlscale.launch", "--spec-json", spec.to_json(), "--data", str(data),
         "--events", str(events_path), "--python", str(python), "--config-sha256", spec.sha256,
+        "--contended-retries", "0",
     ]  # fmt: skip
     finish(start(cmd, {**os.environ, **(extra_env or {})}, REPO), cmd, timeout_s)
     events = [json.loads(line) for line in events_path.read_text(encoding="utf-8").splitlines() if line]
