@@ -56,3 +56,37 @@ def test_two_node_caffe_run_through_srun_pmix(tmp_path, caffe_py, mnist_shards):
     assert {e["rank"] for e in iterations} == {0, 1} and len(iterations) == 2 * 22
     assert all(e["comm_s"] > 0 for e in iterations)
     assert "srun --mpi" in log
+
+
+def test_a_killed_caffe_rank_is_named_under_srun(tmp_path, caffe_py, mnist_shards):
+    """SIGKILL one MPI rank of a 2-node ``srun --mpi=pmix`` run: the step ends with it and the
+    run is recorded as failed with "rank 1 died at iteration k", as on the local profile."""
+    from test_slurm import kill_rank_when_running
+
+    spec = {**SPEC, "iterations": 400, "timeout_s": 300}
+    job = tmp_path / "job.sh"
+    events = tmp_path / "run" / "events.jsonl"
+    job.write_text(
+        "#!/bin/bash\n"
+        f"cd {REPO} && exec {caffe_py} -m dlscale.launch"
+        f" --spec-json '{json.dumps(spec)}' --data {mnist_shards} --events {events} --python {caffe_py}\n"
+    )
+    job.chmod(0o755)
+    with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
+        proc = subprocess.Popen(
+            [*cluster.netns_prefix(), "sbatch", "--wait", "-N", "2", "-n", "2", "--cpus-per-task=1",
+             "--mem=1000", "-t", "5", "-o", str(tmp_path / "job.log"), str(job)],
+            env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            killed = kill_rank_when_running(events.parent, rank=1, min_iterations=5, timeout=240)
+            proc.communicate(timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert not cluster.jobs()
+    assert not alive(killed)
+    end = read_events(events)[-1]
+    log = (tmp_path / "job.log").read_text()
+    assert end["status"] == "failed", (end, log[-3000:])
+    assert end["reason"].startswith("rank 1 died at iteration"), end["reason"]
