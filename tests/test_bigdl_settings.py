@@ -72,6 +72,37 @@ def test_every_setting_reaches_the_driver_and_the_executor(bigdl_py, mnist_shard
     assert_gone(daemon_pids(output))
 
 
+def test_a_model_mkldnn_refuses_is_a_failed_run_with_the_layer_error(bigdl_py, mnist_shards, no_leftovers):  # noqa: F811
+    # BigDL 2.4's MKL-DNN graph refuses a layer of the AutoEncoder (Reshape / Linear /
+    # Sigmoid; LeNet's layers all convert) at its first forward, and reports it as
+    # "UnKnownException: IRGraph[...]" around the reason.
+    events_path = no_leftovers / "ae" / "events.jsonl"
+    run_spec = spec(
+        model="autoencoder", nodes=1, iterations=2, warmup=1, engine="mkldnn", startup_timeout_s=600
+    )
+    proc = launch(bigdl_py, run_spec, mnist_shards, events_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]  # recorded, not crashed, not hung
+    end = read_events(events_path)[-1]
+    assert end["status"] == "failed"
+    assert "caused by InvalidOperationException: Haven't been implemented yet" in end["reason"], end["reason"]
+    assert "engine mkldnn" in end["reason"] and "after 0 iterations" in end["reason"]
+    assert_gone(daemon_pids(output))
+
+
+def test_innermost_cause_skips_the_wrappers():
+    trace = (
+        "org.apache.spark.SparkException: Job aborted\n"
+        "Caused by: java.util.concurrent.ExecutionException: com.intel...UnKnownException: IRGraph[1]\n"
+        "Caused by: com.intel.analytics.bigdl.dllib.utils.UnKnownException: IRGraph[a564d82f]\n"
+        "Caused by: com.intel.analytics.bigdl.dllib.utils.InvalidOperationException: Haven't been implemented yet.\n"
+        "\tat com.intel.analytics.bigdl.dllib.nn.abstractnn.AbstractModule.forward(AbstractModule.scala:295)\n"
+    )
+    assert engine.innermost_cause(trace) == "InvalidOperationException: Haven't been implemented yet."
+    assert engine.innermost_cause("Caused by: java.util.concurrent.ExecutionException: x\n") is None
+    assert engine.innermost_cause("no trace at all") is None
+
+
 def test_per_executor_split_with_mklblas_is_a_failed_run_before_any_jvm(bigdl_py, mnist_shards, no_leftovers):  # noqa: F811
     events_path = no_leftovers / "bad" / "events.jsonl"
     run_spec = {**spec(nodes=1, batch=64, batch_split="per_executor"), "threads_per_rank": 2}

@@ -17,6 +17,7 @@ Standard library only: ``settings`` is called by the launcher and the tuning sta
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,21 @@ def mismatches(seen: dict[str, Any], settings: EngineSettings) -> list[str]:
         if seen["env"].get(name) != settings.env.get(name)
     ]
     return wrong
+
+
+#: Java exceptions that only wrap another (BigDL's UnKnownException around MKL-DNN's errors,
+#: a thread pool's ExecutionException): the reason is the exception they carry.
+WRAPPERS = ("UnKnownException", "ExecutionException", "SparkException", "Py4JJavaError")
+_CAUSED_BY = re.compile(r"^Caused by: ([\w.$]+(?:Exception|Error)): ?(.*)$", re.M)
+
+
+def innermost_cause(text: str) -> str | None:
+    """The deepest ``Caused by:`` of a Java stack trace that is not a mere wrapper, e.g.
+    MKL-DNN refusing a layer ("InvalidOperationException: Haven't been implemented yet"),
+    which BigDL reports as ``UnKnownException: IRGraph[...]``; None when there is none."""
+    causes = [
+        f"{name.rsplit('.', 1)[-1]}: {message.strip()}".rstrip(": ")
+        for name, message in _CAUSED_BY.findall(text)
+        if not name.endswith(WRAPPERS)
+    ]
+    return causes[-1] if causes else None

@@ -574,6 +574,9 @@ def report(
         console = log_path.with_name("driver-console.log")
         console_text = console.read_text(errors="replace") if console.exists() else ""
         reason = bigdl_log.failure_reason(text) or bigdl_log.failure_reason(console_text) or described
+        cause = engine.innermost_cause(text)
+        if reason and cause and cause not in reason:  # e.g. a layer MKL-DNN refuses, under a wrapper
+            reason = f"{reason} (caused by {cause}; engine {ctx.spec.options.get('engine') or 'mklblas'})"
     found = live.failure if live is not None else None
     if isinstance(found, NonFiniteLoss):
         raise found
