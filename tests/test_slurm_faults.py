@@ -1,0 +1,60 @@
+"""A killed TensorFlow MWMS rank under SLURM is named, as on the local profile.
+
+Two nodes of the project's SLURM test cluster; the job is exactly the training rule's
+command (``python -m dlscale.launch`` in an ``sbatch`` allocation). Rank 1 is SIGKILLed
+after a few iterations: ``srun --kill-on-bad-exit`` ends the step, and the run is recorded
+as failed with "rank 1 died at iteration k" (torch: tests/test_slurm.py; Caffe:
+tests/test_caffe_slurm.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from conftest import REPO, framework_python
+from slurm_cluster import SlurmCluster, alive
+from test_slurm import kill_rank_when_running
+
+from dlscale.events import read_events
+
+pytestmark = pytest.mark.workflow
+
+SPEC = {
+    "framework": "tensorflow", "model": "lenet", "nodes": 2, "ranks_per_node": 1, "batch": 64, "repeat": 0,
+    "run_id": "tensorflow/lenet/n2x1/b64/r0", "world_size": 2, "scaling": "weak", "global_batch": 128,
+    "dataset": "mnist", "iterations": 400, "warmup": 2, "threads_per_rank": 1, "learning_rate": 0.01,
+    "momentum": 0.9, "seed": 7, "timeout_s": 300, "options": {"strategy": "mwms"},
+}  # fmt: skip
+
+
+def test_a_killed_tensorflow_rank_is_named_under_srun(tmp_path, mnist_shards):
+    tf_py = framework_python("tensorflow")
+    job = tmp_path / "job.sh"
+    events = tmp_path / "run" / "events.jsonl"
+    job.write_text(
+        "#!/bin/bash\n"
+        f"cd {REPO} && exec {tf_py} -m dlscale.launch"
+        f" --spec-json '{json.dumps(SPEC)}' --data {mnist_shards} --events {events} --python {tf_py}\n"
+    )
+    job.chmod(0o755)
+    with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
+        proc = subprocess.Popen(
+            [*cluster.netns_prefix(), "sbatch", "--wait", "-N", "2", "-n", "2", "--cpus-per-task=1",
+             "--mem=2000", "-t", "6", "-o", str(tmp_path / "job.log"), str(job)],
+            env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            killed = kill_rank_when_running(events.parent, rank=1, min_iterations=5, timeout=300)
+            proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert not cluster.jobs()
+    assert not alive(killed)
+    run = read_events(events)
+    log = (tmp_path / "job.log").read_text()
+    assert run[0]["launcher"] == "slurm" and sorted(run[0]["hosts"]) == ["n1", "n2"]
+    assert run[-1]["status"] == "failed", (run[-1], log[-3000:])
+    assert run[-1]["reason"].startswith("rank 1 died at iteration"), run[-1]["reason"]
