@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
             measured["training"] = raw
             harness_overhead.write(raw, out)
             compute_efficiency.write(raw, flops, out)
+            failed = harness_overhead.failures(raw)
+            if failed:  # written above with their reasons; the command still exits 1
+                raise RuntimeError("; ".join(failed))
 
         attempt("training", training)
     if "comm" in args.only:

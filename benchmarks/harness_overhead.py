@@ -19,7 +19,15 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.common import FrameworkBench, TrainingJob, bench_spec, log, training_repeats, write_csv
+from benchmarks.common import (
+    BenchError,
+    FrameworkBench,
+    TrainingJob,
+    bench_spec,
+    log,
+    training_repeats,
+    write_csv,
+)
 from benchmarks.stats import ratio_summary, summarize, verdict
 
 TARGET = 0.97
@@ -27,7 +35,13 @@ RAW_COLUMNS = (
     "framework", "model", "batch", "threads", "repeat", "arm",
     "samples_per_s", "samples_per_cpu_s", "self_timed_samples_per_s", "peak_flops", "peak_flops_cpu",
     "step_s", "compute_s", "comm_s", "startup_s", "to_first_step_s", "warmup_s", "median_step_s", "wall_s",
+    "failure",
 )  # fmt: skip
+#: The arm of a framework x model whose training benchmark failed (``failure``: why).
+FAILED = "failed"
+#: An ImageNet-sized model's worker gets this many times the time-out: Caffe's ResNet-50
+#: (3 repeats, two arms of 4 steps) passed 900 s on a host at load 15-25.
+IMAGENET_TIMEOUT_FACTOR = 3
 
 
 def measure(
@@ -48,9 +62,16 @@ def measure(
             spec = bench_spec(study, entry.name, model)
             mine_repeats = training_repeats(model, entry.repeats(repeats, "training"))
             log(f"training {entry.name}/{model}: runner vs bare vs peak, {mine_repeats} repeats")
-            job = TrainingJob(python, spec, data[spec.dataset], mine_repeats, timeout_s)
-            for row in entry.training(job):
-                rows.append({"framework": entry.name, **row})
+            limit = timeout_s if spec.mnist_sized else timeout_s * IMAGENET_TIMEOUT_FACTOR
+            job = TrainingJob(python, spec, data[spec.dataset], mine_repeats, limit)
+            try:
+                found = [{"framework": entry.name, **row} for row in entry.training(job)]
+            except BenchError as err:  # recorded with its reason; the other cells still run
+                log(f"training {entry.name}/{model} failed: {err}")
+                reason = " ".join(str(err).split())[:300]
+                found = [{"framework": entry.name, "model": model, "batch": spec.batch,
+                          "threads": spec.threads_per_rank, "repeat": -1, "arm": FAILED, "failure": reason}]  # fmt: skip
+            rows += found
     raw = pd.DataFrame(rows)
     for name in RAW_COLUMNS:
         if name not in raw:
@@ -62,6 +83,13 @@ def arm_values(group: pd.DataFrame, arm: str, column: str) -> list[float]:
     """One arm's values in repeat order (the pairing key of the ratios)."""
     rows = group[group["arm"] == arm].sort_values("repeat")
     return [float(v) for v in rows[column]]
+
+
+def failure_of(group: pd.DataFrame) -> Any:
+    """Why a framework x model's training benchmark failed (NA when it did not)."""
+    if "failure" not in group:
+        return pd.NA
+    return "; ".join(str(v) for v in group.loc[group["arm"] == FAILED, "failure"]) or pd.NA
 
 
 def overhead_table(raw: pd.DataFrame) -> pd.DataFrame:
@@ -92,6 +120,7 @@ def overhead_table(raw: pd.DataFrame) -> pd.DataFrame:
                 "verdict_cpu": verdict(cpu_ratio.median, TARGET),
                 **summarize(local).as_row("bare_local_samples_per_s"),
                 **deployment.as_row("deployment_ratio"),
+                "failure": failure_of(group),
             }
         )
     return pd.DataFrame(rows)
@@ -137,6 +166,14 @@ def step_breakdown(raw: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=columns)
+
+
+def failures(raw: pd.DataFrame) -> list[str]:
+    """``framework/model: reason`` of every training benchmark that failed."""
+    if "failure" not in raw:
+        return []
+    failed = raw[raw["arm"] == FAILED]
+    return [f"{r.framework}/{r.model}: {r.failure}" for r in failed.itertuples()]
 
 
 def write(raw: pd.DataFrame, out_dir: Path) -> pd.DataFrame:

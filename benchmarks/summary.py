@@ -67,7 +67,8 @@ def ratio_cell(row: Mapping[str, Any] | None, prefix: str = "ratio", mark: bool 
         return "not measured"
     text = fmt_range(row, prefix, 3)
     if text == "-":
-        return "no ratio (failed)"
+        failure = row.get("failure")
+        return f"failed: {failure}" if isinstance(failure, str) and failure else "no ratio"
     n = int(row.get(f"{prefix}_n") or 0)
     cell = f"{text} n={n}"
     return f"{cell} **{verdict(float(row[f'{prefix}_median']), OVERHEAD_TARGET)}**" if mark else cell

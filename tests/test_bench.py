@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import REPO, torch_python
 
-from benchmarks import stats, summary, worker_cli, workflow_scale
+from benchmarks import harness_overhead, stats, summary, worker_cli, workflow_scale
 from benchmarks.comm_efficiency import comm_table
 from benchmarks.compute_efficiency import efficiency_table
 from benchmarks.harness_overhead import overhead_table
@@ -107,9 +107,15 @@ def test_overhead_table_splits_deployment_from_harness():
 def test_summary_leads_with_every_framework_model_ratio(tmp_path):
     from dlscale import catalog
 
-    overhead_table(pd.concat([_raw(), _bigdl_raw()], ignore_index=True)).to_csv(
-        tmp_path / "harness_overhead.csv", index=False
+    failed = pd.DataFrame([{"framework": "caffe", "model": "resnet50", "batch": 8, "threads": 1, "repeat": -1,
+                            "arm": "failed", "failure": "timed out after 2700 s"}])  # fmt: skip
+    raw = pd.concat([_raw(), _bigdl_raw(), failed], ignore_index=True)
+    assert harness_overhead.failures(raw) == ["caffe/resnet50: timed out after 2700 s"]
+    efficiency_table(  # a failed cell has no arms: no fractions, no error
+        pd.concat([_raw(), failed], ignore_index=True),
+        pd.DataFrame({"model": ["lenet", "alexnet", "resnet50"], "flops_per_sample": [1.0] * 3}),
     )
+    overhead_table(raw).to_csv(tmp_path / "harness_overhead.csv", index=False)
     text = summary.build(tmp_path)
     lead = text.split("## Harness ratio, every framework x model")[1].split("\n## ")[0]
     assert text.index("## Harness ratio, every framework x model") < text.index("## 1. Harness overhead")
@@ -125,6 +131,7 @@ def test_summary_leads_with_every_framework_model_ratio(tmp_path):
     deployment = rows["bigdl deployment (bare standalone / bare local)"]
     assert deployment[alexnet] == "0.788 [0.775, 0.800] n=2"  # no mark: not the harness
     assert "torch deployment (bare standalone / bare local)" not in rows
+    assert rows["caffe"][catalog.MODEL_NAMES.index("resnet50")].startswith("failed: timed out after 2700 s")
     assert "coverage 1 - 2 x 0.5^n (5 repeats 94%, 3 repeats 75%, 2 repeats 50%)" in lead
     miss = _raw().assign(samples_per_s=lambda d: d["samples_per_s"].where(d["arm"] != "runner", 90.0))
     overhead_table(miss).to_csv(tmp_path / "harness_overhead.csv", index=False)
