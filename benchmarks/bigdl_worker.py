@@ -42,11 +42,22 @@ from benchmarks.stats import log_rates
 from dlscale.runspec import RunSpec
 
 
+def larger_memory(a: str, b: str) -> str:
+    """The larger of two JVM sizes (``512m``, ``3g``)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+    def size(text: str) -> int:
+        text = text.strip().lower()
+        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+    return a if size(a) >= size(b) else b
+
+
 def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
     """A local-mode SparkConf with the runner's log4j2 file and JVM flags (no cluster)."""
     from bigdl.dllib.utils.common import create_spark_conf
 
-    from dlscale.runners.bigdl.train import LOG4J2
+    from dlscale.runners.bigdl.train import LOG4J2, executor_memory
 
     cores = spec.ranks_per_node * spec.threads_per_rank
     tmp = work / "jvm-tmp"
@@ -60,7 +71,9 @@ def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
     ]
     conf = create_spark_conf().setMaster(f"local[{cores}]").setAppName(f"dlscale bench bare {spec.model}")
     settings = {
-        "spark.driver.memory": spec.options["driver_memory"],
+        # local mode: the driver JVM is the executor too, so it gets the executor's heap
+        # (AlexNet's 3g driver ran out where its standalone executor has 5g).
+        "spark.driver.memory": larger_memory(spec.options["driver_memory"], executor_memory(spec)),
         "spark.driver.extraJavaOptions": " ".join(java),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
