@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from typing import Any
 
 import numpy as np
 
@@ -59,16 +60,39 @@ def tune_allocator(mmap_threshold: int = 1 << 30, trim_threshold: int = 1 << 31)
     )
 
 
-def rendezvous(ctx: RunContext) -> str:
+def rendezvous(ctx: RunContext, dist: Any, timeout: timedelta) -> Any:
     """Where the ranks meet: a file in the run's work dir on one host, TCP across nodes.
 
     torch's TCPStore listens on every interface, with no way to bind it to loopback; on
-    one host a FileStore needs no socket at all, so local runs stay off the network.
+    one host a FileStore needs no socket at all, so local runs stay off the network. The
+    store is made here, not from an init_method URL, so that the ranks can still use it
+    after the process group is gone (``leave``).
     """
     where = ctx.placement
     if where.launcher == "local":
-        return f"file://{(ctx.writer.path.parent / 'torch-rendezvous').resolve()}"
-    return f"tcp://{where.master_addr}:{where.master_port}"
+        path = (ctx.writer.path.parent / "torch-rendezvous").resolve()
+        return dist.FileStore(str(path), where.world_size)
+    return dist.TCPStore(
+        where.master_addr, where.master_port, where.world_size, is_master=where.rank == 0, timeout=timeout
+    )
+
+
+#: Longest wait of rank 0 (the TCPStore's server) for the others to have left, after a
+#: run whose every step completed; past it rank 0 exits anyway (the run's events are whole).
+LEAVE_TIMEOUT_S = 30.0
+
+
+def leave(store: Any, rank: int, world_size: int) -> None:
+    """Rank 0 goes last: it hosts the TCPStore, and a rank still tearing its process group
+    down when the store's server vanished aborted in C++ ("terminate called without an
+    active exception", seen on 4 SLURM nodes after every iteration had completed)."""
+    left = store.add("dlscale/left", 1)
+    if rank != 0:
+        return
+    deadline = time.monotonic() + LEAVE_TIMEOUT_S
+    while left < world_size and time.monotonic() < deadline:
+        time.sleep(0.01)
+        left = store.add("dlscale/left", 0)
 
 
 def train(ctx: RunContext) -> None:
@@ -104,12 +128,10 @@ def train(ctx: RunContext) -> None:
 
     if distributed:
         where = ctx.placement
+        timeout = timedelta(seconds=spec.options["timeout_s"])
+        store = rendezvous(ctx, dist, timeout)
         dist.init_process_group(
-            "gloo",
-            init_method=rendezvous(ctx),
-            rank=where.rank,
-            world_size=where.world_size,
-            timeout=timedelta(seconds=spec.options["timeout_s"]),
+            "gloo", store=store, rank=where.rank, world_size=where.world_size, timeout=timeout
         )
         ddp = DistributedDataParallel(model, forward_sync_buffers=False)
         forward, no_sync = ddp, ddp.no_sync
@@ -164,6 +186,8 @@ def train(ctx: RunContext) -> None:
             )
         if distributed:
             dist.barrier()  # nobody tears gloo down while a peer still talks to it
+            dist.destroy_process_group()
+            leave(store, ctx.placement.rank, ctx.world_size)
     finally:
         batches.close()
         if distributed and dist.is_initialized():
