@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import framework_python
 
 from dlscale import catalog, commbench, netns
 from dlscale.commbench import blobs, common
@@ -101,3 +102,17 @@ def test_gloo_all_reduce_on_two_ranks(tmp_path: Path, torch_py: Path) -> None:
     # The torch venv is built if missing (never skipped: a fresh CI machine has none yet).
     table = run_bench(torch_py, "torch", tmp_path / "gloo.csv", "--worlds", "2", "--sizes", "4096")
     assert set(table["library"]) == {"gloo"} and set(table["world"]) == {2} and len(table) == 2
+
+
+def test_spark_jobs_and_shuffles_on_two_executors(tmp_path: Path) -> None:
+    """BigDL's path (Spark standalone with authentication, as the runner starts it): a job
+    round trip and a shuffle per executor count. It ran in no test before, and broke
+    unseen when the runner's clusters began to require a secret."""
+    subprocess.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
+    bigdl_py = framework_python("bigdl")
+    table = run_bench(
+        bigdl_py, "bigdl", tmp_path / "spark.csv", "--executors", "1", "2", "--sizes", "65536", timeout=600
+    )
+    assert set(table["library"]) == {"spark"} and set(table["op"]) == {"job", "shuffle"}
+    assert set(table["world"]) == {1, 2}
+    assert (table["seconds"] > 0).all()

@@ -60,9 +60,10 @@ def driver_main(args: argparse.Namespace) -> None:
     """Runs on node 0 (its own namespace): the cluster, the application and every timed job."""
     import pyspark
     from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    from dlscale.runners.bigdl.spark import ClusterShape, SparkCluster, node_address
+    from dlscale.runners.bigdl.spark import SECRET_KEY, ClusterShape, SparkCluster, node_address
 
     if args.role == "driver-isolated":  # one namespace for all: every daemon stays in it
         os.environ.pop(netns.ENV_NODE_NAMESPACES, None)
@@ -96,10 +97,15 @@ def driver_main(args: argparse.Namespace) -> None:
                 "spark.pyspark.python": sys.executable,
                 "spark.executor.extraJavaOptions": "-XX:-UsePerfData",
                 "spark.driver.extraJavaOptions": "-XX:-UsePerfData",
+                **cluster.driver_settings(),  # authentication on, as the runner's driver
             }.items():
                 conf.set(key, str(value))
             started = time.time()
-            sc = SparkContext(conf=conf)
+            # As the runner: the cluster's secret set once the driver JVM has started, so that
+            # it is on no command line (without it no executor can register: SparkContext stopped).
+            gateway = launch_gateway(conf)
+            conf.set(SECRET_KEY, cluster.secret)
+            sc = SparkContext(conf=conf, gateway=gateway)
             try:
                 sc.setLogLevel("WARN")
                 _wait_for_executors(sc, max(executors), min(args.timeout_s, 300))
