@@ -25,12 +25,15 @@ from dlscale.runspec import RunSpec
 
 def launch(python: Path, run_spec: dict, data: Path, events: Path) -> subprocess.CompletedProcess[str]:
     """The launcher as the training rule runs it, but never redone for a busy host: what is
-    checked here is where the settings went, not a timing (a busy CI host would triple it)."""
+    checked here is where the settings went, not a timing (a busy CI host would triple it).
+    The events path is relative, as the workflow gives it (MKL-DNN's loader once failed on
+    the relative scratch path that followed from it)."""
+    cwd = events.parents[1]
     cmd = [
         str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(run_spec), "--data", str(data),
-        "--events", str(events), "--python", str(python), "--contended-retries", "0",
+        "--events", str(events.relative_to(cwd)), "--python", str(python), "--contended-retries", "0",
     ]  # fmt: skip
-    return subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True, timeout=900, cwd=cwd)
 
 
 def test_every_setting_reaches_the_driver_and_the_executor(bigdl_py, mnist_shards, no_leftovers, monkeypatch):  # noqa: F811

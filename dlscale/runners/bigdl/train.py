@@ -493,7 +493,9 @@ def train(ctx: RunContext) -> None:
     shape = cluster_shape(spec, executor_memory(spec))
     global_batch = bigdl_batch(spec, shape)
     apply_environment(engine.engine_settings(spec))  # a setting BigDL cannot run fails here
-    root = ctx.writer.path.parent / "spark"
+    # Absolute: the workflow hands relative run paths, and BigDL's MKL-DNN loader refuses a
+    # relative java.io.tmpdir ("Expecting an absolute path of the library").
+    root = (ctx.writer.path.parent / "spark").resolve()
     log_path = root / "logs" / "driver.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     import pyspark
