@@ -20,7 +20,7 @@ use rule train as tune_run with:
         spec=tune_run_spec,
         spec_sha=tune_run_spec_sha,
         # A failed tuning run is a result (a setting that cannot start), not redone on
-        # every invocation: delete its folder to retry it.
+        # every invocation: delete its folder and the choice.json to retry it.
         failed_attempts=0,
         requirements=train_requirements,
         python=train_python,
