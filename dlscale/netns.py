@@ -196,25 +196,7 @@ def emulated(nodes: int, preset: NetworkPreset, tag: str = "run") -> RunNetwork:
         raise NetnsError(f"at most 250 emulated nodes fit the {SUBNET}.0/24 subnet, asked for {nodes}")
     sweep_stale()
     base = _name(tag)
-    hub = f"{base}-hub"
-    names = [f"{base}-n{i}" for i in range(nodes)]
-    net = RunNetwork(names, [f"{SUBNET}.{i + 1}" for i in range(nodes)], NODE_INTERFACE, preset, hub)
-    try:
-        _add_namespace(net, hub)
-        run_ip("link", "add", "br0", "type", "bridge", netns=hub)
-        run_ip("link", "set", "br0", "up", netns=hub)
-        for i, name in enumerate(names):
-            _add_namespace(net, name)
-            port = f"p{i}"
-            run_ip("link", "add", port, "type", "veth", "peer", "name", NODE_INTERFACE, "netns", name, netns=hub)
-            run_ip("link", "set", port, "master", "br0", "up", netns=hub)
-            run_ip("addr", "add", f"{net.addresses[i]}/24", "dev", NODE_INTERFACE, netns=name)
-            run_ip("link", "set", NODE_INTERFACE, "up", netns=name)
-            run_ip("qdisc", "add", "dev", NODE_INTERFACE, "root", *shaping_args(preset), netns=name, tool="tc")
-    except NetnsError:
-        net.close()
-        raise
-    return net
+    return bridged(f"{base}-hub", {f"{base}-n{i}": f"{SUBNET}.{i + 1}" for i in range(nodes)}, preset)
 
 
 def interfaces(namespace: str) -> dict[str, list[str]]:

@@ -46,6 +46,18 @@ SUBNET = "10.78.0"  # node k at .k, the controller at .254 (the namespaces are t
 CONTROLLER = "ctl"
 
 
+def launch_job(job: Path, python: Path | str, spec: dict, data: Path | str, events: Path) -> Path:
+    """A batch script that runs one run as the training rule does: the launcher alone, with
+    nothing in its environment that a user's job would not have."""
+    job.write_text(
+        "#!/bin/bash\n"
+        f"cd {REPO} && exec {python} -m dlscale.launch"
+        f" --spec-json '{json.dumps(spec)}' --data {data} --events {events} --python {python}\n"
+    )
+    job.chmod(0o755)
+    return job
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -233,6 +245,14 @@ class SlurmCluster:
             )
             wrapper.write_text(f'#!/bin/sh\n{record}SLURM_CONF="{self.conf}" exec /usr/bin/{client} "$@"\n')
             wrapper.chmod(0o755)
+
+    def sbatch_wait(self, job: Path, log: Path, nodes: int, mem_mb: int, minutes: int) -> list[str]:
+        """``sbatch --wait`` of ``job`` on ``nodes`` nodes, one 1-core task each, run from the
+        controller's namespace (with ``env()``): the allocation a training job asks for."""
+        return [
+            *self.netns_prefix(), "sbatch", "--wait", "-N", str(nodes), "-n", str(nodes),
+            "--cpus-per-task=1", f"--mem={mem_mb}", "-t", str(minutes), "-o", str(log), str(job),
+        ]  # fmt: skip
 
     def env(self) -> dict[str, str]:
         """The environment that talks to this cluster (wrappers first on PATH)."""

@@ -11,7 +11,6 @@ address variable is set by the job.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, framework_python
-from slurm_cluster import SlurmCluster, alive
+from slurm_cluster import SlurmCluster, alive, launch_job
 from test_bigdl_runner import processes_mentioning
 
 from dlscale.events import read_events
@@ -41,16 +40,10 @@ def test_two_node_bigdl_lenet_with_workers_started_by_srun(tmp_path, mnist_shard
     bigdl_py = framework_python("bigdl")
     job = tmp_path / "job.sh"
     events = tmp_path / "run" / "events.jsonl"
-    job.write_text(
-        "#!/bin/bash\n"
-        f"cd {REPO} && exec {bigdl_py} -m dlscale.launch"
-        f" --spec-json '{json.dumps(SPEC)}' --data {mnist_shards} --events {events} --python {bigdl_py}\n"
-    )
-    job.chmod(0o755)
+    launch_job(job, bigdl_py, SPEC, mnist_shards, events)
     with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
         proc = subprocess.run(
-            [*cluster.netns_prefix(), "sbatch", "--wait", "-N", "2", "-n", "2", "--cpus-per-task=1",
-             "--mem=3000", "-t", "8", "-o", str(tmp_path / "job.log"), str(job)],
+            cluster.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=3000, minutes=8),
             env=cluster.env(), capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""

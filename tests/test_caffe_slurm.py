@@ -10,12 +10,10 @@ the way it does on a real cluster (its TCP transport on the nodes' ``eth0``, nev
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
-from conftest import REPO
-from slurm_cluster import SlurmCluster, alive
+from slurm_cluster import SlurmCluster, alive, launch_job
 
 from dlscale.events import read_events
 
@@ -32,16 +30,10 @@ SPEC = {
 def test_two_node_caffe_run_through_srun_pmix(tmp_path, caffe_py, mnist_shards):
     job = tmp_path / "job.sh"
     events = tmp_path / "events.jsonl"
-    job.write_text(
-        "#!/bin/bash\n"
-        f"cd {REPO} && exec {caffe_py} -m dlscale.launch"
-        f" --spec-json '{json.dumps(SPEC)}' --data {mnist_shards} --events {events} --python {caffe_py}\n"
-    )
-    job.chmod(0o755)
+    launch_job(job, caffe_py, SPEC, mnist_shards, events)
     with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
         proc = subprocess.run(
-            [*cluster.netns_prefix(), "sbatch", "--wait", "-N", "2", "-n", "2", "--cpus-per-task=1",
-             "--mem=1000", "-t", "5", "-o", str(tmp_path / "job.log"), str(job)],
+            cluster.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=1000, minutes=5),
             env=cluster.env(), capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""
@@ -66,16 +58,10 @@ def test_a_killed_caffe_rank_is_named_under_srun(tmp_path, caffe_py, mnist_shard
     spec = {**SPEC, "iterations": 400, "timeout_s": 300}
     job = tmp_path / "job.sh"
     events = tmp_path / "run" / "events.jsonl"
-    job.write_text(
-        "#!/bin/bash\n"
-        f"cd {REPO} && exec {caffe_py} -m dlscale.launch"
-        f" --spec-json '{json.dumps(spec)}' --data {mnist_shards} --events {events} --python {caffe_py}\n"
-    )
-    job.chmod(0o755)
+    launch_job(job, caffe_py, spec, mnist_shards, events)
     with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
         proc = subprocess.Popen(
-            [*cluster.netns_prefix(), "sbatch", "--wait", "-N", "2", "-n", "2", "--cpus-per-task=1",
-             "--mem=1000", "-t", "5", "-o", str(tmp_path / "job.log"), str(job)],
+            cluster.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=1000, minutes=5),
             env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         try:

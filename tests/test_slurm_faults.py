@@ -9,12 +9,11 @@ tests/test_caffe_slurm.py).
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
-from conftest import REPO, framework_python
-from slurm_cluster import SlurmCluster, alive
+from conftest import framework_python
+from slurm_cluster import SlurmCluster, alive, launch_job
 from test_slurm import kill_rank_when_running
 
 from dlscale.events import read_events
@@ -33,16 +32,10 @@ def test_a_killed_tensorflow_rank_is_named_under_srun(tmp_path, mnist_shards):
     tf_py = framework_python("tensorflow")
     job = tmp_path / "job.sh"
     events = tmp_path / "run" / "events.jsonl"
-    job.write_text(
-        "#!/bin/bash\n"
-        f"cd {REPO} && exec {tf_py} -m dlscale.launch"
-        f" --spec-json '{json.dumps(SPEC)}' --data {mnist_shards} --events {events} --python {tf_py}\n"
-    )
-    job.chmod(0o755)
+    launch_job(job, tf_py, SPEC, mnist_shards, events)
     with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
         proc = subprocess.Popen(
-            [*cluster.netns_prefix(), "sbatch", "--wait", "-N", "2", "-n", "2", "--cpus-per-task=1",
-             "--mem=2000", "-t", "6", "-o", str(tmp_path / "job.log"), str(job)],
+            cluster.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=2000, minutes=6),
             env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         try:

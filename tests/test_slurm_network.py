@@ -17,14 +17,13 @@ contention (tens of ms on single steps, less on medians) can bridge.
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO
-from slurm_cluster import SlurmCluster, alive
+from slurm_cluster import SlurmCluster, alive, launch_job
 
 from dlscale.events import read_events
 
@@ -43,15 +42,9 @@ def run_once(cluster: SlurmCluster, torch_py, data, out) -> list[dict]:
     """One 2-node run through sbatch, as the rule runs it; its events."""
     job = out / "job.sh"
     events = out / "events.jsonl"
-    job.write_text(
-        "#!/bin/bash\n"
-        f"cd {REPO} && exec {torch_py} -m dlscale.launch"
-        f" --spec-json '{json.dumps(SPEC)}' --data {data} --events {events} --python {torch_py}\n"
-    )
-    job.chmod(0o755)
+    launch_job(job, torch_py, SPEC, data, events)
     proc = subprocess.run(
-        [*cluster.netns_prefix(), "sbatch", "--wait", "-N", "2", "-n", "2", "--cpus-per-task=1",
-         "--mem=1000", "-t", "5", "-o", str(out / "job.log"), str(job)],
+        cluster.sbatch_wait(job, out / "job.log", nodes=2, mem_mb=1000, minutes=5),
         env=cluster.env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     log = (out / "job.log").read_text() if (out / "job.log").exists() else ""
