@@ -19,7 +19,7 @@ import pytest
 from test_bigdl_runner import assert_gone, bigdl_py, daemon_pids, no_leftovers, spec  # noqa: F401
 
 from dlscale.events import read_events
-from dlscale.runners.bigdl import engine
+from dlscale.runners.bigdl import settings as bigdl_settings
 from dlscale.runspec import RunSpec
 
 
@@ -101,9 +101,9 @@ def test_innermost_cause_skips_the_wrappers():
         "Caused by: com.intel.analytics.bigdl.dllib.utils.InvalidOperationException: Haven't been implemented yet.\n"
         "\tat com.intel.analytics.bigdl.dllib.nn.abstractnn.AbstractModule.forward(AbstractModule.scala:295)\n"
     )
-    assert engine.innermost_cause(trace) == "InvalidOperationException: Haven't been implemented yet."
-    assert engine.innermost_cause("Caused by: java.util.concurrent.ExecutionException: x\n") is None
-    assert engine.innermost_cause("no trace at all") is None
+    assert bigdl_settings.innermost_cause(trace) == "InvalidOperationException: Haven't been implemented yet."
+    assert bigdl_settings.innermost_cause("Caused by: java.util.concurrent.ExecutionException: x\n") is None
+    assert bigdl_settings.innermost_cause("no trace at all") is None
 
 
 def test_per_executor_split_with_mklblas_is_a_failed_run_before_any_jvm(bigdl_py, mnist_shards, no_leftovers):  # noqa: F811
@@ -133,26 +133,29 @@ def run_spec(threads: int = 1, ranks: int = 1, **options) -> RunSpec:
 
 def test_engine_defaults_and_batch_split():
     # BigDL's defaults: mklblas, one replica per core with one MKL thread each.
-    eng = engine.engine_settings(run_spec(threads=2))
+    eng = bigdl_settings.engine_settings(run_spec(threads=2))
     assert eng.properties == {
         "bigdl.engineType": "mklblas",
         "bigdl.mklNumThreads": "1",
         "bigdl.multiModels": "true",
     }
     assert eng.replicas_per_executor == 2 and eng.env == {"OMP_NUM_THREADS": "1"}
-    got = engine.settings(run_spec(threads=2))
+    got = bigdl_settings.describe(run_spec(threads=2))
     assert got["samples_per_replica"] == 32 and got["core_number"] == 2 and "mkldnn" not in got
     # mkldnn: one replica on the executor's share, with the executor's cores as threads (not
     # BigDL's own default of every core the JVM may use).
-    eng = engine.engine_settings(run_spec(threads=2, engine="mkldnn"))
+    eng = bigdl_settings.engine_settings(run_spec(threads=2, engine="mkldnn"))
     assert eng.multi_models is False and eng.mkl_num_threads == 2 and eng.env["OMP_NUM_THREADS"] == "2"
-    assert engine.settings(run_spec(threads=2, engine="mkldnn"))["samples_per_replica"] == 64
-    eng = engine.engine_settings(run_spec(threads=2, engine="mkldnn", batch_split="per_core"))
+    assert bigdl_settings.describe(run_spec(threads=2, engine="mkldnn"))["samples_per_replica"] == 64
+    eng = bigdl_settings.engine_settings(run_spec(threads=2, engine="mkldnn", batch_split="per_core"))
     assert eng.properties["bigdl.multiModels"] == "true" and eng.mkl_num_threads == 1
-    with pytest.raises(engine.BigDLSettingsError, match="per_executor needs bigdl.engine=mkldnn"):
-        engine.engine_settings(run_spec(threads=2, batch_split="per_executor"))
+    with pytest.raises(bigdl_settings.BigDLSettingsError, match="per_executor needs bigdl.engine=mkldnn"):
+        bigdl_settings.engine_settings(run_spec(threads=2, batch_split="per_executor"))
     # The same at one core: nothing to split.
-    assert engine.engine_settings(run_spec(threads=1, batch_split="per_executor")).replicas_per_executor == 1
+    assert (
+        bigdl_settings.engine_settings(run_spec(threads=1, batch_split="per_executor")).replicas_per_executor
+        == 1
+    )
 
 
 def test_new_options_stay_out_of_the_canonical_spec_at_their_default():
@@ -171,8 +174,8 @@ def test_new_options_stay_out_of_the_canonical_spec_at_their_default():
 
 def test_a_jvm_without_a_setting_is_a_mismatch(tmp_path):
     """``observed`` on a real process (this test's child) and ``mismatches`` on what it lacks."""
-    eng = engine.engine_settings(run_spec(mkl_debug_cpu_type=5))
-    env = {k: v for k, v in os.environ.items() if k not in engine.MANAGED_VARS}
+    eng = bigdl_settings.engine_settings(run_spec(mkl_debug_cpu_type=5))
+    env = {k: v for k, v in os.environ.items() if k not in bigdl_settings.MANAGED_VARS}
     child = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)", "-Dbigdl.engineType=mklblas"],
         env={**env, "OMP_NUM_THREADS": "1", "KMP_AFFINITY": "compact"},
@@ -183,12 +186,12 @@ def test_a_jvm_without_a_setting_is_a_mismatch(tmp_path):
         while b"time.sleep" not in Path(f"/proc/{child.pid}/cmdline").read_bytes():  # exec'd yet?
             assert time.time() < deadline, "the child never started"
             time.sleep(0.05)
-        seen = engine.observed(child.pid, eng)
+        seen = bigdl_settings.observed(child.pid, eng)
     finally:
         child.kill()
         child.wait()
     assert seen["java_properties"] == {"bigdl.engineType": "mklblas"}
-    wrong = engine.mismatches(seen, eng)
+    wrong = bigdl_settings.mismatches(seen, eng)
     assert any(w.startswith("-Dbigdl.mklNumThreads=None") for w in wrong), wrong
     assert "MKL_DEBUG_CPU_TYPE=None (expected '5')" in wrong
     assert "KMP_AFFINITY='compact' (expected None)" in wrong

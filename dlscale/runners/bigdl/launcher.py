@@ -10,25 +10,25 @@ iteration event carries the GLOBAL samples.
 from typing import Any
 
 from dlscale import placement
-from dlscale.runners.bigdl import engine
+from dlscale.runners.bigdl import settings as bigdl_settings
 from dlscale.runners.plan import LaunchContext, Plan, Process
 from dlscale.runspec import RunSpec
 
 
 def settings(spec: RunSpec) -> dict[str, Any]:
     """The engine, libraries, threads and batch split this run computes with (run_start's
-    ``settings``): see ``dlscale.runners.bigdl.engine.settings``."""
+    ``settings``): see ``dlscale.runners.bigdl.settings.describe``."""
     try:
-        return engine.settings(spec)
-    except engine.BigDLSettingsError as err:
+        return bigdl_settings.describe(spec)
+    except bigdl_settings.BigDLSettingsError as err:
         return {"error": str(err)}
 
 
 def plan(ctx: LaunchContext) -> Plan:
     env = {**ctx.base_env(), "PYSPARK_PYTHON": ctx.python, "DLSCALE_SPARK_MODE": ctx.mode}
     try:  # the engine's variables, as the driver gets them (and records them: run_start)
-        env.update(engine.engine_settings(ctx.spec).env)
-    except engine.BigDLSettingsError:
+        env.update(bigdl_settings.engine_settings(ctx.spec).env)
+    except bigdl_settings.BigDLSettingsError:
         pass  # the driver fails the run with the reason, before any JVM starts
     if ctx.mode == "local":
         env.update(

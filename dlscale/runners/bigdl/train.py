@@ -53,7 +53,7 @@ import numpy as np
 from dlscale import atomic, catalog
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
-from dlscale.runners.bigdl import engine
+from dlscale.runners.bigdl import settings as bigdl_settings
 from dlscale.runners.bigdl.spark import (
     SECRET_KEY,
     ClusterShape,
@@ -124,7 +124,7 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
 
     opts = spec.options
     shape = cluster.shape
-    eng = engine.engine_settings(spec)
+    eng = bigdl_settings.engine_settings(spec)
     tmp = cluster.root / "scratch" / "jvm-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     jars = ":".join(get_bigdl_jars())
@@ -135,7 +135,7 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
         "-Dbigdl.failure.retryTimes=1",  # a failure fails the run; no silent retraining
         f"-Djava.io.tmpdir={tmp}",  # BigDL unpacks its native MKL library there
         "-XX:-UsePerfData",  # no /tmp/hsperfdata_* file for a killed JVM to leave behind
-        *engine.java_options(eng),  # BigDL's Engine reads them in the driver too
+        *bigdl_settings.java_options(eng),  # BigDL's Engine reads them in the driver too
     ]
     conf = create_spark_conf().setMaster(str(cluster.master_url)).setAppName(f"dlscale {spec.run_id}")
     settings = {
@@ -151,7 +151,7 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
                 f"-Djava.io.tmpdir={tmp}",
                 "-Dbigdl.utils.LoggerFilter.disable=true",
                 "-XX:-UsePerfData",
-                *engine.java_options(eng),
+                *bigdl_settings.java_options(eng),
             ]
         ),
         # The native libraries read these when they load (SLURM's workers do not inherit
@@ -446,11 +446,11 @@ def _optimize(
         held["optimizing"].set()
 
 
-def apply_environment(eng: engine.EngineSettings) -> None:
+def apply_environment(eng: bigdl_settings.EngineSettings) -> None:
     """The settings' variables in this process's environment, before any JVM starts: the
     driver JVM, the daemons and (locally) the executors inherit it. A variable the settings
     leave unset is removed, so that "unset" holds whatever the calling shell had."""
-    for name in engine.MANAGED_VARS:
+    for name in bigdl_settings.MANAGED_VARS:
         os.environ.pop(name, None)
     os.environ.update(eng.env)
 
@@ -461,9 +461,11 @@ def record_settings(ctx: RunContext, driver_pid: int, executors: Mapping[int, in
 
     Executors are visible in local mode only (under SLURM they run on other nodes).
     """
-    eng = engine.engine_settings(ctx.spec)
-    seen = {"asked": engine.settings(ctx.spec), "driver": engine.observed(driver_pid, eng)}
-    seen["executors"] = {str(node): engine.observed(pid, eng) for node, pid in sorted(executors.items())}
+    eng = bigdl_settings.engine_settings(ctx.spec)
+    seen = {"asked": bigdl_settings.describe(ctx.spec), "driver": bigdl_settings.observed(driver_pid, eng)}
+    seen["executors"] = {
+        str(node): bigdl_settings.observed(pid, eng) for node, pid in sorted(executors.items())
+    }
     atomic.write_text(
         ctx.writer.path.parent.parent / "bigdl-settings.json", json.dumps(seen, indent=1) + "\n"
     )
@@ -471,7 +473,7 @@ def record_settings(ctx: RunContext, driver_pid: int, executors: Mapping[int, in
         ("driver", seen["driver"]),
         *((f"executor {n}", r) for n, r in seen["executors"].items()),
     ]:
-        wrong = engine.mismatches(record, eng)
+        wrong = bigdl_settings.mismatches(record, eng)
         if wrong:
             raise RunFailure(
                 f"BigDL settings did not reach the {name} JVM (pid {record['pid']}): {'; '.join(wrong)}"
@@ -492,7 +494,7 @@ def train(ctx: RunContext) -> None:
     java_version()  # a missing Java is said plainly, before any daemon starts
     shape = cluster_shape(spec, executor_memory(spec))
     global_batch = bigdl_batch(spec, shape)
-    apply_environment(engine.engine_settings(spec))  # a setting BigDL cannot run fails here
+    apply_environment(bigdl_settings.engine_settings(spec))  # a setting BigDL cannot run fails here
     # Absolute: the workflow hands relative run paths, and BigDL's MKL-DNN loader refuses a
     # relative java.io.tmpdir ("Expecting an absolute path of the library").
     root = (ctx.writer.path.parent / "spark").resolve()
@@ -576,7 +578,7 @@ def report(
         console = log_path.with_name("driver-console.log")
         console_text = console.read_text(errors="replace") if console.exists() else ""
         reason = bigdl_log.failure_reason(text) or bigdl_log.failure_reason(console_text) or described
-        cause = engine.innermost_cause(text)
+        cause = bigdl_settings.innermost_cause(text)
         if reason and cause and cause not in reason:  # e.g. a layer MKL-DNN refuses, under a wrapper
             reason = f"{reason} (caused by {cause}; engine {ctx.spec.options.get('engine') or 'mklblas'})"
     found = live.failure if live is not None else None

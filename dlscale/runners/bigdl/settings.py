@@ -99,7 +99,7 @@ def java_options(settings: EngineSettings) -> list[str]:
     return [f"-D{key}={value}" for key, value in sorted(settings.properties.items())]
 
 
-def settings(spec: RunSpec) -> dict[str, Any]:
+def describe(spec: RunSpec) -> dict[str, Any]:
     """What the run computes with, for run_start: engine, libraries, threads, batch split.
 
     ``core_number`` is the executor's cores: outside ``bigdl.localMode`` BigDL takes its core
