@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dlscale.roofline import matmul_peak, numpy_matmul  # noqa: F401  (the workers call them from here)
+
 if TYPE_CHECKING:
     from dlscale.runspec import RunSpec
 
@@ -84,34 +86,3 @@ def bare_loop(spec: RunSpec, step: Callable[[], Any]) -> dict[str, float]:
         "samples_per_s": intervals_throughput(spec.batch, stamps, first),
         "samples_per_cpu_s": intervals_throughput(spec.batch, cpu, first),
     }
-
-
-def matmul_peak(matmul: Callable[[int], Callable[[], Any]], sizes: tuple[int, ...] = (1024, 2048),
-                seconds: float = 0.6) -> dict[str, float]:  # fmt: skip
-    """Best float32 matmul FLOP/s over ``sizes`` (median per size), wall and CPU time.
-
-    ``matmul(n)`` returns a thunk that multiplies two n x n float32 matrices with the
-    framework's own kernel (its BLAS / oneDNN), in the threads the worker was given.
-    """
-    best = best_cpu = 0.0
-    for n in sizes:
-        call = matmul(n)
-        call()
-        times, cpu_times = [], []
-        deadline = time.perf_counter() + seconds
-        while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 50):
-            t0, c0 = time.perf_counter(), time.process_time()
-            call()
-            times.append(time.perf_counter() - t0)
-            cpu_times.append(time.process_time() - c0)
-        best = max(best, 2.0 * n**3 / statistics.median(times))
-        best_cpu = max(best_cpu, 2.0 * n**3 / max(statistics.median(cpu_times), 1e-9))
-    return {"peak_flops": best, "peak_flops_cpu": best_cpu}
-
-
-def numpy_matmul(n: int) -> Callable[[], Any]:
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-    out = np.empty((n, n), dtype=np.float32)
-    return lambda: np.matmul(a, b, out=out)

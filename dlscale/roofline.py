@@ -32,7 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -65,25 +65,45 @@ def thread_counts(cores: int, threads_per_rank: int) -> list[int]:
     return sorted({*range(1, max(cores, 1) + 1), threads_per_rank})
 
 
-def _one_peak(sizes: Sequence[int] = MATMUL_SIZES, seconds: float = SECONDS_PER_SIZE) -> float:
-    """Best float32 matmul FLOP/s over ``sizes`` in this process's threads (numpy BLAS)."""
+def numpy_matmul(n: int) -> Callable[[], Any]:
+    """A thunk multiplying two n x n float32 matrices with numpy's BLAS (inputs made once)."""
     import numpy as np
 
-    best = 0.0
     rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    out = np.empty((n, n), dtype=np.float32)
+    return lambda: np.matmul(a, b, out=out)
+
+
+def matmul_peak(
+    matmul: Callable[[int], Callable[[], Any]], sizes: Sequence[int] = (1024, 2048), seconds: float = 0.6
+) -> dict[str, float]:
+    """Best float32 matmul FLOP/s over ``sizes`` (median per size), wall and CPU time.
+
+    ``matmul(n)`` returns a thunk that multiplies two n x n float32 matrices with some
+    library's kernel (numpy's BLAS here; each framework's own in ``benchmarks``), in the
+    threads this process was given.
+    """
+    best = best_cpu = 0.0
     for n in sizes:
-        a = rng.standard_normal((n, n), dtype=np.float32)
-        b = rng.standard_normal((n, n), dtype=np.float32)
-        out = np.empty((n, n), dtype=np.float32)
-        np.matmul(a, b, out=out)
-        times: list[float] = []
+        call = matmul(n)
+        call()
+        times, cpu_times = [], []
         deadline = time.perf_counter() + seconds
         while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 50):
-            t0 = time.perf_counter()
-            np.matmul(a, b, out=out)
+            t0, c0 = time.perf_counter(), time.process_time()
+            call()
             times.append(time.perf_counter() - t0)
+            cpu_times.append(time.process_time() - c0)
         best = max(best, 2.0 * n**3 / statistics.median(times))
-    return best
+        best_cpu = max(best_cpu, 2.0 * n**3 / max(statistics.median(cpu_times), 1e-9))
+    return {"peak_flops": best, "peak_flops_cpu": best_cpu}
+
+
+def _one_peak(sizes: Sequence[int] = MATMUL_SIZES, seconds: float = SECONDS_PER_SIZE) -> float:
+    """Best float32 matmul FLOP/s over ``sizes`` in this process's threads (numpy BLAS)."""
+    return matmul_peak(numpy_matmul, sizes, seconds)["peak_flops"]
 
 
 def measure(threads: Sequence[int], rounds: int = PEAK_ROUNDS) -> dict[str, Any]:
