@@ -35,7 +35,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dlscale import contention, envs, netns, networks, userns
+from dlscale import contention, envs, netns, networks, placement, userns
 from dlscale.events import EventError, write_atomic
 from dlscale.runners.plan import LaunchContext, Plan, environ_with
 from dlscale.runspec import RunSpec, SpecError, run_id_fields
@@ -86,12 +86,24 @@ def launch_mode(env: Mapping[str, str]) -> str:
 def master_address(mode: str, env: Mapping[str, str]) -> str:
     """Where rank 0's rendezvous listens: loopback locally; this (first) node under SLURM.
 
-    ``DLSCALE_MASTER_ADDR`` overrides it (the test cluster's nodes are all 127.0.0.1).
+    Under SLURM it is the address the allocation's second node reaches this one by
+    (``placement.address_towards``), not what this host's name resolves to: many sites map
+    their own name to a loopback address (Debian's 127.0.1.1) that no other node can reach.
+    A one-node allocation, or a peer that cannot be resolved here, falls back to the host
+    name's address: every rank is on this node then, or the run's own peer check names the
+    unresolvable host. ``DLSCALE_MASTER_ADDR`` overrides it.
     """
     if env.get("DLSCALE_MASTER_ADDR"):
         return env["DLSCALE_MASTER_ADDR"]
     if mode == "local":
         return "127.0.0.1"
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    hosts = placement.expand_hostlist(nodelist) if nodelist else []
+    if len(hosts) > 1:
+        try:
+            return placement.address_towards(hosts[1])
+        except OSError:
+            pass
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
@@ -192,6 +204,8 @@ def describe_network(info: Mapping[str, Any]) -> str:
         return "loopback only (own network namespace)"
     if info.get("isolation") == "user namespace":
         return "loopback only (own unprivileged user+network namespace)"
+    if str(info.get("isolation", "")).startswith("none (SLURM"):
+        return "the cluster's network between the allocated nodes"
     return f"host loopback, {info.get('isolation', 'not isolated')}"
 
 

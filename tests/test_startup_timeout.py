@@ -59,3 +59,30 @@ def test_master_address_names_node_0():
         master_addr="n1.invalid", node_addresses=("10.0.0.1", "10.0.0.2"),
     )  # fmt: skip
     assert [ctx.address_of(rank) for rank in range(2)] == ["n1.invalid", "10.0.0.2"]
+
+
+def test_slurm_master_address_is_the_one_the_second_node_reaches(monkeypatch):
+    """Not the host name's address (Debian maps it to 127.0.1.1): the route towards node 2."""
+    from dlscale import launch, placement
+
+    asked = []
+
+    def towards(peer):
+        asked.append(peer)
+        return "10.9.0.1"
+
+    monkeypatch.setattr(placement, "address_towards", towards)
+    assert launch.master_address("slurm", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == "10.9.0.1"
+    assert asked == ["cn08"]
+    assert launch.master_address("slurm", {"SLURM_JOB_NODELIST": "cn07", "DLSCALE_MASTER_ADDR": "a"}) == "a"
+    assert launch.master_address("local", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == "127.0.0.1"
+
+    def unroutable(peer):
+        raise OSError("no route")
+
+    monkeypatch.setattr(placement, "address_towards", unroutable)
+    import socket
+
+    assert launch.master_address("slurm", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == socket.gethostbyname(
+        socket.gethostname()
+    )
