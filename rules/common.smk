@@ -396,11 +396,19 @@ def train_runtime():
     return STUDY["run_timeout_min"] + 5
 
 
+#: The ``mpi`` resource of every training and tuning run (see train_resources).
+MPI_RESOURCE = ""
+
+
 def train_resources():
     """What a run asks of the batch system: n nodes, one task per rank, threads per task.
 
     ``mpi`` makes the SLURM plugin run the job's shell in the allocation itself (not in
-    ``srun -n1``), so that the launcher's own srun starts the ranks on every node.
+    ``srun -n1``), so that the launcher's own srun starts the ranks on every node. The
+    plugin acts on the key's presence; its value is the same empty string for every run
+    (``--ntasks`` is then set from ``tasks`` alone: a non-empty value refuses one-task
+    jobs), so that runs of any size can share a job group (``--groups train=runs``), whose
+    jobs must agree on every string resource.
     """
     return {
         "runtime": train_runtime(),
@@ -410,9 +418,7 @@ def train_resources():
         "mem_mb": inspected(
             lambda wc: int(wc.ranks_per_node) * STUDY["mem_per_rank_mb"]
         ),
-        "mpi": inspected(
-            lambda wc: "srun" if int(wc.nodes) * int(wc.ranks_per_node) > 1 else ""
-        ),
+        "mpi": MPI_RESOURCE,
     }
 
 
@@ -570,7 +576,7 @@ def tune_resources():
         "tasks": tasks,
         "cpus_per_task": STUDY["threads_per_rank"],
         "mem_mb": tasks * STUDY["mem_per_rank_mb"],
-        "mpi": "srun" if tasks > 1 else "",
+        "mpi": MPI_RESOURCE,
     }
 
 
