@@ -23,8 +23,8 @@ calls): the median, over the study's host-network runs of that set-up, of the me
 exposed time minus the model's library time; a projection (nodes with cores of their own)
 takes it from the synchronisation the runner timed skew-free (``comm_s``, after a barrier:
 the wait for the slowest rank on a shared 2-core host is that host's, not the pattern's)
-of the runs with at most one rank per core, never below 0. It is the only thing fitted on
-training runs.
+of the runs with at most one rank per core, never below 0. It is, with BigDL's
+per-iteration Spark cost (below), the only thing fitted on training runs.
 
 The terms of ``comm`` and where each comes from
 -----------------------------------------------
@@ -82,11 +82,27 @@ per-byte time ``g_n = 1/beta_n`` to every message and byte that crosses it
   updates and puts its weight slice; BigDL's ``optim/DistriOptimizer.scala``): the Spark
   driver schedules, launches and collects one task per executor for each job, so the
   scheduling grows with the executors ``N``; the exchange is ``2(N-1)`` block fetches of
-  ``S/N``. From the ``spark`` ``job`` rows (a JVM-only job of ``N`` tasks,
-  ``t_job = j_0 + j_1·N``) and ``shuffle`` rows (an all-to-all block exchange)::
+  ``S/N``. The exchange from the ``shuffle`` rows (an all-to-all block exchange); the
+  per-iteration Spark cost ``spark(N)`` (``spark_step_cost``)::
 
-      comm = 2·(j_0 + j_1·N) + rho·(2(N-1)·alpha_blk + 2(N-1)/N·S·gamma_blk)
+      comm = spark(N) + rho·(2(N-1)·alpha_blk + 2(N-1)/N·S·gamma_blk)
              + 2(N-1)·a_n + 2(N-1)/N·S·g_n
+
+  ``spark(N) = s_0 + s_1·N`` **from BigDL's host-network training runs** wherever the study
+  has them at two or more executor counts (``fit_spark_step``: each run's exposed time less
+  the modelled exchange, a line with ``s_0, s_1 >= 0`` by ``scipy.optimize.lsq_linear``). A
+  training iteration's Spark cost grows far faster with the executors than the
+  micro-benchmark's (measured 0.14, 0.30, 0.51 s at 1, 2, 4 executors, against about 12 ms
+  per executor for a JVM-only job): a real task deserialises the model and fetches the
+  weights, and the driver waits for the slowest executor. On this 2-core host the runs'
+  slope carries the contention of ``N`` JVMs too, and the projection keeps it (nothing
+  measured separates the two). Only where the runs cannot pin a slope (one executor count,
+  the default study's 1-2 executors pin one only just) does it fall back to the
+  micro-benchmark's ``spark`` ``job`` rows (a JVM-only job of ``N`` tasks, ``t_job = j_0 +
+  j_1·N``): ``spark(N) = 2·(j_0 + j_1·N)``. ``calibration.csv`` names the source
+  (``spark_source``) with the fitted values and their residuals; the fit is redone in every
+  bootstrap replicate on the resampled host runs (a replicate whose draw holds one executor
+  count falls back as the model does).
 
 Where a set-up has no micro-benchmark rows (a study that did not run them), its library
 terms are fitted on its host-network training runs' exposed time instead (``source =
@@ -116,9 +132,9 @@ projection depends on ``a_n``.
 
 Validation, uncertainty
 -----------------------
-``validate`` predicts every run on an emulated network (held out: never used in a fit)
-from the micro-benchmarks and the host-network runs (the fit set: micro-benchmarks on
-every network, training runs on the host network only): compute from the host runs of
+``validate`` predicts every run on an emulated network (held out: never used in a fit,
+BigDL's Spark line included) from the micro-benchmarks and the host-network runs (the fit
+set: micro-benchmarks on every network, training runs on the host network only): compute from the host runs of
 the same layout (on one host, emulated nodes share its cores), communication from the
 model with the host's contention and the emulated link. Each run is also predicted from
 its own measured compute (``error_given_compute``): compute on a shared 2-core host
@@ -146,7 +162,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
+from scipy.optimize import lsq_linear, nnls
 
 from dlscale import catalog
 from dlscale.commbench import LIBRARIES
@@ -163,6 +179,9 @@ SETUP_PATTERN: Mapping[str, str] = catalog.SETUP_PATTERNS
 LOOPBACK = "loopback"
 #: Spark jobs per BigDL iteration (DistriOptimizer: compute + put, then aggregate + update).
 BIGDL_JOBS_PER_ITERATION = 2
+#: The op under which BigDL's per-iteration Spark cost fitted on its host runs is kept
+#: (``fit_spark_step``; beside the micro-benchmark's ``job`` and ``shuffle``).
+SPARK_STEP = "step"
 #: Bytes of one input sample as the ps chief ships it to a worker (uint8 pixels).
 SAMPLE_BYTES: Mapping[str, int] = {"mnist": 28 * 28, "fashion-mnist": 28 * 28, "imagenet": 3 * 224 * 224}
 #: Percentiles of the bootstrap band.
@@ -176,8 +195,9 @@ CALIBRATION_COLUMNS: tuple[str, ...] = (
     "world_sizes",
     "models",
     "overhead_s", "framework", "pattern", "library", "source", "c_s", "alpha_s", "beta_Bps",
-    "per_worker_s", "server_beta_Bps", "job_s", "job_per_executor_s", "offset_s", "projection_offset_s",
-    "host_runs", "host_rel_rmse", "fitted", "note",
+    "per_worker_s", "server_beta_Bps", "job_s", "job_per_executor_s", "spark_source", "spark_step_s",
+    "spark_step_per_executor_s", "spark_executors", "spark_points", "spark_rmse_s", "spark_rel_rmse",
+    "spark_residuals_s", "offset_s", "projection_offset_s", "host_runs", "host_rel_rmse", "fitted", "note",
 )  # fmt: skip
 FIT_COLUMNS: tuple[str, ...] = (
     "library", "op", "coefficient", "value", "identified", "points", "worlds", "sizes",
@@ -333,6 +353,10 @@ class Fit:
     max_abs_rel_error: float = math.nan
     host_cores: int = 0
     network: str = HOST
+    #: Root-mean-square residual in seconds, and the median residual (measured - fitted) at
+    #: each world, where a fit reports them (``fit_spark_step``).
+    rmse_s: float = math.nan
+    residuals_s: tuple[tuple[int, float], ...] = ()
 
     def get(self, name: str) -> float:
         return float(self.coefficients.get(name, 0.0))
@@ -1007,17 +1031,99 @@ def library_comm(
         data = batch_per_rank * SAMPLE_BYTES.get(dataset or "", 0)
         return combine(*ps_parts(fit, p, size, link, ranks_per_node, num_ps, data), fit.get("overlap"))
     if cal.pattern == BIGDL:
-        job, shuffle = cal.fits.get("job"), cal.fits["shuffle"]
-        scheduling = (
-            0.0 if job is None else BIGDL_JOBS_PER_ITERATION * (job.get("c") + n * job.get("per_task"))
-        )
-        fixed = shuffle.get("c") if job is None else 0.0  # fitted on runs: the per-step Spark cost
-        return (
-            scheduling
-            + fixed
-            + combine(*exchange_parts(shuffle, n, size, link, cores), shuffle.get("overlap"))
-        )
+        shuffle = cal.fits["shuffle"]
+        exchange = combine(*exchange_parts(shuffle, n, size, link, cores), shuffle.get("overlap"))
+        return spark_step_cost(cal, n) + exchange
     raise ValueError(f"unknown synchronisation pattern {cal.pattern!r}")
+
+
+def spark_step_cost(cal: Calibration, executors: Any) -> np.ndarray:
+    """BigDL's per-iteration Spark cost (the driver scheduling, launching and collecting one
+    task per executor for each of the iteration's jobs) at each of ``executors``.
+
+    From the set-up's host runs where they pin it (``fit_spark_step``: two or more executor
+    counts), else from the micro-benchmark's JVM-only jobs, ``2·(j_0 + j_1·N)``, else (library
+    fitted on runs, ``source = runs``) the shuffle fit's constant: see the module docstring.
+    """
+    n = np.asarray(executors, dtype="float64")
+    step, job = cal.fits.get(SPARK_STEP), cal.fits.get("job")
+    if step is not None:
+        return step.get("c") + n * step.get("per_executor")
+    if job is not None:
+        return BIGDL_JOBS_PER_ITERATION * (job.get("c") + n * job.get("per_task"))
+    return np.full_like(n, cal.fits["shuffle"].get("c"))
+
+
+def fit_spark_step(cal: Calibration, host_runs: pd.DataFrame) -> Fit | None:
+    """BigDL's per-iteration Spark cost as a line in the executors ``N``, fitted on its
+    host-network runs: ``exposed - exchange(N) = s_0 + s_1·N``, ``s_0, s_1 >= 0``.
+
+    Why from runs: a training iteration's Spark cost grows far faster with the executors
+    than a JVM-only job of ``N`` empty tasks (the micro-benchmark's ``j_1``, about 12 ms per
+    executor here, against about 120 ms in training runs at 1-4 executors), since a real
+    task deserialises the model, fetches the weights and its driver waits for the slowest
+    executor. The block exchange (``exchange_parts``, micro-benchmark ``shuffle`` fit, with
+    the host's contention) is taken off each run's exposed time and a line with
+    non-negative coefficients is fitted by bounded least squares (``scipy.optimize.lsq_linear``, exact ``bvls``;
+    absolute residuals: the points are all tenths of a second). None where the runs cannot
+    pin a slope (fewer than two executor counts) or the set-up is not BigDL's; the model
+    then falls back to the micro-benchmark (``spark_step_cost``).
+
+    Only host-network runs belong here (``validate``'s held-out runs are the emulated ones).
+    On this shared host the runs' slope carries the contention of ``N`` JVMs on its cores; a
+    projection to nodes with cores of their own keeps it (no measurement separates it).
+    """
+    if cal.pattern != BIGDL or "shuffle" not in cal.fits or host_runs.empty:
+        return None
+    group = host_runs[host_runs["exposed_s"].notna() & host_runs["network"].eq(HOST)]
+    if group["nodes"].nunique() < 2:
+        return None
+    shuffle = cal.fits["shuffle"]
+    n = group["nodes"].to_numpy(dtype="float64")
+    size = group["gradient_bytes"].to_numpy(dtype="float64")
+    exchange = combine(
+        *exchange_parts(shuffle, n, size, Link.host(), cal.host_cores or None), shuffle.get("overlap")
+    )
+    measured = group["exposed_s"].to_numpy(dtype="float64")
+    design_matrix = np.column_stack([np.ones_like(n), n])
+    solution = lsq_linear(design_matrix, measured - exchange, bounds=(0.0, np.inf), method="bvls").x
+    residual = measured - (exchange + design_matrix @ solution)
+    rel = residual / np.maximum(np.abs(measured), _WEIGHT_FLOOR_S)
+    by_count = pd.Series(residual).groupby(n.astype("int64")).median()
+    return Fit(
+        library=cal.library,
+        op=SPARK_STEP,
+        coefficients={"c": float(solution[0]), "per_executor": float(solution[1])},
+        identified=("c", "per_executor"),
+        points=len(group),
+        worlds=tuple(int(w) for w in sorted(set(n.astype("int64")))),
+        sizes=tuple(int(s) for s in sorted(set(size))),
+        rel_rmse=float(np.sqrt(np.mean(rel**2))),
+        max_abs_rel_error=float(np.max(np.abs(rel))),
+        host_cores=cal.host_cores,
+        network=HOST,
+        rmse_s=float(np.sqrt(np.mean(residual**2))),
+        residuals_s=tuple((int(k), float(v)) for k, v in by_count.items()),
+    )
+
+
+def with_spark_step(cal: Calibration, host_runs: pd.DataFrame) -> Calibration:
+    """``cal`` with BigDL's per-iteration Spark cost from its host runs where they pin it
+    (``fit_spark_step``), and a note of the term's source; other set-ups unchanged."""
+    if cal.pattern != BIGDL:
+        return cal
+    step = fit_spark_step(cal, host_runs)
+    counts = sorted(int(c) for c in host_runs["nodes"].unique()) if len(host_runs) else []
+    if step is None:
+        where = f"at one executor count ({counts[0]})" if counts else "none"
+        return dataclasses.replace(
+            cal, note=f"Spark per-iteration cost from the micro-benchmark (host runs: {where})"
+        )
+    return dataclasses.replace(
+        cal,
+        fits={**cal.fits, SPARK_STEP: step},
+        note=f"Spark per-iteration cost from {step.points} host runs at {';'.join(map(str, step.worlds))} executors",
+    )
 
 
 def setup_of(framework: str, versions: Any = None) -> str:
@@ -1154,7 +1260,7 @@ def calibrate_measured(
             if cal is not None:
                 out[setup] = cal
             continue
-        cal = Calibration(setup, pattern, library, "commbench", own)
+        cal = with_spark_step(Calibration(setup, pattern, library, "commbench", own), group)
         out[setup] = with_offset(cal, group, num_ps)
     return out
 
@@ -1163,7 +1269,7 @@ def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> C
     """``cal`` with its offset: the median of (measured exposed - library model) over host runs."""
     group = host_runs[host_runs["exposed_s"].notna()]
     if group.empty:
-        return dataclasses.replace(cal, note="no host runs: offset 0")
+        return dataclasses.replace(cal, note="; ".join(filter(None, ("no host runs: offset 0", cal.note))))
     cores = cal.host_cores or None
     measured = group["exposed_s"].to_numpy(dtype="float64")
     modelled = np.empty(len(group))
@@ -1216,6 +1322,7 @@ def calibration_table(calibrations: Mapping[str, Calibration]) -> pd.DataFrame:
                 ),
                 "job_s": job.get("c") if job else math.nan,
                 "job_per_executor_s": job.get("per_task") if job else math.nan,
+                **spark_step_columns(cal),
                 "offset_s": cal.offset_s, "projection_offset_s": cal.projection_offset_s,
                 "host_runs": cal.host_runs, "host_rel_rmse": cal.host_rel_rmse,
                 "fitted": ";".join(f"{op}:{'+'.join(f.identified)}" for op, f in cal.fits.items()),
@@ -1223,6 +1330,41 @@ def calibration_table(calibrations: Mapping[str, Calibration]) -> pd.DataFrame:
             }
         )  # fmt: skip
     return pd.DataFrame(rows, columns=list(CALIBRATION_COLUMNS))
+
+
+def spark_step_columns(cal: Calibration) -> dict[str, Any]:
+    """``calibration.csv``'s columns of BigDL's per-iteration Spark cost: its source
+    (``runs``: fitted on host runs, ``commbench``: the micro-benchmark's two jobs,
+    ``library-runs``: the whole library fitted on runs), the per-iteration fixed cost and
+    slope in the executors, the executor counts and points it was fitted on, and its residuals
+    (root mean square in seconds, relative, and the median residual per executor count)."""
+    step, job = cal.fits.get(SPARK_STEP), cal.fits.get("job")
+    empty = dict.fromkeys(
+        ("spark_step_s", "spark_step_per_executor_s", "spark_points", "spark_rmse_s", "spark_rel_rmse"),
+        math.nan,
+    )
+    if cal.pattern != BIGDL:
+        return {"spark_source": "", "spark_executors": "", "spark_residuals_s": "", **empty}
+    if step is not None:
+        return {
+            "spark_source": "runs", "spark_step_s": step.get("c"),
+            "spark_step_per_executor_s": step.get("per_executor"), "spark_executors": ";".join(map(str, step.worlds)),
+            "spark_points": step.points, "spark_rmse_s": step.rmse_s, "spark_rel_rmse": step.rel_rmse,
+            "spark_residuals_s": ";".join(f"{k}:{v:+.4g}" for k, v in step.residuals_s),
+        }  # fmt: skip
+    if job is not None:
+        return {
+            "spark_source": "commbench", "spark_step_s": BIGDL_JOBS_PER_ITERATION * job.get("c"),
+            "spark_step_per_executor_s": BIGDL_JOBS_PER_ITERATION * job.get("per_task"),
+            "spark_executors": ";".join(map(str, job.worlds)), "spark_points": job.points,
+            "spark_rmse_s": math.nan, "spark_rel_rmse": job.rel_rmse, "spark_residuals_s": "",
+        }  # fmt: skip
+    shuffle = cal.fits.get("shuffle")
+    return {
+        **empty, "spark_source": "library-runs" if cal.source == "runs" else "commbench-shuffle", "spark_step_s": shuffle.get("c") if shuffle else math.nan,
+        "spark_step_per_executor_s": 0.0, "spark_executors": ";".join(map(str, cal.world_sizes)),
+        "spark_residuals_s": "",
+    }  # fmt: skip
 
 
 # --- compute ----------------------------------------------------------------------------------
@@ -1836,6 +1978,11 @@ __all__ = (
     "calibrate",
     "calibrate_measured",
     "calibration_table",
+    "fit_spark_step",
+    "spark_step_cost",
+    "spark_step_columns",
+    "with_spark_step",
+    "SPARK_STEP",
     "commbench_cells",
     "compute_baselines",
     "contention",

@@ -324,11 +324,18 @@ def test_calibration_takes_the_library_from_benchmarks_and_the_offset_from_runs(
     assert set(cals) == set(catalog.SETUP_PATTERNS)
     for cal in cals.values():
         assert cal.source == "commbench"
-        assert cal.offset_s == pytest.approx(0.002, abs=1e-9)
+        # BigDL's runs at 1, 2 and 4 executors give its Spark line, whose fixed cost takes
+        # the offset in (the line is fitted on the same exposed time)
+        offset = 0.0 if cal.pattern == pm.BIGDL else 0.002
+        assert cal.offset_s == pytest.approx(offset, abs=1e-9)
         assert cal.host_rel_rmse < 1e-6
     table = pm.calibration_table(cals).set_index("setup")
     assert list(table.reset_index().columns) == list(pm.CALIBRATION_COLUMNS)
     assert table.loc["bigdl", "job_per_executor_s"] == pytest.approx(TRUE["job"]["per_task"])
+    assert table.loc["bigdl", "spark_source"] == "runs"
+    assert table.loc["bigdl", "spark_step_s"] == pytest.approx(2 * TRUE["job"]["c"] + 0.002)
+    assert table.loc["bigdl", "spark_step_per_executor_s"] == pytest.approx(2 * TRUE["job"]["per_task"])
+    assert table.loc["torch", "spark_source"] == "" and math.isnan(table.loc["torch", "spark_step_s"])
     assert table.loc["torch", "beta_Bps"] == pytest.approx(1.2e9)
 
 
@@ -364,6 +371,147 @@ def test_spark_cost_grows_with_executors_when_the_data_say_so(slope: float) -> N
         assert driver[-1] == pytest.approx(2 * (TRUE["job"]["c"] + 1024 * slope), rel=1e-6)
     else:  # flat when the data are
         assert driver == pytest.approx(np.full(4, 2 * TRUE["job"]["c"]), rel=1e-6)
+
+
+def bigdl_runs(
+    fits,
+    slope: float,
+    fixed: float = 0.15,
+    counts: tuple[int, ...] = (1, 2, 4),
+    repeats: int = 1,
+    noise: float = 0.0,
+    seed: int = 0,
+    network: str = "host",
+    compute: float = 0.05,
+) -> pd.DataFrame:
+    """BigDL LeNet runs whose exposed time is the modelled block exchange (micro-benchmark
+    ``shuffle`` fit, 2 host cores) plus a Spark cost per iteration of ``fixed + slope·N``."""
+    micro = pm.calibrate(pd.DataFrame(), fits)["bigdl"]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for nodes in counts:
+        library = pm.library_comm(micro, "lenet", [nodes], 1, pm.Link.host(), 2)
+        exchange = float(library[0] - pm.spark_step_cost(micro, [nodes])[0])
+        for r in range(repeats):
+            exposed = (exchange + fixed + slope * nodes) * (1 + noise * rng.standard_normal())
+            row = run_row("bigdl", "lenet", nodes, compute=compute, exposed=exposed, network=network)
+            rows.append(dict(row, run_id=row["run_id"].replace("/r0", f"/r{r}")))
+    return pd.DataFrame(rows)
+
+
+def bigdl_exchange(micro: pm.Calibration, nodes: np.ndarray, link: pm.Link) -> np.ndarray:
+    """The library's BigDL time less its Spark per-iteration cost: the block exchange."""
+    return pm.library_comm(micro, "lenet", nodes, 1, link, None) - pm.spark_step_cost(micro, nodes)
+
+
+@pytest.mark.parametrize("slope", [0.12, 0.0])
+def test_spark_cost_per_iteration_comes_from_runs_that_pin_it(exact_fits, slope: float) -> None:
+    """Runs at 1, 2 and 4 executors whose Spark cost grows by ``slope`` per executor (60x the
+    micro-benchmark's 2 x 2 ms) give a model whose BigDL time grows at the runs' slope, and a
+    projection whose efficiency falls accordingly; flat runs give a flat term."""
+    runs = bigdl_runs(exact_fits, slope, repeats=2)
+    cal = pm.calibrate(runs, exact_fits)["bigdl"]
+    step = cal.fits[pm.SPARK_STEP]
+    assert step.get("c") == pytest.approx(0.15, rel=1e-6)
+    assert step.get("per_executor") == pytest.approx(slope, abs=1e-9)
+    assert step.worlds == (1, 2, 4) and step.points == 6 and step.rmse_s < 1e-9
+    assert cal.offset_s == pytest.approx(0.0, abs=1e-9) and cal.projection_offset_s == pytest.approx(
+        0.0, abs=1e-9
+    )
+    row = pm.calibration_table({"bigdl": cal}).iloc[0]
+    assert row["spark_source"] == "runs" and row["spark_executors"] == "1;2;4" and row["spark_points"] == 6
+    assert row["spark_step_per_executor_s"] == pytest.approx(slope, abs=1e-9)
+    assert abs(row["spark_rmse_s"]) < 1e-9 and "step:c+per_executor" in row["fitted"]
+    assert "host runs at 1;2;4 executors" in row["note"]
+
+    micro = pm.calibrate(pd.DataFrame(), exact_fits)["bigdl"]
+    nodes = np.array([1.0, 16, 256, 1024])
+    link = pm.Link.of_preset(PRESETS["th-express2"])
+    exchange = bigdl_exchange(micro, nodes, link)
+    comm = pm.library_comm(cal, "lenet", nodes, 1, link, None)
+    assert comm - exchange == pytest.approx(0.15 + slope * nodes, rel=1e-6)
+
+    projected = pm.project(runs, {"bigdl": cal}, PRESETS["th-express2"], 1024).table.set_index("nodes")
+    counts = projected.index.to_numpy(dtype="float64")
+    steps = 0.05 + 0.15 + slope * counts + bigdl_exchange(micro, counts, link)
+    assert projected["efficiency"].to_numpy() == pytest.approx(steps[0] / steps, rel=1e-6)
+    fallback = pm.project(runs, {"bigdl": micro}, PRESETS["th-express2"], 1024).table.set_index("nodes")
+    if slope:  # 0.12 s per executor: below 50% from 2 executors on, far below the micro-benchmark's
+        assert np.all(np.diff(projected["efficiency"]) < 0)
+        assert np.all(projected["efficiency"].iloc[1:] < fallback["efficiency"].iloc[1:])
+        assert projected.loc[1024, "efficiency"] < 0.01
+    else:  # flat: only the exchange grows, and less than with the micro-benchmark's 4 ms per executor
+        assert projected.loc[1024, "efficiency"] > fallback.loc[1024, "efficiency"]
+
+
+def test_spark_line_has_a_non_negative_slope() -> None:
+    """Runs whose Spark cost falls with the executors (noise on a shared host) give a flat
+    term, never one that gets cheaper the more executors there are."""
+    fits = pm.fit_commbench(pm.commbench_cells(synthetic_bench()))
+    runs = bigdl_runs(fits, slope=-0.02, fixed=0.3)
+    step = pm.calibrate(runs, fits)["bigdl"].fits[pm.SPARK_STEP]
+    assert step.get("per_executor") == 0.0 and step.get("c") > 0
+    assert dict(step.residuals_s).keys() == {1, 2, 4}
+
+
+def test_one_executor_count_falls_back_to_the_micro_benchmark(exact_fits) -> None:
+    """Runs at one executor count cannot pin a slope: the micro-benchmark's 2·(j_0 + j_1·N)."""
+    runs = bigdl_runs(exact_fits, 0.12, counts=(2,), repeats=3)
+    cal = pm.calibrate(runs, exact_fits)["bigdl"]
+    assert pm.SPARK_STEP not in cal.fits
+    nodes = np.array([1.0, 2, 64, 1024])
+    job = TRUE["job"]
+    assert pm.spark_step_cost(cal, nodes) == pytest.approx(2 * (job["c"] + job["per_task"] * nodes), rel=1e-6)
+    row = pm.calibration_table({"bigdl": cal}).iloc[0]
+    assert row["spark_source"] == "commbench"
+    assert row["spark_step_per_executor_s"] == pytest.approx(2 * job["per_task"], rel=1e-6)
+    assert "one executor count (2)" in row["note"]
+
+
+def test_held_out_runs_never_reach_the_spark_line(exact_fits) -> None:
+    """The line is fitted on host-network runs only, in calibration and in every bootstrap
+    replicate; the emulated runs are all validated, none fitted."""
+    host = bigdl_runs(exact_fits, 0.12, repeats=2)
+    emulated = bigdl_runs(exact_fits, 0.5, fixed=1.0, network="emulated-1gbe")
+    both = pd.concat([host, emulated], ignore_index=True)
+    alone, mixed = pm.calibrate(host, exact_fits)["bigdl"], pm.calibrate(both, exact_fits)["bigdl"]
+    assert mixed.fits[pm.SPARK_STEP] == alone.fits[pm.SPARK_STEP]
+    validation = pm.validate(both, {"bigdl": mixed}, exact_fits)
+    assert sorted(validation["run_id"]) == sorted(emulated["run_id"])
+    reps, _ = pm.bootstrap(both, synthetic_bench(), replicates=20, seed=1)
+    slopes = [
+        r["bigdl"].fits[pm.SPARK_STEP].get("per_executor") for r in reps if pm.SPARK_STEP in r["bigdl"].fits
+    ]
+    assert slopes and slopes == pytest.approx([0.12] * len(slopes), rel=1e-6)
+
+
+def test_spark_band_reflects_the_runs_and_widens_without_them(exact_fits) -> None:
+    """With exact micro-benchmarks and fixed compute, BigDL's band comes from the Spark line
+    refitted on resampled runs alone; fewer runs (2 instead of 6 per executor count) widen it."""
+    raw = synthetic_bench()
+    full = bigdl_runs(exact_fits, 0.12, repeats=6, noise=0.15, seed=3)
+    sparse = full.groupby("nodes", sort=False).head(2).reset_index(drop=True)
+
+    def band(runs: pd.DataFrame) -> tuple[pd.Series, list[float]]:
+        cals = pm.calibrate(runs, exact_fits)
+        reps, curves = pm.bootstrap(runs, raw, replicates=60, seed=5)
+        table = pm.project(
+            runs, cals, PRESETS["th-express2"], 64, replicates=reps, replicate_curves=curves
+        ).table
+        slopes = [
+            r["bigdl"].fits[pm.SPARK_STEP].get("per_executor")
+            for r in reps
+            if pm.SPARK_STEP in r["bigdl"].fits
+        ]
+        return table[(table["setup"] == "bigdl") & (table["nodes"] == 16)].iloc[0], slopes
+
+    at16, slopes = band(full)
+    assert at16["efficiency_lo"] <= at16["efficiency"] <= at16["efficiency_hi"]
+    assert np.std(slopes) > 0.005  # the line is refitted in every replicate
+    sparse16, _ = band(sparse)
+    full_width = at16["efficiency_hi"] - at16["efficiency_lo"]
+    assert full_width > 0
+    assert sparse16["efficiency_hi"] - sparse16["efficiency_lo"] > 1.3 * full_width
 
 
 def test_parameter_server_bottleneck_and_the_emulation_of_it(exact_fits) -> None:
