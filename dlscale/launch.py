@@ -297,6 +297,12 @@ def describe_group_failure(label: str, returncode: int, parts: dict[int, list[di
             silent.append(rank)
         elif ends[-1].get("status") == "failed" and "SIGTERM" not in str(ends[-1].get("reason")):
             failed.append((rank, str(ends[-1].get("reason"))))
+    # A rank's death recorded by what outlived its process (TensorFlow ps mode under SLURM:
+    # the task's agent saw its worker server killed) is the cause; a rank that the step's
+    # end then killed before it could write its own end is the consequence.
+    for rank, reason in failed:
+        if reason.startswith(f"rank {rank} died"):
+            return reason
     if silent:
         rank = silent[0]
         iterations = [e["iteration"] for e in parts[rank] if e.get("event") == "iteration"]

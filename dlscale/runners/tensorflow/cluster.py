@@ -79,6 +79,17 @@ def cluster_of(env: Mapping[str, str], where: Placement) -> dict[str, list[str]]
     return from_placement(where)
 
 
+def peers_of(cluster: Mapping[str, list[str]]) -> list[tuple[str, str]]:
+    """Every task of ``cluster`` as ``(who, "host:port")``, named as a person reads them:
+    MWMS workers are ranks ("rank 1"); ps-mode tasks keep their job ("worker 1", "ps 0")."""
+    found = []
+    for job, addresses in cluster.items():
+        for index, address in enumerate(addresses):
+            who = f"rank {index}" if job == "worker" and "chief" not in cluster else f"{job} {index}"
+            found.append((who, address))
+    return found
+
+
 def tf_config(cluster: Mapping[str, list[str]], task_type: str, index: int) -> dict[str, Any]:
     """The TF_CONFIG of one task; raises if the task is not in the cluster."""
     if index < 0 or index >= len(cluster.get(task_type, [])):

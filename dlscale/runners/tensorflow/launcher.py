@@ -6,8 +6,10 @@
   1), one worker server per rank of the study's world (n x p workers), and ``num_ps``
   parameter servers. The servers are ``dlscale.runners.tensorflow.server`` processes; they
   leave when the chief says it is done.
-Ports are chosen here, free at planning time, and every process gets the same cluster spec
-in ``DLSCALE_TF_CLUSTER``; nothing assumes that ports beyond the launcher's are free.
+Locally, ports are chosen here, free at planning time, and every process gets the same
+cluster spec in ``DLSCALE_TF_CLUSTER``; nothing assumes that ports beyond the launcher's are
+free. Inside a SLURM allocation ps mode is one srun step of node agents (``slurm_ps``) that
+derive the spec from the placement, as MWMS ranks do.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import json
 from typing import Any
 
 from dlscale import placement
-from dlscale.runners.plan import LaunchContext, Plan, Process, per_rank_plan
+from dlscale.runners.plan import LaunchContext, Plan, Process, per_rank_plan, slurm_env, srun_argv
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import settings as tf_settings
 from dlscale.runspec import RunSpec
 
 RUNNER = "dlscale.runners.tensorflow"
 SERVER = "dlscale.runners.tensorflow.server"
+AGENT = "dlscale.runners.tensorflow.slurm_ps"
 
 
 def listens_on_every_interface(spec: RunSpec) -> str | None:
@@ -68,12 +71,10 @@ def plan(ctx: LaunchContext) -> Plan:
 
 
 def ps_plan(ctx: LaunchContext) -> Plan:
-    """Chief + workers + parameter servers, all on this host (emulated nodes)."""
-    if ctx.mode != "local":
-        raise ValueError(
-            "tensorflow.strategy ps runs with the local launcher only (one host) for now;"
-            " inside a SLURM allocation use strategy mwms"
-        )
+    """Chief + workers + parameter servers: on this host's emulated nodes, or in a SLURM
+    allocation (``slurm_ps_plan``)."""
+    if ctx.mode == "slurm":
+        return slurm_ps_plan(ctx)
     spec = ctx.spec
     workers = spec.world_size
     num_ps = spec.options["num_ps"]
@@ -101,3 +102,20 @@ def ps_plan(ctx: LaunchContext) -> Plan:
             # when a server died; a server that dies after the chief's clean end is moot).
             processes.append(Process(f"{job} {index}", argv, dict(common), rank=0, node=task_nodes[task]))
     return Plan(processes, reporting_ranks=1)
+
+
+def slurm_ps_plan(ctx: LaunchContext) -> Plan:
+    """ps mode inside a SLURM allocation: one srun step, one task per rank (n x p).
+
+    Each task runs the node agent (``slurm_ps``), which derives the cluster spec from the
+    step's placement and starts the task's share: worker k on rank k, parameter server j
+    on node j mod n (by its local rank 0, as the local plan spreads them), and on rank 0
+    the chief, whose part file holds the run's iterations (global samples: 1 reporting
+    rank). The ports cannot be chosen here: other nodes' ports cannot be probed.
+    """
+    spec = ctx.spec
+    num_ps = spec.options["num_ps"]
+    argv = srun_argv(ctx, *ctx.runner_argv(AGENT))
+    env = {**slurm_env(ctx), **tf_env(ctx)}
+    label = f"srun ({spec.world_size} tasks: chief, {spec.world_size} worker(s), {num_ps} ps)"
+    return Plan([Process(label, argv, env, None)], reporting_ranks=1)

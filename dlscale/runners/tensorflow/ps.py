@@ -49,7 +49,7 @@ def make_coordinator(tf: Any) -> tuple[Any, Any, dict[str, list[str]]]:
     if not os.environ.get(cluster_mod.ENV_CLUSTER):
         raise RuntimeError(
             "tensorflow.strategy ps needs the plan's cluster spec (DLSCALE_TF_CLUSTER): start it with"
-            " python -m dlscale.launch; under srun use strategy mwms"
+            " python -m dlscale.launch (under SLURM its srun step runs dlscale.runners.tensorflow.slurm_ps)"
         )
     cluster = json.loads(os.environ[cluster_mod.ENV_CLUSTER])
     os.environ["TF_CONFIG"] = json.dumps(cluster_mod.tf_config(cluster, "chief", 0))

@@ -50,13 +50,7 @@ def peers(ctx: RunContext) -> list[tuple[str, str]]:
     dlscale.runners.common before any gRPC server starts)."""
     from dlscale.runners.tensorflow import cluster as cluster_mod
 
-    cluster = cluster_mod.cluster_of(os.environ, ctx.placement)
-    found = []
-    for job, addresses in cluster.items():
-        for index, address in enumerate(addresses):
-            who = f"rank {index}" if job == "worker" and "chief" not in cluster else f"{job} {index}"
-            found.append((who, address))
-    return found
+    return cluster_mod.peers_of(cluster_mod.cluster_of(os.environ, ctx.placement))
 
 
 def train(ctx: RunContext) -> None:
