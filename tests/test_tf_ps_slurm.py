@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -145,6 +146,86 @@ def test_agent_reasons_name_the_process_and_the_iteration(tmp_path):
     )
     assert slurm_ps.child_failure(ps, -9, tmp_path).startswith("parameter server 0 died (SIGKILL, on n1")
     assert slurm_ps.iteration_phrase(tmp_path / "nowhere") == "before the first iteration"
+
+
+def slurm_task(
+    rank: int, hosts: str = "localhost", per_node: str = "2", world: int = 2
+) -> placement.Placement:
+    """Task ``rank``'s placement as srun would describe it (by default 2 tasks on localhost)."""
+    env = {
+        "SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_STEP_NODELIST": hosts,
+        "SLURM_STEP_TASKS_PER_NODE": per_node, "SLURMD_NODENAME": "localhost", "DLSCALE_MASTER_PORT": "31000",
+    }  # fmt: skip
+    return placement.from_slurm(env)
+
+
+def agent_with(tmp_path: Path, rank: int, commands: dict[str, str], **where) -> slurm_ps.Agent:
+    """An agent whose children run ``commands`` (label -> Python code) instead of TensorFlow."""
+    agent = slurm_ps.Agent([], slurm_task(rank, **where), 1, tmp_path)
+    agent.argv_of = lambda task: [sys.executable, "-c", commands[task.label]]
+    return agent
+
+
+@pytest.fixture
+def own_sigterm():
+    """Agent.run installs a SIGTERM handler: the test process gets its own back."""
+    before = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, before)
+
+
+def test_agent_fails_at_once_when_a_child_dies_and_names_it(tmp_path, own_sigterm):
+    (tmp_path / "rank0.jsonl").write_text('{"event":"iteration","iteration":2}\n')
+    slow = "import time; time.sleep(60)"
+    agent = agent_with(
+        tmp_path, 0, {"chief": slow, "worker 0": "import os; os.kill(os.getpid(), 9)", "ps 0": slow}
+    )
+    assert agent.run() == 1
+    assert [proc.returncode for _, proc in agent.children] == [
+        -signal.SIGTERM,
+        -signal.SIGKILL,
+        -signal.SIGTERM,
+    ]
+    ends = [e for e in part_events(tmp_path / "rank0.jsonl") if e.get("event") == "rank_end"]
+    # The chief (here a stand-in that wrote nothing) left no end: the agent's is rank 0's story.
+    assert ends[-1]["reason"] == "rank 0 died (worker 0, SIGKILL) at iteration 3"
+
+
+def test_agent_forwards_sigterm_and_ends_its_rank(tmp_path, own_sigterm):
+    agent = agent_with(tmp_path, 1, {"worker 1": "import time; time.sleep(60)"})
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        assert agent.run() == 1
+    finally:
+        timer.cancel()
+    assert [proc.returncode for _, proc in agent.children] == [-signal.SIGTERM]
+    events = part_events(tmp_path / "rank1.jsonl")
+    assert events[0]["event"] == "rank_start" and events[0]["host"] == "localhost"
+    assert events[0]["processes"] == {"worker 1": agent.children[0][1].pid}
+    assert (
+        events[-1]["reason"]
+        == "terminated by SIGTERM (time limit or cancellation) before the first iteration"
+    )
+
+
+def test_agent_ends_ok_when_every_child_does(tmp_path, own_sigterm):
+    agent = agent_with(tmp_path, 1, {"worker 1": "pass"})
+    assert agent.run() == 0
+    assert [e["event"] for e in part_events(tmp_path / "rank1.jsonl")] == ["rank_start", "rank_end"]
+    assert part_events(tmp_path / "rank1.jsonl")[-1]["status"] == "ok"
+
+
+def test_agent_refuses_a_peer_name_that_does_not_resolve(tmp_path, own_sigterm):
+    # Issue 22: before any server starts, with MWMS's words; nothing is started.
+    agent = agent_with(tmp_path, 1, {}, hosts="localhost,no-such-node.invalid", per_node="1(x2)")
+    assert agent.run() == 2
+    assert agent.children == []
+    reason = part_events(tmp_path / "rank1.jsonl")[-1]["reason"]
+    assert reason.startswith("worker 1 (no-such-node.invalid:31003) unreachable from rank 1: name"), reason
+    assert "no-such-node.invalid does not resolve" in reason
+    parts = launch.read_parts(tmp_path)
+    assert launch.describe_group_failure("srun", 1, parts) == reason
 
 
 # --- real: SLURM test cluster ------------------------------------------------------------

@@ -185,7 +185,7 @@ class Agent:
         self.children: list[tuple[Task, subprocess.Popen[bytes]]] = []
         self.terminated = False
         self.part = work_dir / f"rank{where.rank}.jsonl"
-        # Rank 0's part file is the chief's: the agent writes there only after the chief is gone.
+        # Rank 0's part file is the chief's: the agent adds only an end the chief could not write.
         self.writer: PartWriter | None = None if where.rank == 0 else PartWriter(self.part)
         self.name = f"[tf ps agent, rank {where.rank} on {where.host}, pid {os.getpid()}]"
 
