@@ -96,7 +96,11 @@ per-byte time ``g_n = 1/beta_n`` to every message and byte that crosses it
   per executor for a JVM-only job): a real task deserialises the model and fetches the
   weights, and the driver waits for the slowest executor. On this 2-core host the runs'
   slope carries the contention of ``N`` JVMs too, and the projection keeps it (nothing
-  measured separates the two). Only where the runs cannot pin a slope (one executor count,
+  measured separates the two). The line is what the exchange model leaves of the runs'
+  growth, so it is only as good as the ``shuffle`` fit: a shuffle sweep at 1-2 executors
+  can fit the exchange's per-message cost so high that it takes all the growth (seen on
+  one sweep: ``s_1 = 0``, validation errors doubled); 1, 2 and 4 pin it. Only where the
+  runs cannot pin a slope (one executor count,
   the default study's 1-2 executors pin one only just) does it fall back to the
   micro-benchmark's ``spark`` ``job`` rows (a JVM-only job of ``N`` tasks, ``t_job = j_0 +
   j_1·N``): ``spark(N) = 2·(j_0 + j_1·N)``. ``calibration.csv`` names the source
