@@ -395,7 +395,7 @@ class Launch:
         try:
             self.plan = runner_launcher(spec.framework).plan(ctx)
         except (ValueError, RuntimeError, OSError) as err:
-            # A run that cannot be laid out (no Caffe build, ports past 65535, ...) is a
+            # A run that cannot be laid out (no Caffe build, ...) is a
             # recorded failure with its reason, like any other.
             self.failure = f"cannot start the run: {err}"
             print(f"[launch] FAILED: {self.failure}", file=sys.stderr, flush=True)
