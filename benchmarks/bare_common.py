@@ -58,7 +58,11 @@ def normalised(images: np.ndarray, model: str, mean: float, std: float, nchw: bo
         x -= np.float32(mean)
         x /= np.float32(std)
     if nchw:
-        x = x.transpose(0, 3, 1, 2)
+        # A copy with canonical strides, not ascontiguousarray: the transposed view of 1-channel
+        # images already counts as C-contiguous, so ascontiguousarray kept its strides, and the
+        # gathered batches reached torch with a channel stride of 28 where the runner's have 784
+        # (dlscale.runners.torch.data): a layout that kernels may tell apart, so not the runner's.
+        return x.transpose(0, 3, 1, 2).copy(order="C")
     return np.ascontiguousarray(x, dtype=np.float32)
 
 

@@ -27,6 +27,7 @@ import torch
 from benchmarks import worker_cli
 from benchmarks.bare_common import Dataset, bare_loop, matmul_peak
 from benchmarks.runner_arm import rotate_arms, runner_arm
+from dlscale.runners.torch import settings
 from dlscale.runners.torch import train as runner
 from dlscale.runners.torch.models import build_model, parameter_count
 from dlscale.runspec import RunSpec
@@ -36,27 +37,32 @@ def loss_function(model: str) -> Any:
     return torch.nn.BCEWithLogitsLoss() if model == "autoencoder" else torch.nn.CrossEntropyLoss()
 
 
+def feed(spec: RunSpec, images: Any, labels: Any) -> tuple[Any, Any]:
+    """The tensors a bare step trains on, from a gathered numpy batch, as a plain loop makes
+    them (``torch.from_numpy``, the memory format the runner uses, the autoencoder's targets
+    its own pixels): values, dtype, shape and strides the runner's feed hands its step
+    (``dlscale.runners.torch.data.Batches``; tests/test_torch_runner.py checks it)."""
+    x = torch.from_numpy(images)
+    if settings.channels_last(spec):
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, (x.flatten(1) if spec.model == "autoencoder" else torch.from_numpy(labels))
+
+
 def bare(spec: RunSpec, dataset: Dataset) -> dict[str, float]:
     """A minimal training loop: same model, batch, threads and optimizer; per step a fresh
     batch gathered from the normalised set in memory, as a plain user loop does."""
     torch.manual_seed(spec.seed)
     model = build_model(spec.model)
-    channels_last = spec.options["channels_last"] and not spec.mnist_sized
-    if channels_last:
+    if settings.channels_last(spec):  # the runner's own rule
         model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.learning_rate, momentum=spec.momentum)
     loss_fn = loss_function(spec.model)
     model.train()
 
     batches = dataset.batches(spec.batch, spec.seed)
-    autoencoder = spec.model == "autoencoder"
 
     def step() -> None:
-        images, labels = next(batches)
-        x = torch.from_numpy(images)
-        if channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        y = x.flatten(1) if autoencoder else torch.from_numpy(labels)
+        x, y = feed(spec, *next(batches))
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()
         optimizer.step()
@@ -77,8 +83,6 @@ def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     runner.tune_allocator()
     # Likewise the run's engine (oneDNN on/off, dlscale.runners.torch.settings): the runner
     # sets it when it starts; set here first, the bare arm never runs with another one.
-    from dlscale.runners.torch import settings
-
     settings.apply(torch, spec)
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-torch-") as tmp:
         work = Path(tmp)

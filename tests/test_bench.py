@@ -474,6 +474,9 @@ def test_bare_loop_helpers(tmp_path):
     images = np.arange(2 * 2 * 2 * 1, dtype=np.uint8).reshape(2, 2, 2, 1)
     ae = bare_common.normalised(images, "autoencoder", 0.5, 0.25, nchw=True)
     assert ae.shape == (2, 1, 2, 2) and ae.dtype == np.float32 and ae.flags.c_contiguous
+    # Canonical strides, as the torch runner's tensors have (not the transposed view's, which
+    # numpy already calls C-contiguous when there is one channel).
+    assert ae.strides == (16, 16, 8, 4)
     assert ae[0, 0, 0, 1] == np.float32(1) / np.float32(255)
     cls = bare_common.normalised(images, "lenet", 0.5, 0.25, nchw=False)
     assert cls.shape == (2, 2, 2, 1) and cls[0, 0, 0, 0] == np.float32(-2.0)

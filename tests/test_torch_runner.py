@@ -118,6 +118,61 @@ def test_parameter_counts_match_reference(torch_py):
     }
 
 
+#: In the torch venv: the runner's feed (Batches, memory mode) and the benchmark's bare loop
+#: (bare_common.Dataset gathered per step, torch_worker.feed) for the same spec; what each
+#: hands the step, and the settings each trains under.
+SAME_FEED = """
+import json, sys, torch
+from pathlib import Path
+from benchmarks.bare_common import Dataset
+from benchmarks.runner_arm import context
+from benchmarks.torch_worker import feed
+from dlscale.runners.torch import settings
+from dlscale.runners.torch.data import Batches
+from dlscale.runspec import RunSpec
+
+spec = RunSpec.from_json(sys.argv[1])
+data, part = Path(sys.argv[2]), Path(sys.argv[3])
+batches = Batches(context(spec, data, part), torch)
+bare = Dataset(data, spec.model, nchw=True).batches(spec.batch, spec.seed)
+out = []
+for _ in range(3):
+    (xr, yr), (xb, yb) = batches.next(), feed(spec, *next(bare))
+    out.append({
+        "x_equal": bool(torch.equal(xr, xb)), "y_equal": bool(torch.equal(yr, yb)),
+        "x": [[list(t.shape), list(t.stride()), str(t.dtype)] for t in (xr, xb)],
+        "y": [[list(t.shape), list(t.stride()), str(t.dtype)] for t in (yr, yb)],
+    })
+print(json.dumps({"batches": out, "runner_channels_last": batches.channels_last,
+                  "recorded": settings.describe(spec)["channels_last"]}))
+"""
+
+
+@pytest.mark.parametrize("model", ["lenet", "autoencoder", "alexnet"])
+def test_bare_loop_feeds_the_step_what_the_runner_feeds_it(
+    torch_py, mnist_shards, imagenet_shards, tmp_path, model
+):
+    """The benchmark's bare loop (benchmarks.torch_worker) and the runner train on the same
+    tensors: same values, dtype, shape and strides (a channel stride of 28 instead of 784
+    was the bare loop's own layout before), under the one memory-format rule
+    (settings.channels_last) that the run record also states."""
+    data = imagenet_shards if catalog.model(model).datasets[0] == "imagenet" else mnist_shards
+    run = RunSpec.from_dict(spec(model=model, batch=8 if data == imagenet_shards else 64))
+    out = subprocess.run(
+        [str(torch_py), "-c", SAME_FEED, run.to_json(), str(data), str(tmp_path / "part.jsonl")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    for step in found["batches"]:
+        assert step["x_equal"] and step["y_equal"], step
+        assert step["x"][0] == step["x"][1] and step["y"][0] == step["y"][1], step
+    assert found["runner_channels_last"] is found["recorded"] is (model == "alexnet")
+
+
 def test_two_rank_lenet_learns_on_real_mnist(torch_py, mnist_shards, tmp_path):
     events_path = tmp_path / "events.jsonl"
     proc = launch(torch_py, spec(nodes=2, iterations=60, batch=64), mnist_shards, events_path)

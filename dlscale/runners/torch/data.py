@@ -14,6 +14,7 @@ import numpy as np
 from dlscale.data.shards import IndexBatches, ShardSet
 from dlscale.runners.common import RunContext
 from dlscale.runners.prepared import prepare_whole
+from dlscale.runners.torch import settings as torch_settings
 
 
 class Batches:
@@ -36,8 +37,7 @@ class Batches:
         spec = ctx.spec
         self.batch = spec.batch
         self.model = spec.model
-        # channels_last is for the CNNs on ImageNet-sized input, not the MNIST-sized models.
-        self.channels_last = spec.options["channels_last"] and not spec.mnist_sized
+        self.channels_last = torch_settings.channels_last(spec)
         if stop - start < self.batch:
             raise ValueError(
                 f"rank {ctx.rank} holds {stop - start} samples, fewer than its batch of {self.batch}:"

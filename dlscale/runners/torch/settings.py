@@ -14,14 +14,25 @@ from typing import Any
 from dlscale.runspec import RunSpec
 
 
+def channels_last(spec: RunSpec) -> bool:
+    """Whether a run of ``spec`` trains in channels_last: the option, for the ImageNet-sized
+    CNNs only.
+
+    The one rule for everyone who lays out a model or a batch: the runner's feeds and model
+    (``dlscale.runners.torch.data``, ``train``), the run record (``describe``) and the
+    benchmark's bare loop (``benchmarks.torch_worker``), so that the bare loop can never run
+    another memory format than the runner it is compared with.
+    """
+    return bool(spec.options["channels_last"]) and not spec.mnist_sized
+
+
 def describe(spec: RunSpec) -> dict[str, Any]:
     """The settings a run of ``spec`` uses, by name (engine, memory format, threads)."""
     mkldnn = bool(spec.options["mkldnn"])
     return {
         "engine": "onednn" if mkldnn else "native",
         "mkldnn": mkldnn,
-        # As dlscale.runners.torch.data applies it: for the ImageNet-sized CNNs only.
-        "channels_last": bool(spec.options["channels_last"]) and not spec.mnist_sized,
+        "channels_last": channels_last(spec),
         "intra_op_threads": spec.threads_per_rank,
     }
 
