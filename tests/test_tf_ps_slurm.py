@@ -233,7 +233,7 @@ def test_agent_refuses_a_peer_name_that_does_not_resolve(tmp_path, own_sigterm):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with SlurmCluster(base=tmp_path_factory.mktemp("tfps-cluster"), nodes=2, cpus=2, mem_mb=4000) as running:
+    with SlurmCluster(base=tmp_path_factory.mktemp("tfps-cluster"), nodes=4, cpus=2, mem_mb=4000) as running:
         yield running
     assert not [pid for pid in running.pids() if alive(pid)], "a SLURM or munge daemon was left running"
 
@@ -257,7 +257,7 @@ def run_job(cluster: SlurmCluster, tmp_path: Path, run_spec: dict, data: Path, o
     launch_job(job, tf_py, run_spec, data, events)
     log = tmp_path / "job.log"
     proc = subprocess.Popen(
-        cluster.sbatch_wait(job, log, nodes=2, mem_mb=2000, minutes=5),
+        cluster.sbatch_wait(job, log, nodes=run_spec["nodes"], mem_mb=2000, minutes=5),
         env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     seen: dict = {}
@@ -298,19 +298,20 @@ def processes_of(work: Path, world: int, timeout: float = 240) -> dict[str, int]
 
 
 def test_ps_mode_runs_to_the_end_under_slurm(cluster, tmp_path, mnist_shards):
-    run_spec = spec(iterations=12)
-    seen, run, log = run_job(cluster, tmp_path, run_spec, mnist_shards, lambda work: processes_of(work, 2))
+    """4 nodes, 2 parameter servers: the chief and ps 0 on n1, ps 1 on n2, a worker on each."""
+    run_spec = spec(nodes=4, iterations=12, num_ps=2)
+    seen, run, log = run_job(cluster, tmp_path, run_spec, mnist_shards, lambda work: processes_of(work, 4))
     assert run[-1]["status"] == "ok", (run[-1], log[-3000:])
     start = run[0]
-    assert start["launcher"] == "slurm" and start["hosts"] == ["n1", "n2"]
+    assert start["launcher"] == "slurm" and start["hosts"] == ["n1", "n2", "n3", "n4"]
     assert start["versions"]["strategy"] == "ps"
     iterations = [e for e in run if e["event"] == "iteration"]
     assert len(iterations) == run_spec["warmup"] + run_spec["iterations"]  # one reporting rank: the chief
     assert {e["rank"] for e in iterations} == {0}
     assert all(
-        e["samples"] == 2 * 64 and e["workers"] == 2 and e["parameter_servers"] == 1 for e in iterations
+        e["samples"] == 4 * 64 and e["workers"] == 4 and e["parameter_servers"] == 2 for e in iterations
     )
-    assert "started chief" in log and "ps 0" in log and "worker 1" in log
+    assert "started chief" in log and "ps 1" in log and "worker 3" in log
 
 
 def test_a_killed_worker_is_named_under_slurm(cluster, tmp_path, mnist_shards):
