@@ -3,6 +3,7 @@ launcher's reason when no rank completes a first step in time. Pure: no framewor
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,21 @@ def test_slurm_master_address_is_the_one_the_second_node_reaches(monkeypatch):
     assert launch.master_address("slurm", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == socket.gethostbyname(
         socket.gethostname()
     )
+
+
+def test_a_rank_turns_only_the_first_sigterm_into_its_end(monkeypatch):
+    """SLURM signals every process of a step and a node agent forwards the signal too: the
+    second SIGTERM must not interrupt the rank while it writes its end."""
+    import signal
+
+    from dlscale.runners import common
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, common._on_sigterm)
+        with pytest.raises(common.Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored: no exception, the process lives on
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)

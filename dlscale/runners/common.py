@@ -170,6 +170,13 @@ def base_versions() -> dict[str, str]:
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
+    """Turn the first SIGTERM into ``Terminated``; ignore the ones after it.
+
+    A rank may be told twice (SLURM signals every process of a step, and a node agent
+    forwards the signal to its children too): a second exception raised while the rank
+    writes its end would lose that end.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated("terminated by SIGTERM (time limit or cancellation)")
 
 
