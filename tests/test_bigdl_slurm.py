@@ -7,12 +7,18 @@ inside an allocation, ``python -m dlscale.launch``, which sees SLURM; the BigDL 
 starts the master where it runs and one worker per allocated node with a single ``srun``
 step, each worker sized from the allocation and bound to its node's address. No Spark or
 address variable is set by the job.
+
+The jobs share one 4-node cluster (2-node jobs get n1 and n2): a 4-node run that trains to
+the end, and a 2-node run whose node-2 executor is SIGKILLed mid-run, which the driver
+(watching its executors through Spark, as they are on other nodes) reports as "rank 1
+died", as every framework reports a dead rank.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -35,35 +41,116 @@ SPEC = {
 }  # fmt: skip
 
 
-def test_two_node_bigdl_lenet_with_workers_started_by_srun(tmp_path, mnist_shards):
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """One 4-node test cluster for the module's jobs (2-node jobs get n1 and n2)."""
     subprocess.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
+    base = tmp_path_factory.mktemp("bigdl-slurm") / "cluster"
+    with SlurmCluster(base=base, nodes=4, cpus=2, mem_mb=4000) as cluster:
+        yield cluster
+    assert not [pid for pid in cluster.pids() if alive(pid)], "a SLURM or munge daemon outlived the cluster"
+
+
+def spec(nodes: int, iterations: int) -> dict:
+    return {
+        **SPEC, "nodes": nodes, "world_size": nodes, "global_batch": 64 * nodes,
+        "run_id": f"bigdl/lenet/n{nodes}x1/b64/r0", "iterations": iterations,
+    }  # fmt: skip
+
+
+def test_four_node_bigdl_lenet_with_workers_started_by_srun(slurm, tmp_path, mnist_shards):
+    """Four nodes (two JVMs a node, on this host's 2 cores: about a minute); the 2-node
+    start is the killed-executor test's."""
+    nodes = 4
     bigdl_py = framework_python("bigdl")
     job = tmp_path / "job.sh"
     events = tmp_path / "run" / "events.jsonl"
-    launch_job(job, bigdl_py, SPEC, mnist_shards, events)
-    with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
-        proc = subprocess.run(
-            cluster.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=3000, minutes=8),
-            env=cluster.env(), capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""
-        assert proc.returncode == 0, proc.stderr + log[-3000:]
-        assert not cluster.jobs()
-    assert not [pid for pid in cluster.pids() if alive(pid)]
+    launch_job(job, bigdl_py, spec(nodes, 8), mnist_shards, events)
+    proc = subprocess.run(
+        slurm.sbatch_wait(job, tmp_path / "job.log", nodes=nodes, mem_mb=3000, minutes=8),
+        env=slurm.env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""
+    assert proc.returncode == 0, proc.stderr + log[-3000:]
+    assert not slurm.jobs()
     assert not processes_mentioning(str(tmp_path)), "a Spark daemon or executor outlived the job"
     run = read_events(events)
     start, end = run[0], run[-1]
     assert end["status"] == "ok", (end, log[-3000:])
-    assert start["launcher"] == "slurm" and start["hosts"][0] and start["hosts"][1] == "node1"
+    # Every rank's host is its node: the driver's (rank 0) from SLURM, the executors' from
+    # the addresses they registered from, mapped to the allocation's node names.
+    names = [f"n{k}" for k in range(1, nodes + 1)]
+    assert start["launcher"] == "slurm" and start["hosts"] == names, start["hosts"]
     iterations = [e for e in run if e["event"] == "iteration"]
     assert [e["iteration"] for e in iterations] == list(range(10))
-    assert all(e["samples"] == 128 and 0 < e["compute_s"] <= e["step_s"] for e in iterations)
+    assert all(e["samples"] == 64 * nodes and 0 < e["compute_s"] <= e["step_s"] for e in iterations)
     # The driver started two daemons (the master, and the srun step of the workers), and
-    # BigDL trained on two executors, one per node.
+    # BigDL trained on one executor per node, each bound to its node's address.
     pids = re.search(r"daemon pids \[([\d, ]+)\]", log)
     assert pids and len(pids[1].split(",")) == 2, log[-3000:]
+    addresses = [f"on {name} at {slurm.address(name)}" for name in names]
+    assert f"[bigdl] executors: {addresses}" in log, log[-3000:]
     driver_log = events.with_name("bigdl-driver.log").read_text(errors="replace")
-    assert "Executor number is 2 and executor cores number is 1" in driver_log
+    assert f"Executor number is {nodes} and executor cores number is 1" in driver_log
+
+
+def executor_pid(run_dir: Path, address: str) -> int | None:
+    """The PID of the run's executor JVM on the node at ``address`` (from /proc), if it runs."""
+    for pid in processes_mentioning(str(run_dir)):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        main = b"org.apache.spark.executor.CoarseGrainedExecutorBackend"
+        if main in argv and address.encode() in argv[argv.index(main) :]:
+            return pid
+    return None
+
+
+def iterations_done(run_dir: Path) -> int:
+    part = run_dir / ".work" / "rank0.jsonl"  # the driver reports every iteration
+    return part.read_text().count('"event":"iteration"') if part.exists() else 0
+
+
+def test_a_killed_bigdl_executor_is_rank_k_died_under_slurm(slurm, tmp_path, mnist_shards):
+    """SIGKILL node 2's executor JVM mid-run (its worker and the srun step stay up, and
+    Spark's master would start another): the driver sees it gone from Spark's executor list
+    and fails the run at once as "rank 1 died", naming the node; nothing of Spark is left."""
+    bigdl_py = framework_python("bigdl")
+    job = tmp_path / "job.sh"
+    run_dir = tmp_path / "run"
+    launch_job(job, bigdl_py, spec(2, 400), mnist_shards, run_dir / "events.jsonl")
+    proc = subprocess.Popen(
+        slurm.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=3000, minutes=8),
+        env=slurm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    victim = slurm.address("n2")
+    try:
+        deadline = time.time() + 400
+        killed = None
+        while killed is None and time.time() < deadline and proc.poll() is None:
+            pid = executor_pid(run_dir, victim)
+            if pid is not None and iterations_done(run_dir) >= 3:
+                os.kill(pid, signal.SIGKILL)
+                killed = pid
+            time.sleep(0.2)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""
+    assert killed is not None, (out, log[-3000:])
+    assert not alive(killed)
+    assert not slurm.jobs()
+    assert not processes_mentioning(str(tmp_path)), "a Spark daemon or executor outlived the job"
+    run = read_events(run_dir / "events.jsonl")
+    end = run[-1]
+    assert run[0]["hosts"] == ["n1", "n2"], run[0]["hosts"]
+    assert end["status"] == "failed", (end, log[-3000:])
+    assert end["reason"].startswith("rank 1 died (the Spark executor of node 1, on n2 at 10.78.0.2"), end
+    done = [e["iteration"] for e in run if e["event"] == "iteration"]
+    at = re.search(r"\) at iteration (\d+)", end["reason"])
+    assert 3 <= len(done) < 402 and at and int(at[1]) == done[-1] + 1, (done, end)
 
 
 def test_spark_daemons_authenticate_with_a_secret_on_no_command_line(tmp_path):
@@ -99,7 +186,8 @@ def test_spark_daemons_authenticate_with_a_secret_on_no_command_line(tmp_path):
         text = ""
         while time.time() < deadline:  # the worker retries: its first refusal is enough
             text = intruder.log.read_text(errors="replace")
-            if "Successfully registered with master" in text or "SaslException" in text:
+            refused = "Failed to connect to master" in text and "SaslException" in text
+            if "Successfully registered with master" in text or refused:  # (SASL's trace comes first)
                 break
             time.sleep(0.5)
         master_log = (cluster.logs_dir / "master.log").read_text(errors="replace")

@@ -368,7 +368,8 @@ class SparkCluster:
         """Worker index -> PID of the executor JVM that worker runs for us (local mode only).
 
         A standalone worker forks its executors; they are found among its descendants by
-        their main class. Under SLURM the workers run on other nodes, out of sight: ``{}``.
+        their main class. Under SLURM the workers run on other nodes, out of sight: ``{}``
+        (the driver watches them through Spark instead: ``executors.RemoteExecutors``).
         """
         if self.mode != "local":
             return {}
@@ -393,6 +394,38 @@ class SparkCluster:
                     found[index] = pid
                     break
         return found
+
+    def dead_workers(self) -> list[tuple[int | None, str]]:
+        """``(node, what happened)`` for every worker daemon that has exited.
+
+        Locally each node's worker is a daemon of its own. Under SLURM all the workers are
+        one ``srun`` step (``--kill-on-bad-exit``: one worker's end ends them all), and srun
+        names the task that ended first (``srun: error: n2: task 1: Killed``); task k runs on
+        the allocation's k-th node (one task per node). Where srun said nothing the node is
+        None.
+        """
+        dead: list[tuple[int | None, str]] = []
+        for daemon in self.daemons:
+            if not daemon.label.startswith("worker") or daemon.proc.poll() is None:
+                continue
+            status = daemon.proc.returncode
+            if daemon.label != "workers":
+                node = int(daemon.label.removeprefix("worker"))
+                dead.append((node, f"the Spark worker of node {node}, pid {daemon.pid}, exited ({status})"))
+                continue
+            try:
+                text = daemon.log.read_text(errors="replace")
+            except OSError:
+                text = ""
+            said = re.search(r"srun: error: (\S+): task (\d+): ([^\n]+)", text)
+            if said:
+                node = int(said[2])
+                dead.append((node, f"the Spark worker of node {node}, {said[1]}, ended: {said[3].strip()}"))
+            else:
+                dead.append(
+                    (None, f"the srun step of the Spark workers, pid {daemon.pid}, exited ({status})")
+                )
+        return dead
 
     def stop(self) -> None:
         """Stop every daemon by PID (its process group): SIGTERM, a short grace, SIGKILL.

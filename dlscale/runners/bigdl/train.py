@@ -7,21 +7,24 @@ happens.
 
 Iteration events are live: a thread (``LiveLog``) follows BigDL's own driver log as log4j
 writes it and records each iteration as soon as BigDL has logged it (the log's millisecond
-timestamps give each event its real time). It also watches the executors. Two faults stop
-training at once, instead of at its end: a loss that is NaN or infinite, and an executor
-that died. The thread then cancels Spark's jobs (and, if BigDL does not give up within
-``STOP_GRACE_S``, kills the driver JVM), and the run fails with "loss became nan at
-iteration N" or "rank K died (the Spark executor of node K, ...) at iteration N". Any other
-failure is reported with the reason found in the logs (e.g. ``java.lang.OutOfMemoryError:
-Java heap space``), after the iterations that were done.
+timestamps give each event its real time). It also watches the executors: locally by PID,
+under SLURM (where they run on other nodes) through the driver JVM's list of executors
+(``executors.RemoteExecutors``), and in both the Spark workers the driver started. Two
+faults stop training at once, instead of at its end: a loss that is NaN or infinite, and an
+executor (or its worker) that died. The thread then cancels Spark's jobs (and, if BigDL does
+not give up within ``STOP_GRACE_S``, kills the driver JVM), and the run fails with "loss
+became nan at iteration N" or "rank K died (the Spark executor of node K, ...) at iteration
+N", as a dead rank of every other framework does. Any other failure is reported with the
+reason found in the logs (e.g. ``java.lang.OutOfMemoryError: Java heap space``), after the
+iterations that were done.
 
 Ranks (``spark.ClusterShape``): node -> worker with one executor of ``ranks_per_node x
 threads_per_rank`` cores; a rank -> an executor core (BigDL trains one model replica per
 core). Rank 0 is the driver plus the executor of node 0; the executor of node k is ranks
-``k x ranks_per_node ..``, and its PID is in their ``rank_start`` (local mode), so that
-killing it is "killing a rank". DistriOptimizer's batch = the study's global batch (batch
-per rank x ranks), split evenly over executors x cores, so each replica trains on the
-study's batch per rank when threads_per_rank is 1.
+``k x ranks_per_node ..``, and its PID (local mode) or its node's name (SLURM) is in their
+``rank_start``, so that killing it is "killing a rank". DistriOptimizer's batch = the
+study's global batch (batch per rank x ranks), split evenly over executors x cores, so each
+replica trains on the study's batch per rank when threads_per_rank is 1.
 
 Input (``input: memory | pipeline``, dlscale.runners.bigdl.data): each executor reads
 and checksums its own part of the shards. ``input_s`` is null for BigDL: DistriOptimizer
@@ -44,7 +47,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,7 @@ from dlscale import atomic, catalog
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
 from dlscale.runners.bigdl import settings as bigdl_settings
+from dlscale.runners.bigdl.executors import RemoteExecutors, allocation_nodes
 from dlscale.runners.bigdl.spark import (
     SECRET_KEY,
     ClusterShape,
@@ -184,23 +188,33 @@ def executor_pids(ctx: RunContext, cluster: SparkCluster, timeout_s: float) -> d
         time.sleep(POLL_S)
 
 
-def write_executor_ranks(ctx: RunContext, shape: ClusterShape, executors: dict[int, int]) -> None:
+def write_executor_ranks(
+    ctx: RunContext,
+    shape: ClusterShape,
+    executors: dict[int, int],
+    hosts: Mapping[int, str] | None = None,
+) -> None:
     """Say where every rank ran: rank r is a core of the executor on node r // ranks_per_node.
 
     The executors are Spark's processes, not the launcher's, so the driver writes their
     ``rank_start`` (only that: the driver reports every iteration) into their part files,
     with the executor's PID where it is known (local mode): the process that is that rank.
+    Under SLURM the host is the node the executor registered from (``hosts``: node -> the
+    allocation's name for it), as the other frameworks' ranks give theirs; ``node{k}``
+    only for an executor that never registered.
     """
     per_node = ctx.spec.ranks_per_node
     base = socket.gethostname()
+    hosts = hosts or {}
     for rank in range(1, ctx.world_size):
         node = rank // per_node
         pid = {"pid": executors[node]} if node in executors else {}
+        host = f"{base}/node{node}" if ctx.placement.launcher != "slurm" else hosts.get(node, f"node{node}")
         with PartWriter(ctx.writer.path.with_name(f"rank{rank}.jsonl")) as part:
             part.emit(
                 "rank_start",
                 rank=rank,
-                host=f"{base}/node{node}" if ctx.placement.launcher != "slurm" else f"node{node}",
+                host=host,
                 role=f"core of the Spark executor on worker {node}",
                 threads=ctx.spec.threads_per_rank,
                 **pid,
@@ -216,6 +230,10 @@ class LiveLog:
     On a non-finite loss, a dead executor or a malformed log it keeps the failure in
     ``failure`` and calls ``on_fault`` once (which stops training). ``finish()`` stops the
     thread and records what the log still holds.
+
+    Executors are watched by PID (``executors``: node -> PID, local mode), through the
+    driver JVM (``remote``, SLURM) and by their workers (``dead_workers``: the cluster's
+    ``SparkCluster.dead_workers``).
     """
 
     def __init__(
@@ -225,10 +243,15 @@ class LiveLog:
         fields: dict[str, Any],
         executors: dict[int, int],
         on_fault: Any,
+        remote: RemoteExecutors | None = None,
+        dead_workers: Callable[[], list[tuple[int | None, str]]] | None = None,
     ) -> None:
         self.ctx, self.path, self.fields = ctx, path, fields
         self.executors = dict(executors)
         self.on_fault = on_fault
+        self.remote = remote
+        self.dead_workers = dead_workers
+        self.lost_in_log: list[Any] = []  # executors the driver log says Spark lost (SLURM)
         self.parser = bigdl_log.LogParser(str(path), strict=True)
         self.recorded = 0
         self.failure: BaseException | None = None
@@ -270,7 +293,11 @@ class LiveLog:
         self._offset += len(chunk)
         *lines, self._rest = (self._rest + chunk).split(b"\n")
         for line in lines:
-            for event in self.parser.feed(line.decode("utf-8", errors="replace")):
+            text = line.decode("utf-8", errors="replace")
+            lost = self.remote.lost_in_log(text) if self.remote is not None else None
+            if lost is not None:
+                self.lost_in_log.append(lost)
+            for event in self.parser.feed(text):
                 self.record(event)
 
     def record(self, event: dict[str, Any]) -> None:
@@ -281,13 +308,37 @@ class LiveLog:
         self.ctx.record_iteration(event["iteration"], input_s=None, **fields, **self.fields)
 
     def check_executors(self) -> None:
+        """Raise ``RunFailure`` naming the rank whose executor (or worker) is gone.
+
+        A worker first: when one ends, its executor goes with it, and the worker's end is
+        the cause. A node that cannot be named (srun said nothing; an executor on a host
+        outside the allocation) gives "a rank died".
+        """
         per_node = self.ctx.spec.ranks_per_node
+        at = self.ctx.last_iteration + 1
+
+        def rank(node: int | None) -> str:
+            return "a rank" if node is None else f"rank {node * per_node}"
+
+        for node, what in self.dead_workers() if self.dead_workers else []:
+            raise RunFailure(f"{rank(node)} died ({what}) at iteration {at}")
         for node, pid in sorted(self.executors.items()):
             if not alive(pid):
                 raise RunFailure(
                     f"rank {node * per_node} died (the Spark executor of node {node}, pid {pid},"
-                    f" is gone) at iteration {self.ctx.last_iteration + 1}"
+                    f" is gone) at iteration {at}"
                 )
+        lost = self.remote.lost() if self.remote is not None else None
+        if lost is None and self.remote is not None and self.remote.blind and self.lost_in_log:
+            lost = (self.lost_in_log[0], False)  # the JVM cannot say any more; its log does
+        if lost is not None:
+            executor, replaced = lost
+            which = "" if executor.node is None else f" of node {executor.node}"
+            then = ", and Spark started another in its place" if replaced else ""
+            raise RunFailure(
+                f"{rank(executor.node)} died (the Spark executor{which}, {executor.where()},"
+                f" was lost{then}) at iteration {at}"
+            )
 
     def finish(self, failure: BaseException | None) -> None:
         """Stop following; record what the log still holds (leniently after a failure).
@@ -409,7 +460,13 @@ def _optimize(
     times = {"spark_cluster_s": float(cluster.startup_s or 0.0), "spark_context_s": time.time() - started}
     held["times"] = times  # kept for the events even if training fails
     executors = executor_pids(ctx, cluster, spec.options["startup_timeout_s"])
-    write_executor_ranks(ctx, shape, executors)
+    remote = None
+    if cluster.mode != "local":  # other nodes: watched through the driver JVM
+        remote = RemoteExecutors(sc, allocation_nodes())
+        found = remote.wait(shape.workers, spec.options["startup_timeout_s"])
+        print(f"[bigdl] executors: {[e.where() for e in found]}", flush=True)
+    hosts = {e.node: e.name for e in remote.expected if e.node is not None} if remote else {}
+    write_executor_ranks(ctx, shape, executors, hosts)
     record_settings(ctx, held["gateway"].proc.pid, executors)
     per_executor = global_batch // shape.workers
     rdd = training_rdd(
@@ -439,7 +496,9 @@ def _optimize(
         flush=True,
     )
     held["optimizing"] = threading.Event()
-    held["live"] = LiveLog(ctx, log_path, times, executors, _stopper(held)).start()
+    held["live"] = LiveLog(
+        ctx, log_path, times, executors, _stopper(held), remote=remote, dead_workers=cluster.dead_workers
+    ).start()
     try:
         optimizer.optimize()
     finally:
