@@ -5,13 +5,13 @@ plainest loop, fed as a plain user loop over an in-memory dataset is fed: the wh
 normalised once before training (``Dataset``), and per step a fresh batch gathered from
 it (the same index batches as the runner's, ``IndexBatches`` with the run's seed), so the
 bare loop pays for what any training loop pays for and the ratio isolates the harness.
-It stamps the end of every iteration (wall and process CPU time); the peak arm measures a
+It stamps the end of every iteration (wall and process CPU time: throughputs from the
+median gap, and from the low quantile of the CPU gaps as the runner arm's); the peak arm measures a
 float32 matmul peak with the same threads.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from benchmarks.stats import CPU_QUANTILE, median_interval, quantile_interval, throughput
 from dlscale.roofline import matmul_peak, numpy_matmul  # noqa: F401  (the workers call them from here)
 
 if TYPE_CHECKING:
@@ -76,9 +77,13 @@ def timed_loop(step: Callable[[], Any], total: int) -> tuple[list[float], list[f
     return stamps, cpu
 
 
-def intervals_throughput(batch: int, stamps: list[float], first: int) -> float:
-    gaps = [b - a for a, b in zip(stamps[first:-1], stamps[first + 1 :], strict=True)]
-    return batch / statistics.median(gaps) if gaps and statistics.median(gaps) > 0 else float("nan")
+def intervals_throughput(batch: int, stamps: list[float], first: int, q: float | None = None) -> float:
+    """Samples per second from the gaps after stamp ``first``: their median, or their
+    ``q``-quantile (the runner arm's own arithmetic, ``benchmarks.stats``)."""
+    times = stamps[first:]
+    if len(times) < 2:
+        return float("nan")
+    return throughput(batch, median_interval(times) if q is None else quantile_interval(times, q))
 
 
 def bare_loop(spec: RunSpec, step: Callable[[], Any]) -> dict[str, float]:
@@ -89,4 +94,5 @@ def bare_loop(spec: RunSpec, step: Callable[[], Any]) -> dict[str, float]:
     return {
         "samples_per_s": intervals_throughput(spec.batch, stamps, first),
         "samples_per_cpu_s": intervals_throughput(spec.batch, cpu, first),
+        "samples_per_cpu_q_s": intervals_throughput(spec.batch, cpu, first, CPU_QUANTILE),
     }

@@ -51,6 +51,12 @@ def test_arm_order_rotates_so_each_arm_leads_equally_often():
 
 def test_interval_throughput_roofline_bandwidth_verdict():
     assert stats.median_interval([0.0, 1.0, 3.0, 4.0]) == 1.0
+    # gaps 1, 2, 1, 5: the lowest, and the 10th percentile of four (the lower order statistic)
+    assert stats.quantile_interval([0.0, 1.0, 3.0, 4.0, 9.0], 0.0) == 1.0
+    assert stats.quantile_interval([0.0, 1.0, 3.0, 4.0, 9.0], 0.1) == 1.0
+    assert stats.quantile_interval([0.0, 1.0, 3.0, 4.0, 9.0], 1.0) == 5.0
+    with pytest.raises(ValueError):
+        stats.quantile_interval([0.0, 1.0], 1.5)
     with pytest.raises(ValueError):
         stats.median_interval([1.0])
     assert stats.throughput(64, 0.5) == 128.0 and math.isnan(stats.throughput(64, 0.0))
@@ -67,8 +73,17 @@ def _raw() -> pd.DataFrame:
         [(95.0, 100.0, 4e10), (50.0, 50.0, 2e10), (99.0, 100.0, 4e10)]
     ):
         base = {"framework": "torch", "model": "lenet", "batch": 64, "threads": 1, "repeat": repeat}
-        rows.append({**base, "arm": "runner", "samples_per_s": runner, "samples_per_cpu_s": runner * 2})
-        rows.append({**base, "arm": "bare", "samples_per_s": bare, "samples_per_cpu_s": bare * 2})
+        rows.append(
+            {
+                **base,
+                "arm": "runner",
+                "samples_per_s": runner,
+                "samples_per_cpu_s": runner * 2,
+                "samples_per_cpu_q_s": runner * 3 + repeat,
+            }
+        )
+        rows.append({**base, "arm": "bare", "samples_per_s": bare, "samples_per_cpu_s": bare * 2,
+                     "samples_per_cpu_q_s": bare * 3})  # fmt: skip
         rows.append({**base, "arm": "peak", "peak_flops": peak, "peak_flops_cpu": peak})
     return pd.DataFrame(rows)
 
@@ -78,6 +93,9 @@ def test_overhead_table_pairs_runner_and_bare():
     row = table.iloc[0]
     assert (row["ratio_median"], row["ratio_min"], row["ratio_max"]) == (0.99, 0.95, 1.0)
     assert row["cpu_ratio_median"] == 0.99
+    # paired per repeat: 285/300, 151/150, 299/300
+    assert row["cpu_q_ratio_median"] == pytest.approx(299 / 300) and row["cpu_q_ratio_n"] == 3
+    assert row["cpu_q_ratio_max"] == pytest.approx(151 / 150) and row["verdict_cpu_q"] == "pass"
     assert row["verdict"] == "pass" and row["target"] == 0.97
     assert row["runner_samples_per_s_median"] == 95.0
 
@@ -482,6 +500,8 @@ def test_bare_loop_helpers(tmp_path):
     assert cls.shape == (2, 2, 2, 1) and cls[0, 0, 0, 0] == np.float32(-2.0)
     # 64 samples per step, one step per 0.5 s after the warm-up stamp at index 1
     assert bare_common.intervals_throughput(64, [0.0, 5.0, 5.5, 6.0, 6.5], first=1) == 128.0
+    # the lowest gap after the warm-up stamp (0.25 s) for the CPU-time quantile
+    assert bare_common.intervals_throughput(64, [0.0, 5.0, 5.5, 5.75, 6.5], first=1, q=0.0) == 256.0
     peak = bare_common.matmul_peak(bare_common.numpy_matmul, sizes=(32,), seconds=0.01)
     assert peak["peak_flops"] > 0 and peak["peak_flops_cpu"] > 0
 
@@ -501,7 +521,12 @@ def test_runner_arm_times_a_runner_from_its_events(tmp_path):
 
     row = runner_arm(train, spec, tmp_path, tmp_path, 0)
     assert seen == [spec]  # the runner receives the RunSpec itself
-    assert set(row) == {"samples_per_s", "samples_per_cpu_s", "self_timed_samples_per_s"}
+    assert set(row) == {
+        "samples_per_s",
+        "samples_per_cpu_s",
+        "samples_per_cpu_q_s",
+        "self_timed_samples_per_s",
+    }
     assert row["self_timed_samples_per_s"] == pytest.approx(spec.batch / 0.001)
     assert row["samples_per_s"] > 0
     rows = list(rotate_arms(spec, 2, {"a": lambda r: {"x": r}, "b": lambda r: {"x": -r}}))
