@@ -82,6 +82,10 @@ def test_a_vanished_executor_is_lost_and_a_relaunched_one_does_not_hide_it():
     jvm.listed = [DRIVER, "10.78.0.1:41001", "10.78.0.3:41003", "10.78.0.2:45555"]
     executor, replaced = remote.lost()
     assert (executor.node, replaced) == (1, True)
+    # Two gone at once: the one the driver log named first is the cause, else the lowest node.
+    jvm.listed = [DRIVER, "10.78.0.3:41003"]
+    assert remote.lost()[0].node == 0
+    assert remote.lost(["10.78.0.2", "10.78.0.1"])[0].node == 1
 
 
 def test_a_stopped_context_says_nothing_and_the_driver_log_names_the_executor():

@@ -32,7 +32,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,12 +131,16 @@ class RemoteExecutors:
                 return found
             time.sleep(POLL_S)
 
-    def lost(self) -> tuple[Executor, bool] | None:
-        """The first recorded executor no longer listed, and whether another one has taken
-        its place on the same host (Spark's master relaunches executors); None if all live.
+    def lost(self, order: Sequence[str] = ()) -> tuple[Executor, bool] | None:
+        """A recorded executor no longer listed, and whether another one has taken its place
+        on the same host (Spark's master relaunches executors); None if all live.
 
-        A driver JVM that no longer answers says nothing here: its end is reported by the
-        training call that fails with it.
+        When several are gone (a worker step's end takes every node's), the first one Spark
+        lost is the cause: ``order`` lists hosts in the order the driver's log said Spark lost
+        executors there; without it, the lowest node.
+
+        A driver JVM that no longer answers says nothing here (``blind``): its end is
+        reported by the training call that fails with it.
         """
         if not self.expected:
             return None
@@ -148,12 +152,13 @@ class RemoteExecutors:
         if self.blind:
             return None
         keys = {e.key for e in live}
-        for executor in self.expected:
-            if executor.key not in keys:
-                recorded = {e.key for e in self.expected}
-                replaced = any(e.host == executor.host and e.key not in recorded for e in live)
-                return executor, replaced
-        return None
+        missing = [e for e in self.expected if e.key not in keys]
+        if not missing:
+            return None
+        order = list(order)
+        executor = min(missing, key=lambda e: order.index(e.host) if e.host in order else len(order))
+        recorded = {e.key for e in self.expected}
+        return executor, any(e.host == executor.host and e.key not in recorded for e in live)
 
     def lost_in_log(self, line: str) -> Executor | None:
         """The executor a driver log line says Spark lost, if it says so and it is one of

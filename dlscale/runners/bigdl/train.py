@@ -328,7 +328,7 @@ class LiveLog:
                     f"rank {node * per_node} died (the Spark executor of node {node}, pid {pid},"
                     f" is gone) at iteration {at}"
                 )
-        lost = self.remote.lost() if self.remote is not None else None
+        lost = self.remote.lost([e.host for e in self.lost_in_log]) if self.remote is not None else None
         if lost is None and self.remote is not None and self.remote.blind and self.lost_in_log:
             lost = (self.lost_in_log[0], False)  # the JVM cannot say any more; its log does
         if lost is not None:
