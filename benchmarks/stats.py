@@ -89,9 +89,9 @@ def quantile_interval(times: Sequence[float], q: float) -> float:
     For CPU-time stamps on a shared, oversubscribed host: a neighbour on the other core
     only adds CPU time to a step (evicted caches, memory bandwidth), never removes it, so
     a low quantile of the steps (``CPU_QUANTILE``) is the loop's own cost and far steadier
-    than the median. Measured on 2 loaded cores (issue 19): the same torch LeNet arm's
-    median step CPU time moved 15-21 ms between repeats, its 10th percentile stayed
-    paired within 2-4%.
+    than the median. Measured on 2 loaded cores (issue 19, load 4-6): a torch LeNet step's
+    median CPU time moved 15-21 ms between repeats of the same arm; per-phase splits by the
+    10th percentile agreed to 0.01 ms wherever the two arms do the same work.
     """
     if len(times) < 2:
         raise ValueError(f"need at least two time stamps, got {len(times)}")
