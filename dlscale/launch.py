@@ -369,6 +369,15 @@ class Launch:
         spec = self.spec
         port = free_port()
         self.mode = launch_mode(os.environ)
+        if self.mode == "slurm":
+            # A workflow job's shell has lost the allocation's variables (placement.allocation_env):
+            # restore them for this launcher and everything it starts.
+            restored = placement.allocation_env(os.environ)
+            os.environ.update(restored)
+            if restored:
+                print(
+                    f"[launch] allocation from scontrol: {' '.join(f'{k}={v}' for k, v in restored.items())}"
+                )
         try:
             self.network, self.network_info = setup_network(spec, self.mode, python=self.args.python)
         except (netns.NetnsError, userns.UsernsError, KeyError) as err:

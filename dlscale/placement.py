@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 DEFAULT_PORT_BASE = 29500
@@ -174,6 +175,70 @@ def address_towards(peer: str) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.connect((target, 9))
         return str(sock.getsockname()[0])
+
+
+#: What a launcher's children need to know of the allocation beyond the job's identity.
+ALLOCATION_VARS = ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_CPUS_ON_NODE", "SLURM_MEM_PER_NODE")
+_MEMORY_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def _megabytes(value: str) -> int | None:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", value or "")
+    return int(float(match[1]) * _MEMORY_UNITS[match[2] or "M"]) if match else None
+
+
+def allocation_from_show_job(text: str) -> dict[str, str]:
+    """``SLURM_*`` allocation variables from ``scontrol show job -o`` output (what is there).
+
+    CPUs per node are the job's CPUs over its nodes (SLURM's own variable is per node, and
+    the training rule asks the same of every node); memory is ``MinMemoryNode``, or
+    ``MinMemoryCPU`` times the CPUs of a node.
+    """
+    fields = dict(re.findall(r"(?:^|\s)([A-Za-z/:]+)=(\S*)", text))
+    facts: dict[str, str] = {}
+    if fields.get("NodeList") not in (None, "", "(null)"):
+        facts["SLURM_JOB_NODELIST"] = fields["NodeList"]
+    nodes = int(fields["NumNodes"]) if fields.get("NumNodes", "").isdigit() else None
+    cpus = int(fields["NumCPUs"]) if fields.get("NumCPUs", "").isdigit() else None
+    if nodes:
+        facts["SLURM_JOB_NUM_NODES"] = str(nodes)
+    per_node = cpus // nodes if cpus and nodes else None
+    if per_node:
+        facts["SLURM_CPUS_ON_NODE"] = str(per_node)
+    memory = _megabytes(fields.get("MinMemoryNode", ""))
+    if memory is None and per_node and _megabytes(fields.get("MinMemoryCPU", "")) is not None:
+        memory = per_node * (_megabytes(fields["MinMemoryCPU"]) or 0)
+    if memory:
+        facts["SLURM_MEM_PER_NODE"] = str(memory)
+    return facts
+
+
+def allocation_env(env: Mapping[str, str], show_job: Callable[[str], str] | None = None) -> dict[str, str]:
+    """The allocation's variables the job's environment lacks, from SLURM itself.
+
+    Snakemake's SLURM job-step executor runs a job's shell with every ``SLURM_*`` variable
+    removed but the job's identity (``SLURM_JOB_ID``...), so that a nested ``srun`` does not
+    inherit the batch step's task settings. srun needs no more than the job id, but what
+    a launcher decides before its srun does (the master's address, BigDL's Spark workers'
+    size, which node an executor is on) needs the node list and the node's CPUs and memory:
+    they are asked of ``scontrol show job -o`` (``show_job``, injectable for tests) and
+    only where missing. ``{}`` outside a job, or when SLURM cannot say.
+    """
+    missing = [name for name in ALLOCATION_VARS if not env.get(name)]
+    job = env.get("SLURM_JOB_ID")
+    if not missing or not job:
+        return {}
+    try:
+        text = show_job(job) if show_job else _show_job(job)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {name: value for name, value in allocation_from_show_job(text).items() if name in missing}
+
+
+def _show_job(job: str) -> str:
+    return subprocess.run(
+        ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
 
 
 ADDRESS_TOKEN = "{address}"

@@ -46,11 +46,26 @@ SUBNET = "10.78.0"  # node k at .k, the controller at .254 (the namespaces are t
 CONTROLLER = "ctl"
 
 
+#: The SLURM variables Snakemake's job-step executor keeps when it runs a job's shell
+#: (snakemake_executor_plugin_slurm_jobstep: the job's identity only).
+JOBSTEP_KEEPS = (
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP", "SLURM_CLUSTER_NAME", "SLURM_SUBMIT_DIR",
+    "SLURM_SUBMIT_HOST",
+)  # fmt: skip
+
+
 def launch_job(job: Path, python: Path | str, spec: dict, data: Path | str, events: Path) -> Path:
     """A batch script that runs one run as the training rule does: the launcher alone, with
-    nothing in its environment that a user's job would not have."""
+    nothing in its environment that a user's job would not have, and without what the
+    workflow's job step takes away (every ``SLURM_*``, ``SRUN_*`` and ``SBATCH_*`` variable
+    but the job's identity), so that a test sees what a run sees under ``profiles/slurm``."""
+    keep = "|".join(JOBSTEP_KEEPS)
     job.write_text(
         "#!/bin/bash\n"
+        "for var in $(compgen -e); do\n"
+        f'  case "$var" in {keep}) ;; SLURM_*|SRUN_*|SBATCH_*) unset "$var" ;; esac\n'
+        "done\n"
         f"cd {REPO} && exec {python} -m dlscale.launch"
         f" --spec-json '{json.dumps(spec)}' --data {data} --events {events} --python {python}\n"
     )

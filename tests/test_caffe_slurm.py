@@ -1,4 +1,4 @@
-"""A Caffe run under real SLURM: ``srun --mpi=pmix`` starts the MPI ranks on 2 nodes.
+"""A killed Caffe rank under real SLURM: ``srun --mpi=pmix`` starts the MPI ranks on 2 nodes.
 
 The cluster is the project's test cluster (tests/slurm_cluster.py: munge, slurmctld and
 one slurmd per node, each node in its own network namespace on a bridged link, with its
@@ -6,6 +6,8 @@ own hostname and the cluster's hosts file). The job is exactly what the training
 inside an allocation, ``python -m dlscale.launch``, which sees SLURM and plans
 ``srun --mpi=pmix``: no Open MPI or address variable is set, so Open MPI finds its peers
 the way it does on a real cluster (its TCP transport on the nodes' ``eth0``, never ``lo``).
+Caffe's runs that end well, at 1, 2 and 4 nodes, are part of the workflow's SLURM study
+(tests/test_slurm.py).
 """
 
 from __future__ import annotations
@@ -25,29 +27,6 @@ SPEC = {
     "dataset": "mnist", "iterations": 20, "warmup": 2, "threads_per_rank": 1, "learning_rate": 0.01,
     "momentum": 0.9, "seed": 7, "timeout_s": 300, "options": {},
 }  # fmt: skip
-
-
-def test_two_node_caffe_run_through_srun_pmix(tmp_path, caffe_py, mnist_shards):
-    job = tmp_path / "job.sh"
-    events = tmp_path / "events.jsonl"
-    launch_job(job, caffe_py, SPEC, mnist_shards, events)
-    with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
-        proc = subprocess.run(
-            cluster.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=1000, minutes=5),
-            env=cluster.env(), capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        log = (tmp_path / "job.log").read_text() if (tmp_path / "job.log").exists() else ""
-        assert proc.returncode == 0, proc.stderr + log[-3000:]
-        assert not cluster.jobs()
-    assert not [pid for pid in cluster.pids() if alive(pid)]
-    run = read_events(events)
-    start, end = run[0], run[-1]
-    assert end["status"] == "ok", (end, log[-3000:])
-    assert start["launcher"] == "slurm" and sorted(start["hosts"]) == ["n1", "n2"]
-    iterations = [e for e in run if e["event"] == "iteration"]
-    assert {e["rank"] for e in iterations} == {0, 1} and len(iterations) == 2 * 22
-    assert all(e["comm_s"] > 0 for e in iterations)
-    assert "srun --mpi" in log
 
 
 def test_a_killed_caffe_rank_is_named_under_srun(tmp_path, caffe_py, mnist_shards):

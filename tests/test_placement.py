@@ -78,3 +78,54 @@ def test_lone_process():
 def test_bad_variable_is_named():
     with pytest.raises(ValueError, match="SLURM_NTASKS"):
         detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "many"})
+
+
+SHOW_JOB = (
+    "JobId=7 JobName=train UserId=u(1) NodeList=cn[03-04] BatchHost=cn03 NumNodes=2 NumCPUs=48"
+    " NumTasks=2 CPUs/Task=24 ReqB:S:C:T=0:0:*:* TRES=cpu=48,mem=120G,node=2 MinCPUsNode=24"
+    " MinMemoryNode=60G MinTmpDiskNode=0 Features=(null)"
+)
+
+
+def test_allocation_env_restores_what_the_job_step_took_away():
+    """Snakemake's job step leaves SLURM_JOB_ID only: the rest comes from scontrol, once."""
+    from dlscale.placement import allocation_env
+
+    asked = []
+
+    def show_job(job):
+        asked.append(job)
+        return SHOW_JOB
+
+    assert allocation_env({"SLURM_JOB_ID": "7"}, show_job) == {
+        "SLURM_JOB_NODELIST": "cn[03-04]",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_CPUS_ON_NODE": "24",
+        "SLURM_MEM_PER_NODE": str(60 * 1024),
+    }
+    assert asked == ["7"]
+    # What the environment has is kept; nothing is asked outside a job or when all is there.
+    partial = allocation_env({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "x[1-2]"}, show_job)
+    assert "SLURM_JOB_NODELIST" not in partial and partial["SLURM_CPUS_ON_NODE"] == "24"
+    full = {"SLURM_JOB_ID": "7", **dict.fromkeys(
+        ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_CPUS_ON_NODE", "SLURM_MEM_PER_NODE"), "1"
+    )}  # fmt: skip
+    assert allocation_env(full, show_job) == {} and allocation_env({}, show_job) == {}
+    assert asked == ["7", "7"]
+
+
+def test_allocation_env_is_empty_when_slurm_cannot_say():
+    import subprocess
+
+    from dlscale.placement import allocation_env, allocation_from_show_job
+
+    def failing(job):
+        raise subprocess.CalledProcessError(1, ["scontrol"])
+
+    assert allocation_env({"SLURM_JOB_ID": "7"}, failing) == {}
+    per_cpu = allocation_from_show_job("NodeList=n1 NumNodes=1 NumCPUs=4 MinMemoryCPU=500M")
+    assert per_cpu == {
+        "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_NUM_NODES": "1", "SLURM_CPUS_ON_NODE": "4",
+        "SLURM_MEM_PER_NODE": "2000",
+    }  # fmt: skip
+    assert allocation_from_show_job("NodeList=(null) NumNodes=0") == {}

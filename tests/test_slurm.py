@@ -1,11 +1,13 @@
 """The workflow through the SLURM profile, on a real 4-node SLURM cluster on this host.
 
-One study (torch and TensorFlow MWMS, LeNet, 1 and 4 nodes) runs through
-``profiles/slurm``, exactly as a user types it (no test-only variable: the cluster's nodes
-have their own names, addresses and links). The torch 4-node run's rank 2 is killed
+One study of all four frameworks (torch, TensorFlow MWMS, Caffe with ``srun --mpi=pmix``,
+BigDL on a Spark cluster started inside the allocation), LeNet, at 1, 2 and 4 nodes, runs
+through ``profiles/slurm`` exactly as a user types it (no test-only variable: the cluster's
+nodes have their own names, addresses and links). The torch 4-node run's rank 2 is killed
 mid-run, so the first invocation records it as failed and completes the rest; the second,
 plain invocation submits exactly that one training job again and finishes the tables and
-figures with 4 distinct hosts in the 4-node runs.
+figures with 4 distinct hosts in every framework's 4-node run. A second study groups runs of
+1 and 2 nodes into one allocation (``--groups``), as the README offers for busy queues.
 """
 
 from __future__ import annotations
@@ -30,14 +32,16 @@ from dlscale.events import read_events
 pytestmark = pytest.mark.workflow
 
 STUDY = {
-    "frameworks": ["torch", "tensorflow"],
+    "frameworks": ["torch", "tensorflow", "caffe", "bigdl"],
     "models": ["lenet"],
-    "nodes": [1, 4],
-    "iterations": {"lenet": 100},  # the kill comes after 5; quiet steps take ~16 ms
+    "nodes": [1, 2, 4],
+    "iterations": {"lenet": 60},  # the kill comes after 5; quiet torch steps take ~16 ms
     "warmup": 2,
-    "mem_per_rank_mb": 500,
+    "mem_per_rank_mb": 1500,  # BigDL: a 1 GB executor per node, the driver on node 1
     "run_timeout_min": 10,
     "envs_dir": str(ENVS_DIR),
+    "tensorflow": {"strategy": "mwms"},
+    "bigdl": {"driver_memory": "1g", "executor_memory": "1g", "startup_timeout_s": 300},
 }
 FOUR_NODES = Path("results/runs/torch/lenet/n4x1/b64/r0")
 
@@ -103,14 +107,24 @@ def kill_rank_when_running(run_dir: Path, rank: int, min_iterations: int, timeou
     raise TimeoutError(f"rank {rank} of {run_dir} never ran {min_iterations} iterations")
 
 
-def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch_py, mnist_idx):
+def run_ids(study: dict) -> list[str]:
+    return [
+        f"{fw}/{model}/n{nodes}x1/b64/r0"
+        for fw in study["frameworks"]
+        for model in study["models"]
+        for nodes in study["nodes"]
+    ]
+
+
+def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch_py, caffe_py, mnist_idx):
+    subprocess.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
     # The namespace has no route to PyPI: MNIST comes from a local copy of the idx files.
     study = {**STUDY, "data": {"mnist": {"source": str(mnist_idx)}}}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
     first = snakemake(cluster, tmp_path, wait=False)
     try:
-        killed = kill_rank_when_running(tmp_path / FOUR_NODES, rank=2, min_iterations=5, timeout=600)
-        output, _ = first.communicate(timeout=900)
+        killed = kill_rank_when_running(tmp_path / FOUR_NODES, rank=2, min_iterations=5, timeout=900)
+        output, _ = first.communicate(timeout=1500)
     finally:
         if first.poll() is None:
             first.kill()
@@ -121,8 +135,10 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch
     failed = runs.loc["torch/lenet/n4x1/b64/r0"]
     assert failed["status"] == "failed"
     assert failed["reason"].startswith("rank 2 died at iteration"), failed["reason"]
-    for ok in ("torch/lenet/n1x1/b64/r0", "tensorflow/lenet/n1x1/b64/r0", "tensorflow/lenet/n4x1/b64/r0"):
-        assert runs.loc[ok, "status"] == "ok", runs.loc[ok, "reason"]
+    others = [run for run in run_ids(study) if run != "torch/lenet/n4x1/b64/r0"]
+    assert sorted(runs.index) == sorted(run_ids(study))
+    not_ok = runs.loc[others].query("status != 'ok'")["reason"].to_dict()
+    assert not not_ok, not_ok
     assert not cluster.jobs(), "a job outlived the run"
 
     dry = snakemake(cluster, tmp_path, "--dry-run")
@@ -145,18 +161,53 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch
 
     four_node_calls = [call for call in cluster.sbatch_calls() if "--nodes=4" in call and "torch" in call]
     assert len(four_node_calls) == 2  # the failed attempt and its rerun
-    for option in ("--ntasks=4", "--cpus-per-task=1", "--mem 500", "-t 15"):
+    for option in ("--ntasks=4", "--cpus-per-task=1", "--mem 1500", "-t 15"):
         assert option in four_node_calls[-1], four_node_calls[-1]
     print("sbatch line of the 4-node run:", four_node_calls[-1])
 
     runs = pd.read_csv(tmp_path / "results" / "runs.csv").set_index("run_id")
     assert (runs["status"] == "ok").all(), runs["reason"]
+    print(runs[["status", "samples_per_s"]].to_string() if "samples_per_s" in runs else runs["status"])
+    for framework in study["frameworks"]:
+        events = read_events(tmp_path / "results/runs" / framework / "lenet/n4x1/b64/r0/events.jsonl")
+        start = events[0]
+        assert start["launcher"] == "slurm", framework
+        # Every rank on its own node (BigDL: a rank is the executor on its node).
+        assert sorted(start["hosts"]) == ["n1", "n2", "n3", "n4"], (framework, start["hosts"])
     events = read_events(tmp_path / FOUR_NODES / "events.jsonl")
-    start = events[0]
-    assert start["launcher"] == "slurm"
-    assert sorted(start["hosts"]) == ["n1", "n2", "n3", "n4"]
-    tf_start = read_events(tmp_path / "results/runs/tensorflow/lenet/n4x1/b64/r0/events.jsonl")[0]
-    assert tf_start["launcher"] == "slurm" and sorted(tf_start["hosts"]) == ["n1", "n2", "n3", "n4"]
     assert {e["rank"] for e in events if e["event"] == "iteration"} == {0, 1, 2, 3}
+    # Caffe's ranks found each other by srun --mpi=pmix, with no Open MPI variable set.
+    caffe = read_events(tmp_path / "results/runs/caffe/lenet/n4x1/b64/r0/events.jsonl")
+    caffe_steps = [e for e in caffe if e["event"] == "iteration"]
+    assert {e["rank"] for e in caffe_steps} == {0, 1, 2, 3} and all(e["comm_s"] > 0 for e in caffe_steps)
+    assert "srun --mpi" in (tmp_path / "results/runs/caffe/lenet/n4x1/b64/r0/run.log").read_text()
     for name in ("throughput", "speedup", "breakdown", "loss"):
         assert (tmp_path / "results" / "figures" / f"{name}.png").stat().st_size > 0
+
+
+def test_runs_of_any_size_share_one_allocation_when_grouped(cluster, tmp_path, torch_py, mnist_idx):
+    """``--groups train=runs``: a 1-node and a 2-node run in one sbatch, one after the other.
+
+    Every training run has the same ``mpi`` resource, so runs of one rank (no srun step of
+    their own) and of many can share a group; the group asks for the larger run's nodes.
+    """
+    study = {
+        **STUDY, "frameworks": ["torch"], "nodes": [1, 2], "iterations": {"lenet": 20},
+        "data": {"mnist": {"source": str(mnist_idx)}},
+    }  # fmt: skip
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    before = len(cluster.sbatch_calls())
+    grouped = snakemake(cluster, tmp_path, "--groups", "train=runs", "--group-components", "runs=2")
+    assert grouped.returncode == 0, grouped.stderr[-4000:]
+    calls = cluster.sbatch_calls()[before:]
+    train_calls = [call for call in calls if "train" in call]
+    assert len(train_calls) == 1, calls  # both runs in one allocation
+    assert "--nodes=2" in train_calls[0] and "-t 30" in train_calls[0], train_calls[0]
+    runs = pd.read_csv(tmp_path / "results" / "runs.csv").set_index("run_id")
+    assert sorted(runs.index) == ["torch/lenet/n1x1/b64/r0", "torch/lenet/n2x1/b64/r0"]
+    assert (runs["status"] == "ok").all(), runs["reason"]
+    one, two = (
+        read_events(tmp_path / f"results/runs/torch/lenet/n{n}x1/b64/r0/events.jsonl")[0] for n in (1, 2)
+    )
+    assert one["launcher"] == two["launcher"] == "slurm"
+    assert sorted(two["hosts"]) == ["n1", "n2"]

@@ -193,6 +193,7 @@ def write_executor_ranks(
     shape: ClusterShape,
     executors: dict[int, int],
     hosts: Mapping[int, str] | None = None,
+    mode: str = "local",
 ) -> None:
     """Say where every rank ran: rank r is a core of the executor on node r // ranks_per_node.
 
@@ -206,10 +207,13 @@ def write_executor_ranks(
     per_node = ctx.spec.ranks_per_node
     base = socket.gethostname()
     hosts = hosts or {}
-    for rank in range(1, ctx.world_size):
+    # The spec's world and the cluster's mode, not this process's placement: the driver is
+    # one process (under a workflow job, with none of srun's task variables), never a rank
+    # of a step.
+    for rank in range(1, ctx.spec.world_size):
         node = rank // per_node
         pid = {"pid": executors[node]} if node in executors else {}
-        host = f"{base}/node{node}" if ctx.placement.launcher != "slurm" else hosts.get(node, f"node{node}")
+        host = f"{base}/node{node}" if mode == "local" else hosts.get(node, f"node{node}")
         with PartWriter(ctx.writer.path.with_name(f"rank{rank}.jsonl")) as part:
             part.emit(
                 "rank_start",
@@ -466,7 +470,7 @@ def _optimize(
         found = remote.wait(shape.workers, spec.options["startup_timeout_s"])
         print(f"[bigdl] executors: {[e.where() for e in found]}", flush=True)
     hosts = {e.node: e.name for e in remote.expected if e.node is not None} if remote else {}
-    write_executor_ranks(ctx, shape, executors, hosts)
+    write_executor_ranks(ctx, shape, executors, hosts, cluster.mode)
     record_settings(ctx, held["gateway"].proc.pid, executors)
     per_executor = global_batch // shape.workers
     rdd = training_rdd(
