@@ -37,7 +37,7 @@ from typing import Any
 
 from dlscale import contention, envs, netns, networks, placement, userns
 from dlscale.events import EventError, write_atomic
-from dlscale.runners.plan import LaunchContext, Plan, environ_with
+from dlscale.runners.plan import LaunchContext, Plan, environ_with, signal_name
 from dlscale.runspec import RunSpec, SpecError, run_id_fields
 
 
@@ -243,13 +243,6 @@ def read_parts(work_dir: Path) -> dict[int, list[dict[str, Any]]]:
     return parts
 
 
-def _signal_name(returncode: int) -> str:
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
-
-
 def finished_ok(events: list[dict[str, Any]]) -> bool:
     """Whether a rank recorded its own successful end (all its iterations are on disk)."""
     return any(e.get("event") == "rank_end" and e.get("status") == "ok" for e in events)
@@ -263,7 +256,7 @@ def describe_failure(label: str, returncode: int, events: list[dict[str, Any]]) 
     iterations = [e["iteration"] for e in events if e.get("event") == "iteration"]
     where = f"at iteration {iterations[-1] + 1}" if iterations else "before its first iteration"
     if returncode < 0:
-        return f"{label} died ({_signal_name(returncode)}) {where}"
+        return f"{label} died ({signal_name(returncode)}) {where}"
     return f"{label} exited with status {returncode} {where}"
 
 
@@ -287,7 +280,7 @@ def describe_group_failure(label: str, returncode: int, parts: dict[int, list[di
     failure other than being terminated comes next; ranks the launcher tore down after a
     peer died only say "terminated", which is the consequence, not the cause.
     """
-    code = f"{label} exited with {_signal_name(returncode) if returncode < 0 else returncode}"
+    code = f"{label} exited with {signal_name(returncode) if returncode < 0 else returncode}"
     if not parts:
         return f"{code} before any rank started"
     silent, failed = [], []

@@ -10,6 +10,7 @@ the plan lists, and merges the part files of the ranks that report.
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,6 +141,14 @@ def per_rank_plan(ctx: LaunchContext, module: str) -> Plan:
         }
         processes.append(Process(f"rank {rank}", ctx.runner_argv(module), env, rank, ctx.node_of(rank)))
     return Plan(processes, reporting_ranks=world)
+
+
+def signal_name(returncode: int) -> str:
+    """``SIGKILL`` for a process that ended with ``-9`` (what ``Popen.returncode`` says)."""
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
 
 
 def environ_with(overrides: dict[str, str]) -> dict[str, str]:

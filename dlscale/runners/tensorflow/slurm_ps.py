@@ -49,6 +49,7 @@ from typing import Any
 from dlscale import placement as placement_mod
 from dlscale.events import PartWriter
 from dlscale.runners import common
+from dlscale.runners.plan import signal_name
 from dlscale.runners.tensorflow import cluster as cluster_mod
 
 RUNNER = "dlscale.runners.tensorflow"
@@ -151,13 +152,6 @@ def has_rank_end(path: Path) -> bool:
         return '"event":"rank_end"' in path.read_text(encoding="utf-8").replace(" ", "")
     except OSError:
         return False
-
-
-def signal_name(returncode: int) -> str:
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
 
 
 def child_failure(task: Task, returncode: int, work_dir: Path) -> str:
