@@ -37,7 +37,11 @@ def user_config(tmp_path) -> dict[str, str]:
     README's step (`make profiles`)."""
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
     proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / "install-profiles.sh")], capture_output=True, text=True, env=env, timeout=60
+        ["bash", str(REPO / "scripts" / "install-profiles.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     for name in ("tianhe", "slurm"):
@@ -59,13 +63,32 @@ def test_tianhe_study_dry_run_as_typed_lists_every_framework(user_config):
     assert hours and float(hours[1].replace(",", "")) > 0
 
 
+def test_tianhe_parameter_server_study_plans_tensorflow_ps_in_its_own_directory(user_config, tmp_path):
+    work = tmp_path / "tianhe-ps"
+    proc = snakemake(
+        "--profile", "tianhe", "--configfile", str(REPO / "profiles/tianhe/study-ps.yaml"),
+        "--directory", str(work), "--snakefile", str(REPO / "Snakefile"), "--dry-run", env=user_config,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert planned_jobs(output)["train"] == 4 * 5 * 3  # models x node counts x repeats
+    assert set(re.findall(r"results/runs/([a-z]+)/\w+/n\d+x1/", output)) == {"tensorflow"}
+    strategies = re.findall(r'"num_ps": (\d+), "strategy": "(\w+)"', output)
+    assert len(strategies) == 60 and set(strategies) == {("2", "ps")}, strategies[:3]
+    assert not (REPO / "tianhe-ps").exists()  # nothing of it in the project's own results
+
+
 def test_install_leaves_a_users_own_profile_alone(tmp_path):
     own = tmp_path / "config" / "snakemake" / "slurm"
     own.mkdir(parents=True)
     (own / "config.yaml").write_text("jobs: 1\n")
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
     proc = subprocess.run(
-        ["bash", str(REPO / "scripts" / "install-profiles.sh")], capture_output=True, text=True, env=env, timeout=60
+        ["bash", str(REPO / "scripts" / "install-profiles.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert proc.returncode == 0
     assert "exists and is not a link to this project" in proc.stderr
