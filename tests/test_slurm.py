@@ -25,6 +25,7 @@ import pytest
 import yaml
 from conftest import ENVS_DIR, REPO
 from slurm_cluster import SlurmCluster, alive
+from test_bigdl_runner import processes_mentioning
 from test_workflow import planned_jobs
 
 from dlscale.events import read_events
@@ -181,6 +182,14 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(cluster, tmp_path, torch
     caffe_steps = [e for e in caffe if e["event"] == "iteration"]
     assert {e["rank"] for e in caffe_steps} == {0, 1, 2, 3} and all(e["comm_s"] > 0 for e in caffe_steps)
     assert "srun --mpi" in (tmp_path / "results/runs/caffe/lenet/n4x1/b64/r0/run.log").read_text()
+    # BigDL trained on one executor per node, each bound to its node's address, and
+    # every rank's host is its node (the executors' mapped from where they registered).
+    bigdl = tmp_path / "results/runs/bigdl/lenet/n4x1/b64/r0"
+    addresses = [f"on n{k} at {cluster.address(f'n{k}')}" for k in range(1, 5)]
+    assert f"[bigdl] executors: {addresses}" in (bigdl / "run.log").read_text()
+    driver_log = (bigdl / "bigdl-driver.log").read_text(errors="replace")
+    assert "Executor number is 4 and executor cores number is 1" in driver_log
+    assert not processes_mentioning(str(tmp_path)), "a Spark daemon, executor or rank outlived the study"
     for name in ("throughput", "speedup", "breakdown", "loss"):
         assert (tmp_path / "results" / "figures" / f"{name}.png").stat().st_size > 0
 
