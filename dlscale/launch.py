@@ -24,11 +24,13 @@ import ctypes
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -273,16 +275,46 @@ def startup_failure(startup_s: float, parts: dict[int, list[dict[str, Any]]], pl
     )
 
 
-def describe_group_failure(label: str, returncode: int, parts: dict[int, list[dict[str, Any]]]) -> str:
+#: srun's report of a task that ended badly: "srun: error: n3: task 2: Killed" (or
+#: "tasks 0-2: Exited with exit code 1"); with --kill-on-bad-exit, the first one is the cause.
+SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<task>\d+)[-,\d]*: (?P<what>.+)$")
+
+
+def srun_task_error(line: str) -> tuple[int, str] | None:
+    """(task, "node: task k: what") of an srun error line about a task, else None."""
+    match = SRUN_TASK_ERROR.match(line.strip())
+    if not match:
+        return None
+    return int(match["task"]), f"{match['node']}: task {match['task']}: {match['what']}"
+
+
+def describe_group_failure(
+    label: str,
+    returncode: int,
+    parts: dict[int, list[dict[str, Any]]],
+    first_error: tuple[int, str] | None = None,
+) -> str:
     """Why a process that stands for many ranks (srun, mpirun) failed, from their parts.
 
     A rank with no end of its own died first (killed, crashed); a rank that recorded a
     failure other than being terminated comes next; ranks the launcher tore down after a
-    peer died only say "terminated", which is the consequence, not the cause.
+    peer died only say "terminated", which is the consequence, not the cause. When the step
+    ends every rank with SIGKILL, several ranks leave no end: then srun's first report of a
+    task (``first_error``, which srun prints for the task that failed first, before it
+    ends the others) names the rank.
     """
     code = f"{label} exited with {signal_name(returncode) if returncode < 0 else returncode}"
     if not parts:
         return f"{code} before any rank started"
+    if first_error is not None:
+        rank, said = first_error
+        ends = [e for e in parts.get(rank, []) if e.get("event") == "rank_end"]
+        if ends and ends[-1].get("status") == "failed" and "SIGTERM" not in str(ends[-1].get("reason")):
+            return str(ends[-1].get("reason"))
+        if not ends:
+            iterations = [e["iteration"] for e in parts.get(rank, []) if e.get("event") == "iteration"]
+            where = f"at iteration {iterations[-1] + 1}" if iterations else "before its first iteration"
+            return f"rank {rank} died {where} (srun: {said}; {code})"
     silent, failed = [], []
     for rank, events in sorted(parts.items()):
         ends = [e for e in events if e.get("event") == "rank_end"]
@@ -343,6 +375,10 @@ class Launch:
         self.loadavg_start = list(os.getloadavg())
         self.terminated_by: str | None = None
         self.exit_warnings: dict[int, str] = {}
+        #: Per srun process (index in procs): its first report of a failed task, and the
+        #: thread that relays its stderr into the run's log while reading it.
+        self.srun_errors: dict[int, tuple[int, str]] = {}
+        self.relays: dict[int, threading.Thread] = {}
         self.plan = Plan([], 0)
         #: The run's CPU settings (run_start ``settings``): see run_settings.
         self.settings: dict[str, Any] = {}
@@ -416,6 +452,7 @@ class Launch:
         for process in self.plan.processes:
             if self.terminated_by or time.time() - self.started > spec.timeout_s:
                 break  # starting many ranks on a loaded host takes time: watch() says why it stopped
+            relayed = process.rank is None and Path(process.argv[0]).name == "srun"
             try:
                 self.procs.append(
                     subprocess.Popen(
@@ -423,8 +460,11 @@ class Launch:
                         env=environ_with(process.env),
                         start_new_session=True,
                         preexec_fn=child_setup(joiner(self.network, process.node)),
+                        stderr=subprocess.PIPE if relayed else None,
                     )
                 )
+                if relayed:
+                    self.relay_srun(len(self.procs) - 1)
             except OSError as err:  # not executable, or joining the namespace refused
                 self.failure = f"cannot start {process.label}: {err}"
                 print(f"[launch] FAILED: {self.failure}", file=sys.stderr, flush=True)
@@ -460,6 +500,24 @@ class Launch:
                     pass
                 proc.wait()
 
+    def relay_srun(self, index: int) -> None:
+        """Copy an srun's stderr into the run's log, keeping its first report of a failed task."""
+        stream = self.procs[index].stderr
+        assert stream is not None
+
+        def relay() -> None:
+            for raw in stream:
+                line = raw.decode("utf-8", errors="replace")
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                task = srun_task_error(line)
+                if task is not None and index not in self.srun_errors:
+                    self.srun_errors[index] = task
+
+        thread = threading.Thread(target=relay, name=f"srun-stderr-{index}", daemon=True)
+        thread.start()
+        self.relays[index] = thread
+
     def watch(self) -> None:
         if self.failure or self.spec is None:  # the run could not start: nothing to watch
             return
@@ -488,8 +546,13 @@ class Launch:
                         self.exit_warnings[index] = f"{process.label} finished, then exited with {code}"
                         codes[index] = 0
                     elif process.rank is None:
-                        # srun/mpirun speak for many ranks: ask their part files who died.
-                        self.failure = describe_group_failure(process.label, code, parts)
+                        # srun/mpirun speak for many ranks: ask srun (what it printed last
+                        # is in once its stderr is closed) and their part files who died.
+                        if index in self.relays:
+                            self.relays[index].join(timeout=5)
+                        self.failure = describe_group_failure(
+                            process.label, code, parts, self.srun_errors.get(index)
+                        )
                         break
                     else:
                         self.failure = describe_failure(process.label, code, events)

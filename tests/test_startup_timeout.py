@@ -105,3 +105,34 @@ def test_a_rank_turns_only_the_first_sigterm_into_its_end(monkeypatch):
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_srun_names_the_task_that_failed_first_when_every_rank_was_killed():
+    """srun --kill-on-bad-exit SIGKILLs the whole step: no rank writes its end, so the part
+    files cannot tell the killed rank from its peers; srun's first task report can."""
+    from dlscale.launch import describe_group_failure, srun_task_error
+
+    assert srun_task_error("srun: error: n3: task 2: Killed\n") == (2, "n3: task 2: Killed")
+    assert srun_task_error("srun: error: cn07: tasks 0-2: Exited with exit code 1") == (
+        0, "cn07: task 0: Exited with exit code 1",
+    )  # fmt: skip
+    assert srun_task_error("srun: launch/slurm: _step_signal: Terminating StepId=14.0") is None
+    step = lambda rank, n: [
+        {"event": "rank_start"},
+        *({"event": "iteration", "iteration": i} for i in range(n)),
+    ]  # noqa: E731
+    parts = {0: step(0, 5), 1: step(1, 5), 2: step(2, 5), 3: step(3, 4)}
+    # Without srun's word the first silent rank is blamed (the old, wrong, answer here).
+    assert describe_group_failure("srun (4 ranks)", -9, parts).startswith("rank 0 died")
+    reason = describe_group_failure("srun (4 ranks)", -9, parts, (2, "n3: task 2: Killed"))
+    assert (
+        reason == "rank 2 died at iteration 5 (srun: n3: task 2: Killed; srun (4 ranks) exited with SIGKILL)"
+    )
+    # A rank that failed on its own (it wrote why) is named by its own reason.
+    parts[1] = [
+        *step(1, 3),
+        {"event": "rank_end", "status": "failed", "reason": "loss became nan at iteration 3"},
+    ]
+    assert describe_group_failure("srun", 1, parts, (1, "n2: task 1: Exited with exit code 1")) == (
+        "loss became nan at iteration 3"
+    )
