@@ -117,10 +117,10 @@ def test_srun_names_the_task_that_failed_first_when_every_rank_was_killed():
         0, "cn07: task 0: Exited with exit code 1",
     )  # fmt: skip
     assert srun_task_error("srun: launch/slurm: _step_signal: Terminating StepId=14.0") is None
-    step = lambda rank, n: [
-        {"event": "rank_start"},
-        *({"event": "iteration", "iteration": i} for i in range(n)),
-    ]  # noqa: E731
+
+    def step(rank: int, n: int) -> list[dict]:
+        return [{"event": "rank_start"}, *({"event": "iteration", "iteration": i} for i in range(n))]
+
     parts = {0: step(0, 5), 1: step(1, 5), 2: step(2, 5), 3: step(3, 4)}
     # Without srun's word the first silent rank is blamed (the old, wrong, answer here).
     assert describe_group_failure("srun (4 ranks)", -9, parts).startswith("rank 0 died")
