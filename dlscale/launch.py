@@ -250,13 +250,18 @@ def finished_ok(events: list[dict[str, Any]]) -> bool:
     return any(e.get("event") == "rank_end" and e.get("status") == "ok" for e in events)
 
 
+def where_it_stopped(events: list[dict[str, Any]]) -> str:
+    """ "at iteration N" (the one a rank was in when it stopped) or "before its first iteration"."""
+    iterations = [e["iteration"] for e in events if e.get("event") == "iteration"]
+    return f"at iteration {iterations[-1] + 1}" if iterations else "before its first iteration"
+
+
 def describe_failure(label: str, returncode: int, events: list[dict[str, Any]]) -> str:
     """A reason a person understands, from how a rank ended and what it last recorded."""
     for event in reversed(events):
         if event.get("event") == "rank_end" and event.get("status") == "failed" and event.get("reason"):
             return str(event["reason"])
-    iterations = [e["iteration"] for e in events if e.get("event") == "iteration"]
-    where = f"at iteration {iterations[-1] + 1}" if iterations else "before its first iteration"
+    where = where_it_stopped(events)
     if returncode < 0:
         return f"{label} died ({signal_name(returncode)}) {where}"
     return f"{label} exited with status {returncode} {where}"
@@ -312,8 +317,7 @@ def describe_group_failure(
         if ends and ends[-1].get("status") == "failed" and "SIGTERM" not in str(ends[-1].get("reason")):
             return str(ends[-1].get("reason"))
         if not ends:
-            iterations = [e["iteration"] for e in parts.get(rank, []) if e.get("event") == "iteration"]
-            where = f"at iteration {iterations[-1] + 1}" if iterations else "before its first iteration"
+            where = where_it_stopped(parts.get(rank, []))
             return f"rank {rank} died {where} (srun: {said}; {code})"
     silent, failed = [], []
     for rank, events in sorted(parts.items()):
@@ -330,8 +334,7 @@ def describe_group_failure(
             return reason
     if silent:
         rank = silent[0]
-        iterations = [e["iteration"] for e in parts[rank] if e.get("event") == "iteration"]
-        where = f"at iteration {iterations[-1] + 1}" if iterations else "before its first iteration"
+        where = where_it_stopped(parts[rank])
         return f"rank {rank} died {where} ({code})"
     if failed:
         return failed[0][1]
