@@ -31,6 +31,7 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,7 +106,73 @@ def standalone_cluster(spec: RunSpec, work: Path) -> Any:
     return cluster
 
 
-def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, float]:
+#: Seconds ``optimize`` may go on after BigDL logged its last iteration (DistriOptimizer then
+#: gathers the trained model to the driver, which the benchmark never uses) before its Spark
+#: jobs are cancelled; then as long again for the call to return. A LeNet gather takes under
+#: a second; a local[1] AlexNet one was seen to hang for 13 minutes, and ResNet-50's to fail.
+GATHER_GRACE_S = 60.0
+#: How often the driver log is read for the iterations done while ``optimize`` runs.
+POLL_S = 1.0
+
+
+def iterations_logged(log_path: Path) -> int:
+    """BigDL's iteration lines in its driver log so far (0 before the log exists)."""
+    from dlscale.parse import bigdl as bigdl_log
+
+    if not log_path.exists():
+        return 0
+    return sum(1 for e in bigdl_log.parse(log_path, strict=False) if e["event"] == "iteration")
+
+
+def optimize_until_logged(sc: Any, optimizer: Any, log_path: Path, total: int) -> str | None:
+    """Run ``optimizer.optimize()`` and return once it has, or once every one of the ``total``
+    iterations is in the log and the post-training gather has had ``GATHER_GRACE_S``.
+
+    As in the runner (``dlscale.runners.bigdl.train.report``), the measurement is the
+    logged iterations; what BigDL does after the last one (gathering the trained model) is
+    not timed and may fail or hang without losing it. Returns None if ``optimize`` ended
+    cleanly, else what happened after the last iteration (a warning for the row); raises
+    what ``optimize`` raised if the iterations are not all logged.
+    """
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            optimizer.optimize()
+        except BaseException as err:  # noqa: BLE001 - judged below, against the log
+            failure.append(err)
+
+    thread = threading.Thread(target=target, name="bigdl-optimize", daemon=True)
+    thread.start()
+    complete_at: float | None = None
+    cancelled = False
+    while thread.is_alive():
+        thread.join(POLL_S)
+        if complete_at is None and iterations_logged(log_path) >= total:
+            complete_at = time.monotonic()
+        if complete_at is not None and not cancelled and time.monotonic() - complete_at > GATHER_GRACE_S:
+            print(f"[bench] BigDL still in optimize {GATHER_GRACE_S:.0f} s after its last iteration:"
+                  " cancelling its Spark jobs (the post-training gather)", file=sys.stderr, flush=True)  # fmt: skip
+            sc.cancelAllJobs()
+            cancelled = True
+            thread.join(GATHER_GRACE_S)
+            break
+    logged = iterations_logged(log_path)
+    if logged < total:
+        if failure:
+            raise failure[0]
+        raise RuntimeError(f"BigDL's optimize ended with {logged} of {total} iterations logged")
+    if thread.is_alive():
+        return f"the post-training gather did not end {2 * GATHER_GRACE_S:.0f} s after the last iteration"
+    if cancelled:
+        return f"the post-training gather was cancelled {GATHER_GRACE_S:.0f} s after the last iteration"
+    if failure:
+        first = str(failure[0]).strip().splitlines()
+        return f"the post-training gather failed: {type(failure[0]).__name__}: {first[0] if first else ''}"[:300]
+    return None
+
+
+def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, Any]:
     from bigdl.dllib.optim.optimizer import SGD, MaxIteration, Optimizer
     from bigdl.dllib.utils.common import init_engine
     from pyspark import SparkContext
@@ -121,6 +188,7 @@ def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, floa
         log_path = work / "driver.log"
         started = time.perf_counter()
         cluster = None
+        after: str | None = None
         try:
             if deployment == "standalone":
                 from dlscale.runners.bigdl.train import spark_conf
@@ -157,10 +225,11 @@ def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, floa
                     batch_size=batch,
                 )
                 ready = time.perf_counter()
-                optimizer.optimize()
+                after = optimize_until_logged(sc, optimizer, log_path, total)
                 done = time.perf_counter()
             finally:
-                sc.stop()
+                if after is None or "failed" in after:
+                    sc.stop()  # not while a py4j call still hangs: the process's end stops its JVM
         finally:
             if cluster is not None:
                 cluster.stop()
@@ -171,6 +240,7 @@ def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, floa
         **log_rates(events, spec.warmup, batch),
         "process_to_optimize_s": ready - started,
         "optimize_wall_s": done - ready,
+        **({"warning": after} if after else {}),
     }
 
 

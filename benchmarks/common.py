@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -306,8 +307,27 @@ def finish(proc: subprocess.Popen[str], cmd: list[str], timeout: float) -> str:
         raise
     if proc.returncode != 0:
         tail = "\n".join(err.strip().splitlines()[-15:])
-        raise BenchError(f"exit {proc.returncode}: {' '.join(cmd[:6])} ...\n{tail}")
+        cause = error_line(err)
+        raise BenchError(
+            f"exit {proc.returncode}: {cause + ' (' if cause else ''}{' '.join(cmd[:6])} ...{')' if cause else ''}\n{tail}"
+        )
     return out
+
+
+#: A line that states an error: a Python exception (``ValueError: ...``), a Java one
+#: (``java.lang.OutOfMemoryError: ...``, ``org.apache.spark.SparkException: ...``) or a tool's
+#: ``error:``.
+ERROR_LINE = re.compile(r"^\s*(?:[\w.]*(?:Error|Exception|Exit)\b[^\n]*|.*\berror: .*)$", re.IGNORECASE)
+
+
+def error_line(stderr: str) -> str:
+    """The last line of a failed process's stderr that states an error (its cause, as a
+    summary's row can hold it), or "" if none does; stack frames are skipped."""
+    for line in reversed(stderr.strip().splitlines()):
+        text = line.strip()
+        if text and not text.startswith(("at ", "File ", "\tat ")) and ERROR_LINE.match(text):
+            return text[:240]
+    return ""
 
 
 def run_json_lines(

@@ -35,7 +35,7 @@ RAW_COLUMNS = (
     "framework", "model", "batch", "threads", "repeat", "arm",
     "samples_per_s", "samples_per_cpu_s", "samples_per_cpu_q_s", "self_timed_samples_per_s", "peak_flops", "peak_flops_cpu",
     "step_s", "compute_s", "comm_s", "startup_s", "to_first_step_s", "warmup_s", "median_step_s", "wall_s",
-    "failure",
+    "failure", "warning",
 )  # fmt: skip
 #: The arm of a framework x model whose training benchmark failed (``failure``: why).
 FAILED = "failed"

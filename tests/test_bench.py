@@ -8,6 +8,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -539,3 +540,71 @@ def test_runner_arm_times_a_runner_from_its_events(tmp_path):
     assert {(r["model"], r["batch"], r["threads"]) for r in rows} == {
         ("lenet", spec.batch, spec.threads_per_rank)
     }
+
+
+def test_a_failed_workers_reason_leads_with_its_error_line():
+    """A failed arm's row names its cause (the summary cell holds 300 characters), not only
+    the command: the last stderr line that states an error, stack frames skipped."""
+    from benchmarks.common import BenchError, error_line, finish, start
+
+    java = "Exception in thread main\norg.apache.spark.SparkException: Job aborted\n\tat org.x.Y(Y.scala:1)\n"
+    assert error_line(java) == "org.apache.spark.SparkException: Job aborted"
+    assert error_line("warming up\nall fine\n") == ""
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; print('progress', file=sys.stderr); raise ValueError('bad batch')",
+    ]
+    with pytest.raises(BenchError) as err:
+        finish(start(cmd, dict(os.environ)), cmd, timeout=60)
+    first = str(err.value).splitlines()[0]
+    assert first.startswith("exit 1: ValueError: bad batch (") and "-c" in first
+
+
+class _Optimizer:
+    """Stands in for BigDL's Optimizer: logs iterations, then behaves as asked after them."""
+
+    def __init__(self, logged: list[int], total: int, after: str) -> None:
+        self.logged, self.total, self.after = logged, total, after
+        self.cancelled = __import__("threading").Event()
+
+    def optimize(self) -> None:
+        done = self.total - 1 if self.after == "fails-early" else self.total
+        self.logged.append(done)
+        if self.after == "hangs":
+            self.cancelled.wait(30)  # the gather, until its Spark job is cancelled
+            raise RuntimeError("Job cancelled")
+        if self.after in ("fails", "fails-early"):
+            raise RuntimeError("java.io.NotSerializableException: in getModel")
+
+    def cancelAllJobs(self) -> None:  # noqa: N802 - SparkContext's name
+        self.cancelled.set()
+
+
+@pytest.mark.parametrize("after", ["returns", "fails", "hangs", "fails-early"])
+def test_bigdl_bare_loop_keeps_its_iterations_whatever_the_gather_does(monkeypatch, tmp_path, after):
+    """The bare arm is its logged iterations: a post-training gather that fails or hangs
+    (seen: ResNet-50, local[1] AlexNet) is a warning and is cut short; a run that did not
+    log every iteration still fails with optimize's own error."""
+    from benchmarks import bigdl_worker
+
+    logged: list[int] = []
+    monkeypatch.setattr(bigdl_worker, "iterations_logged", lambda path: logged[-1] if logged else 0)
+    monkeypatch.setattr(bigdl_worker, "GATHER_GRACE_S", 0.5)
+    monkeypatch.setattr(bigdl_worker, "POLL_S", 0.05)
+    optimizer = _Optimizer(logged, total=5, after=after)
+
+    def run() -> str | None:
+        return bigdl_worker.optimize_until_logged(optimizer, optimizer, tmp_path / "driver.log", 5)
+
+    if after == "fails-early":
+        with pytest.raises(RuntimeError, match="NotSerializable"):
+            run()
+        return
+    outcome = run()
+    if after == "returns":
+        assert outcome is None and not optimizer.cancelled.is_set()
+    elif after == "fails":
+        assert outcome.startswith("the post-training gather failed: RuntimeError: java.io.NotSerializable")
+    else:
+        assert optimizer.cancelled.is_set() and outcome.startswith("the post-training gather was cancelled")
