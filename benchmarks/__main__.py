@@ -9,6 +9,7 @@ fails is reported (and the command exits 1) after the others have run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -27,7 +28,7 @@ from benchmarks import (
     torch_bench,
     workflow_scale,
 )
-from benchmarks.common import REPO, default_study, framework_python, write_csv
+from benchmarks.common import REPO, FrameworkBench, default_study, framework_python, write_csv
 from benchmarks.data import datasets
 from benchmarks.registry import covered
 from dlscale import atomic, catalog
@@ -51,7 +52,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--frameworks", nargs="+", choices=catalog.FRAMEWORK_NAMES, default=list(catalog.FRAMEWORK_NAMES)
     )
     parser.add_argument("--models", nargs="+", choices=catalog.MODEL_NAMES, default=list(catalog.MODEL_NAMES))
+    parser.add_argument(
+        "--uncapped",
+        action="store_true",
+        help="every framework runs the asked repeats (default: BigDL's arms, a JVM start each, are capped"
+        " so that the whole bench fits a session; see each entry's max_repeats)",
+    )
     return parser.parse_args(argv)
+
+
+def selected(args: argparse.Namespace) -> tuple[list[FrameworkBench], list[str]]:
+    """The benchmark entries of the asked frameworks (uncapped if asked), and those without one."""
+    entries, not_covered = covered(args.frameworks)
+    if args.uncapped:
+        entries = [dataclasses.replace(e, max_repeats={}) for e in entries]
+    return entries, not_covered
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,13 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    entries, not_covered = covered(args.frameworks)
+    entries, not_covered = selected(args)
     info = {
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "host": socket.gethostname(),
         "cpus": os.cpu_count(),
         "git_sha": git_sha(REPO),
         "repeats": args.repeats,
+        "uncapped": args.uncapped,
         "loadavg_start": [round(v, 2) for v in os.getloadavg()],
         "frameworks": [e.name for e in entries],
         "not_covered": not_covered,

@@ -168,7 +168,9 @@ def optimize_until_logged(sc: Any, optimizer: Any, log_path: Path, total: int) -
         return f"the post-training gather was cancelled {GATHER_GRACE_S:.0f} s after the last iteration"
     if failure:
         first = str(failure[0]).strip().splitlines()
-        return f"the post-training gather failed: {type(failure[0]).__name__}: {first[0] if first else ''}"[:300]
+        return f"the post-training gather failed: {type(failure[0]).__name__}: {first[0] if first else ''}"[
+            :300
+        ]
     return None
 
 

@@ -608,3 +608,15 @@ def test_bigdl_bare_loop_keeps_its_iterations_whatever_the_gather_does(monkeypat
         assert outcome.startswith("the post-training gather failed: RuntimeError: java.io.NotSerializable")
     else:
         assert optimizer.cancelled.is_set() and outcome.startswith("the post-training gather was cancelled")
+
+
+def test_uncapped_bench_runs_the_asked_repeats_for_every_framework():
+    """BigDL's arms are capped (a JVM start each) unless ``--uncapped`` asks for all of them."""
+    from benchmarks.__main__ import parse_args, selected
+
+    capped, _ = selected(parse_args(["--frameworks", "bigdl", "torch", "--repeats", "5"]))
+    uncapped, _ = selected(parse_args(["--frameworks", "bigdl", "torch", "--repeats", "5", "--uncapped"]))
+    assert {e.name for e in capped} == {e.name for e in uncapped} == {"bigdl", "torch"}
+    by_name = {e.name: e for e in capped}
+    assert by_name["bigdl"].repeats(5, "training") < 5 and by_name["torch"].repeats(5, "training") == 5
+    assert all(e.repeats(5, "training") == 5 for e in uncapped)
