@@ -24,7 +24,6 @@ import ctypes
 import importlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -39,7 +38,14 @@ from typing import Any
 
 from dlscale import contention, envs, netns, networks, placement, userns
 from dlscale.events import EventError, write_atomic
-from dlscale.runners.plan import LaunchContext, Plan, environ_with, signal_name
+from dlscale.runners.plan import (
+    LaunchContext,
+    Plan,
+    SrunTaskError,
+    environ_with,
+    signal_name,
+    srun_task_error,
+)
 from dlscale.runspec import RunSpec, SpecError, run_id_fields
 
 
@@ -280,24 +286,11 @@ def startup_failure(startup_s: float, parts: dict[int, list[dict[str, Any]]], pl
     )
 
 
-#: srun's report of a task that ended badly: "srun: error: n3: task 2: Killed" (or
-#: "tasks 0-2: Exited with exit code 1"); with --kill-on-bad-exit, the first one is the cause.
-SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<task>\d+)[-,\d]*: (?P<what>.+)$")
-
-
-def srun_task_error(line: str) -> tuple[int, str] | None:
-    """(task, "node: task k: what") of an srun error line about a task, else None."""
-    match = SRUN_TASK_ERROR.match(line.strip())
-    if not match:
-        return None
-    return int(match["task"]), f"{match['node']}: task {match['task']}: {match['what']}"
-
-
 def describe_group_failure(
     label: str,
     returncode: int,
     parts: dict[int, list[dict[str, Any]]],
-    first_error: tuple[int, str] | None = None,
+    first_error: SrunTaskError | None = None,
 ) -> str:
     """Why a process that stands for many ranks (srun, mpirun) failed, from their parts.
 
@@ -312,7 +305,7 @@ def describe_group_failure(
     if not parts:
         return f"{code} before any rank started"
     if first_error is not None:
-        rank, said = first_error
+        rank, said = first_error.task, str(first_error)
         ends = [e for e in parts.get(rank, []) if e.get("event") == "rank_end"]
         if ends and ends[-1].get("status") == "failed" and "SIGTERM" not in str(ends[-1].get("reason")):
             return str(ends[-1].get("reason"))
@@ -380,7 +373,7 @@ class Launch:
         self.exit_warnings: dict[int, str] = {}
         #: Per srun process (index in procs): its first report of a failed task, and the
         #: thread that relays its stderr into the run's log while reading it.
-        self.srun_errors: dict[int, tuple[int, str]] = {}
+        self.srun_errors: dict[int, SrunTaskError] = {}
         self.relays: dict[int, threading.Thread] = {}
         self.plan = Plan([], 0)
         #: The run's CPU settings (run_start ``settings``): see run_settings.

@@ -110,13 +110,17 @@ def test_a_rank_turns_only_the_first_sigterm_into_its_end(monkeypatch):
 def test_srun_names_the_task_that_failed_first_when_every_rank_was_killed():
     """srun --kill-on-bad-exit SIGKILLs the whole step: no rank writes its end, so the part
     files cannot tell the killed rank from its peers; srun's first task report can."""
-    from dlscale.launch import describe_group_failure, srun_task_error
+    from dlscale.launch import describe_group_failure
+    from dlscale.runners.plan import SrunTaskError, first_srun_task_error, srun_task_error
 
-    assert srun_task_error("srun: error: n3: task 2: Killed\n") == (2, "n3: task 2: Killed")
-    assert srun_task_error("srun: error: cn07: tasks 0-2: Exited with exit code 1") == (
-        0, "cn07: task 0: Exited with exit code 1",
-    )  # fmt: skip
+    killed = srun_task_error("srun: error: n3: task 2: Killed\n")
+    assert killed == SrunTaskError(2, "n3", "Killed") and str(killed) == "n3: task 2: Killed"
+    assert str(srun_task_error("srun: error: cn07: tasks 0-2: Exited with exit code 1")) == (
+        "cn07: task 0: Exited with exit code 1"
+    )
     assert srun_task_error("srun: launch/slurm: _step_signal: Terminating StepId=14.0") is None
+    log = "srun: Job step aborted\nsrun: error: n2: task 1: Killed\nsrun: error: n1: task 0: Terminated\n"
+    assert first_srun_task_error(log) == SrunTaskError(1, "n2", "Killed")
 
     def step(rank: int, n: int) -> list[dict]:
         return [{"event": "rank_start"}, *({"event": "iteration", "iteration": i} for i in range(n))]
@@ -124,7 +128,7 @@ def test_srun_names_the_task_that_failed_first_when_every_rank_was_killed():
     parts = {0: step(0, 5), 1: step(1, 5), 2: step(2, 5), 3: step(3, 4)}
     # Without srun's word the first silent rank is blamed (the old, wrong, answer here).
     assert describe_group_failure("srun (4 ranks)", -9, parts).startswith("rank 0 died")
-    reason = describe_group_failure("srun (4 ranks)", -9, parts, (2, "n3: task 2: Killed"))
+    reason = describe_group_failure("srun (4 ranks)", -9, parts, killed)
     assert (
         reason == "rank 2 died at iteration 5 (srun: n3: task 2: Killed; srun (4 ranks) exited with SIGKILL)"
     )
@@ -133,6 +137,6 @@ def test_srun_names_the_task_that_failed_first_when_every_rank_was_killed():
         *step(1, 3),
         {"event": "rank_end", "status": "failed", "reason": "loss became nan at iteration 3"},
     ]
-    assert describe_group_failure("srun", 1, parts, (1, "n2: task 1: Exited with exit code 1")) == (
+    assert describe_group_failure("srun", 1, parts, SrunTaskError(1, "n2", "Exited with exit code 1")) == (
         "loss became nan at iteration 3"
     )

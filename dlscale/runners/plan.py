@@ -10,9 +10,11 @@ the plan lists, and merges the part files of the ranks that report.
 from __future__ import annotations
 
 import os
+import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from dlscale import placement
 from dlscale.runspec import RunSpec
@@ -149,6 +151,40 @@ def signal_name(returncode: int) -> str:
         return signal.Signals(-returncode).name
     except ValueError:
         return f"signal {-returncode}"
+
+
+#: srun's report of a task that ended badly: "srun: error: n3: task 2: Killed" (or
+#: "tasks 0-2: Exited with exit code 1", which names the first of them); with
+#: --kill-on-bad-exit the first such line is the cause, the others its consequence.
+SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? (?P<task>\d+)[-,\d]*: (?P<what>.+)$")
+
+
+class SrunTaskError(NamedTuple):
+    """One task's end as srun reported it: task k (the step's k-th rank or node), where, what."""
+
+    task: int
+    node: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.node}: task {self.task}: {self.what}"
+
+
+def srun_task_error(line: str) -> SrunTaskError | None:
+    """The task an srun error line reports as failed, else None (not such a line)."""
+    match = SRUN_TASK_ERROR.match(line.strip())
+    if not match:
+        return None
+    return SrunTaskError(int(match["task"]), match["node"], match["what"].strip())
+
+
+def first_srun_task_error(text: str) -> SrunTaskError | None:
+    """srun's first report of a failed task in ``text`` (its stderr), the one that ended the step."""
+    for line in text.splitlines():
+        found = srun_task_error(line)
+        if found is not None:
+            return found
+    return None
 
 
 def environ_with(overrides: dict[str, str]) -> dict[str, str]:

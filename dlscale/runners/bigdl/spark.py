@@ -48,6 +48,7 @@ from pathlib import Path
 
 from dlscale.netns import ENV_NODE_ADDRESSES, ENV_NODE_NAMESPACES, node_argv
 from dlscale.placement import ADDRESS_TOKEN
+from dlscale.runners.plan import first_srun_task_error
 from dlscale.runspec import RunSpec
 
 HOST = "127.0.0.1"
@@ -417,10 +418,11 @@ class SparkCluster:
                 text = daemon.log.read_text(errors="replace")
             except OSError:
                 text = ""
-            said = re.search(r"srun: error: (\S+): task (\d+): ([^\n]+)", text)
-            if said:
-                node = int(said[2])
-                dead.append((node, f"the Spark worker of node {node}, {said[1]}, ended: {said[3].strip()}"))
+            said = first_srun_task_error(text)
+            if said is not None:
+                dead.append(
+                    (said.task, f"the Spark worker of node {said.task}, {said.node}, ended: {said.what}")
+                )
             else:
                 dead.append(
                     (None, f"the srun step of the Spark workers, pid {daemon.pid}, exited ({status})")
