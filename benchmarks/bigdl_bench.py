@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    FAILED,
     REPO,
+    BenchError,
     CommJob,
     FrameworkBench,
     TrainingJob,
@@ -64,10 +66,6 @@ from dlscale.runspec import RunSpec
 #: are also BigDL's start-up measurements (benchmarks.startup reuses them).
 TRAINING_ITERATIONS = (3, 20)
 COMM_ITERATIONS = (2, 10)
-#: Repeats of an ImageNet-sized model (each repeat: three JVM starts and steps of tens of
-#: seconds; a BigDL AlexNet repeat took over 10 minutes at load 15): one, so its ratio has
-#: no interval; the MNIST models get the entry's ``max_repeats``.
-IMAGENET_REPEATS = 1
 #: Start-up time-out of a benchmark arm (seconds; the study's is 180).
 STARTUP_TIMEOUT_S = 900
 #: The arms of a training repeat, each a process (rotated per repeat).
@@ -113,25 +111,34 @@ def training(job: TrainingJob) -> list[dict[str, Any]]:
     spec = dataclasses.replace(job.spec, warmup=warmup, iterations=iterations, options=options)
     base = {"model": spec.model, "batch": spec.global_batch, "threads": spec.threads_per_rank}
     rows: list[dict[str, Any]] = []
-    from dlscale import catalog
-
-    repeats = job.repeats if catalog.model(spec.model).mnist_sized else min(job.repeats, IMAGENET_REPEATS)
+    repeats = job.repeats  # BENCH.max_repeats: 1 of an ImageNet-sized model unless uncapped
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-bigdl-") as tmp:
         for repeat in range(repeats):
             for arm in arm_order(repeat, TRAINING_ARMS):
                 log(f"  bigdl/{spec.model} repeat {repeat + 1}/{repeats}: {arm}")
-                if arm == "runner":
-                    run = runner_run(job.python, spec, job.data, Path(tmp) / f"runner{repeat}", job.timeout_s)
-                    result = log_rates(run["iterations"], spec.warmup, spec.global_batch)
-                    rows.append({"arm": "runner", "repeat": repeat, **base, **result, **run["startup"]})
-                else:
-                    peak = arm == "bare_local"  # the matmul peak once per repeat, in a lighter process
-                    cmd = worker_command(job.python, "bigdl", "bare", spec=spec, data=job.data, peak=peak,
-                                         deployment=DEPLOYMENTS[arm])  # fmt: skip
-                    env = worker_env(spec.threads_per_rank, launch_env(job.python))
-                    for row in run_json_lines(cmd, env, job.timeout_s, cwd=REPO):
-                        rows.append({**row, "repeat": repeat, **base})
+                try:
+                    rows += training_arm(arm, job, spec, base, repeat, Path(tmp))
+                except BenchError as err:  # this arm's row says why; the others' rows stand
+                    log(f"  bigdl/{spec.model} repeat {repeat + 1}: {arm} failed: {str(err).splitlines()[0]}")
+                    reason = " ".join(str(err).split())[:300]
+                    rows.append({"arm": FAILED, "repeat": repeat, **base, "failure": f"{arm} arm: {reason}"})
     return rows
+
+
+def training_arm(
+    arm: str, job: TrainingJob, spec: RunSpec, base: dict[str, Any], repeat: int, tmp: Path
+) -> list[dict[str, Any]]:
+    """One arm of one repeat, its rows (one process: the launcher's run or a bare worker)."""
+    if arm == "runner":
+        run = runner_run(job.python, spec, job.data, tmp / f"runner{repeat}", job.timeout_s)
+        result = log_rates(run["iterations"], spec.warmup, spec.global_batch)
+        return [{"arm": "runner", "repeat": repeat, **base, **result, **run["startup"]}]
+    peak = arm == "bare_local"  # the matmul peak once per repeat, in a lighter process
+    cmd = worker_command(
+        job.python, "bigdl", "bare", spec=spec, data=job.data, peak=peak, deployment=DEPLOYMENTS[arm]
+    )
+    env = worker_env(spec.threads_per_rank, launch_env(job.python))
+    return [{**row, "repeat": repeat, **base} for row in run_json_lines(cmd, env, job.timeout_s, cwd=REPO)]
 
 
 def allreduce(job: CommJob) -> list[dict[str, Any]]:
@@ -165,5 +172,7 @@ BENCH = FrameworkBench(
     allreduce=allreduce,
     comm_label="BigDL block-manager sync (step - compute, 2 nodes)",
     launch_env=launch_env,
-    max_repeats={"training": 2, "comm": 1, "startup": 2},
+    # An ImageNet-sized model: one repeat (three JVM starts and steps of seconds; a BigDL
+    # AlexNet repeat took over 10 minutes at load 15), so its ratio has no interval.
+    max_repeats={"training": 2, "training-imagenet": 1, "comm": 1, "startup": 2},
 )

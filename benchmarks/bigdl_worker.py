@@ -43,15 +43,21 @@ from benchmarks.stats import log_rates
 from dlscale.runspec import RunSpec
 
 
-def larger_memory(a: str, b: str) -> str:
-    """The larger of two JVM sizes (``512m``, ``3g``)."""
+def jvm_bytes(size: str) -> int:
+    """A JVM size (``512m``, ``3g``, ``1048576``) in bytes."""
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = size.strip().lower()
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
-    def size(text: str) -> int:
-        text = text.strip().lower()
-        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
-    return a if size(a) >= size(b) else b
+def local_heap(driver: str, executor: str) -> str:
+    """The heap of local mode's one JVM: the driver's and the executor's together (``4608m``).
+
+    That JVM is both: it holds the driver's copy of the model and the executor's (cached
+    model, gradient and weight blocks, im2col buffers). The larger of the two was not
+    enough for ResNet-50 (java.lang.OutOfMemoryError: Java heap space in the first job).
+    """
+    return f"{(jvm_bytes(driver) + jvm_bytes(executor)) >> 20}m"
 
 
 def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
@@ -72,9 +78,8 @@ def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
     ]
     conf = create_spark_conf().setMaster(f"local[{cores}]").setAppName(f"dlscale bench bare {spec.model}")
     settings = {
-        # local mode: the driver JVM is the executor too, so it gets the executor's heap
-        # (AlexNet's 3g driver ran out where its standalone executor has 5g).
-        "spark.driver.memory": larger_memory(spec.options["driver_memory"], executor_memory(spec)),
+        # local mode: the driver JVM is the executor too, so it gets both heaps (local_heap).
+        "spark.driver.memory": local_heap(spec.options["driver_memory"], executor_memory(spec)),
         "spark.driver.extraJavaOptions": " ".join(java),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",

@@ -66,6 +66,11 @@ def training_repeats(model: str, asked: int) -> int:
     return asked if catalog.model(model).mnist_sized else min(asked, IMAGENET_MAX_REPEATS)
 
 
+#: The arm of a training row that failed (``failure``: why): a whole framework x model
+#: (``repeat`` -1) or one arm of one repeat (BigDL, whose arms are processes of their own).
+FAILED = "failed"
+
+
 class BenchError(RuntimeError):
     """A benchmark step failed; the message names the command and the end of its output."""
 
@@ -125,8 +130,13 @@ class FrameworkBench:
         return framework_python(self.name)
 
     def repeats(self, asked: int, benchmark: str) -> int:
-        """How many of the ``asked`` repeats of ``benchmark`` this framework runs (at least 1)."""
+        """How many of the ``asked`` repeats of ``benchmark`` this framework runs (at least 1).
+
+        ``training-imagenet`` (the training benchmark of an ImageNet-sized model) takes its
+        own cap where the entry has one, else the training one's."""
         cap = self.max_repeats.get(benchmark)
+        if cap is None and benchmark == "training-imagenet":
+            cap = self.max_repeats.get("training")
         return asked if cap is None else max(1, min(asked, cap))
 
 

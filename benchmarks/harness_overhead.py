@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from benchmarks.common import (
+    FAILED,
     BenchError,
     FrameworkBench,
     TrainingJob,
@@ -29,6 +30,7 @@ from benchmarks.common import (
     write_csv,
 )
 from benchmarks.stats import ratio_summary, summarize, verdict
+from dlscale import catalog
 
 TARGET = 0.97
 RAW_COLUMNS = (
@@ -37,8 +39,6 @@ RAW_COLUMNS = (
     "step_s", "compute_s", "comm_s", "startup_s", "to_first_step_s", "warmup_s", "median_step_s", "wall_s",
     "failure", "warning",
 )  # fmt: skip
-#: The arm of a framework x model whose training benchmark failed (``failure``: why).
-FAILED = "failed"
 #: An ImageNet-sized model's worker gets this many times the time-out: Caffe's ResNet-50
 #: (3 repeats, two arms of 4 steps) passed 900 s on a host at load 15-25.
 IMAGENET_TIMEOUT_FACTOR = 3
@@ -60,7 +60,9 @@ def measure(
         python = entry.python()
         for model in models:
             spec = bench_spec(study, entry.name, model)
-            mine_repeats = training_repeats(model, entry.repeats(repeats, "training"))
+            mnist = catalog.model(model).mnist_sized
+            asked = entry.repeats(repeats, "training" if mnist else "training-imagenet")
+            mine_repeats = training_repeats(model, asked)
             log(f"training {entry.name}/{model}: runner vs bare vs peak, {mine_repeats} repeats")
             limit = timeout_s if spec.mnist_sized else timeout_s * IMAGENET_TIMEOUT_FACTOR
             job = TrainingJob(python, spec, data[spec.dataset], mine_repeats, limit)
@@ -82,7 +84,18 @@ def measure(
 def arm_values(group: pd.DataFrame, arm: str, column: str) -> list[float]:
     """One arm's values in repeat order (the pairing key of the ratios)."""
     rows = group[group["arm"] == arm].sort_values("repeat")
-    return [float(v) for v in rows[column]]
+    # NaN where an arm has no such value (BigDL has no CPU time): a column that is empty
+    # in every row of a run (one framework benchmarked alone) holds pd.NA, not NaN.
+    return [float(v) for v in pd.to_numeric(rows[column], errors="coerce")]
+
+
+def paired_values(group: pd.DataFrame, a: str, b: str, column: str) -> tuple[list[float], list[float]]:
+    """Two arms' values in the repeats where both ran (the pairing key of the ratios): an
+    arm that failed in one repeat takes that repeat out of their ratio, not out of step."""
+    both = group[group["arm"] == a].merge(group[group["arm"] == b], on="repeat", suffixes=("_a", "_b"))
+    both = both.sort_values("repeat")
+    numeric = [pd.to_numeric(both[f"{column}_{side}"], errors="coerce") for side in ("a", "b")]
+    return [float(v) for v in numeric[0]], [float(v) for v in numeric[1]]
 
 
 def failure_of(group: pd.DataFrame) -> Any:
@@ -98,19 +111,18 @@ def overhead_table(raw: pd.DataFrame) -> pd.DataFrame:
     for (framework, model), group in raw.groupby(["framework", "model"], sort=False):
         runner = arm_values(group, "runner", "samples_per_s")
         bare = arm_values(group, "bare", "samples_per_s")
-        ratio = ratio_summary(runner, bare)
-        cpu_ratio = ratio_summary(
-            arm_values(group, "runner", "samples_per_cpu_s"), arm_values(group, "bare", "samples_per_cpu_s")
-        )
+        ratio = ratio_summary(*paired_values(group, "runner", "bare", "samples_per_s"))
+        cpu_ratio = ratio_summary(*paired_values(group, "runner", "bare", "samples_per_cpu_s"))
         # The low quantile of the per-step CPU times (stats.quantile_interval): the steadiest
         # measure on a shared host, where neighbours inflate wall and median CPU time alike.
-        cpu_q_ratio = ratio_summary(
-            arm_values(group, "runner", "samples_per_cpu_q_s"),
-            arm_values(group, "bare", "samples_per_cpu_q_s"),
-        )
+        cpu_q_ratio = ratio_summary(*paired_values(group, "runner", "bare", "samples_per_cpu_q_s"))
         # The deployment's own cost, where the bare loop also ran in the plainest one.
         local = arm_values(group, "bare_local", "samples_per_s")
-        deployment = ratio_summary(bare, local) if local else summarize([])
+        deployment = (
+            ratio_summary(*paired_values(group, "bare", "bare_local", "samples_per_s"))
+            if local
+            else summarize([])
+        )
         rows.append(
             {
                 "framework": framework,

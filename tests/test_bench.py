@@ -123,6 +123,34 @@ def test_overhead_table_splits_deployment_from_harness():
     assert table.loc["torch", "deployment_ratio_n"] == 0  # no local arm: no deployment ratio
 
 
+def test_bigdl_alone_with_a_failed_arm_keeps_the_other_arms():
+    """A bench of BigDL alone (no CPU-time column anywhere: pd.NA, as ``measure`` fills it)
+    where one repeat's local arm failed: the harness ratio pairs both repeats, the
+    deployment ratio the one it has, and the failure is reported with its arm."""
+    raw = _bigdl_raw()
+    raw = raw[~((raw["repeat"] == 1) & (raw["arm"] == "bare_local"))]
+    failed = {"framework": "bigdl", "model": "alexnet", "batch": 16, "threads": 1, "repeat": 1, "arm": "failed",
+              "failure": "bare_local arm: exit 1: java.lang.OutOfMemoryError: Java heap space"}  # fmt: skip
+    raw = pd.concat([raw, pd.DataFrame([failed])], ignore_index=True)
+    for name in harness_overhead.RAW_COLUMNS:
+        if name not in raw:
+            raw[name] = pd.NA
+    row = overhead_table(raw[list(harness_overhead.RAW_COLUMNS)]).iloc[0]
+    assert row["ratio_n"] == 2 and row["ratio_median"] == pytest.approx((30 / 31 + 1.0) / 2)
+    assert row["deployment_ratio_n"] == 1 and row["deployment_ratio_median"] == pytest.approx(31 / 40)
+    assert row["cpu_ratio_n"] == 0
+    assert harness_overhead.failures(raw) == [
+        "bigdl/alexnet: bare_local arm: exit 1: java.lang.OutOfMemoryError: Java heap space"
+    ]
+
+
+def test_local_mode_heap_holds_the_driver_and_the_executor():
+    from benchmarks.bigdl_worker import jvm_bytes, local_heap
+
+    assert jvm_bytes("3g") == 3 << 30 and jvm_bytes("512m") == 512 << 20 and jvm_bytes("1048576") == 1 << 20
+    assert local_heap("3g", "6g") == "9216m" and local_heap("512m", "1g") == "1536m"
+
+
 def test_summary_leads_with_every_framework_model_ratio(tmp_path):
     from dlscale import catalog
 
