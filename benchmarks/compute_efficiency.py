@@ -16,13 +16,21 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.common import write_csv
-from benchmarks.harness_overhead import arm_values
+from benchmarks.harness_overhead import arm_values, paired_values
 from benchmarks.stats import roofline_fraction, summarize
 
 
 def flops_table(rows: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     return table[["model", "flops_per_sample", "parameters", "gradient_bytes", "counter"]]
+
+
+def paired_fractions(
+    group: pd.DataFrame, arm: str, rate: str, peak: str, flops_per_sample: float
+) -> list[float]:
+    """Roofline fractions of ``arm`` against the peak measured in the same repeat."""
+    samples, peaks = paired_values(group, arm, "peak", rate, peak)
+    return [roofline_fraction(s, flops_per_sample, p) for s, p in zip(samples, peaks, strict=True)]
 
 
 def efficiency_table(raw: pd.DataFrame, flops: pd.DataFrame) -> pd.DataFrame:
@@ -32,18 +40,12 @@ def efficiency_table(raw: pd.DataFrame, flops: pd.DataFrame) -> pd.DataFrame:
     for (framework, model), group in raw.groupby(["framework", "model"], sort=False):
         peaks = arm_values(group, "peak", "peak_flops")
         runner = arm_values(group, "runner", "samples_per_s")
-        bare = arm_values(group, "bare", "samples_per_s")
         count = float(per_sample[model])
-        fractions = [roofline_fraction(s, count, p) for s, p in zip(runner, peaks, strict=True)]
-        bare_fractions = [roofline_fraction(s, count, p) for s, p in zip(bare, peaks, strict=True)]
-        cpu_fractions = [
-            roofline_fraction(s, count, p)
-            for s, p in zip(
-                arm_values(group, "runner", "samples_per_cpu_s"),
-                arm_values(group, "peak", "peak_flops_cpu"),
-                strict=True,
-            )
-        ]
+        # Each repeat's own peak (paired by repeat: an arm that failed in a repeat drops
+        # only that repeat's fraction).
+        fractions = paired_fractions(group, "runner", "samples_per_s", "peak_flops", count)
+        bare_fractions = paired_fractions(group, "bare", "samples_per_s", "peak_flops", count)
+        cpu_fractions = paired_fractions(group, "runner", "samples_per_cpu_s", "peak_flops_cpu", count)
         rows.append(
             {
                 "framework": framework,

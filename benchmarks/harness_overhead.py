@@ -89,12 +89,18 @@ def arm_values(group: pd.DataFrame, arm: str, column: str) -> list[float]:
     return [float(v) for v in pd.to_numeric(rows[column], errors="coerce")]
 
 
-def paired_values(group: pd.DataFrame, a: str, b: str, column: str) -> tuple[list[float], list[float]]:
-    """Two arms' values in the repeats where both ran (the pairing key of the ratios): an
-    arm that failed in one repeat takes that repeat out of their ratio, not out of step."""
-    both = group[group["arm"] == a].merge(group[group["arm"] == b], on="repeat", suffixes=("_a", "_b"))
-    both = both.sort_values("repeat")
-    numeric = [pd.to_numeric(both[f"{column}_{side}"], errors="coerce") for side in ("a", "b")]
+def paired_values(
+    group: pd.DataFrame, a: str, b: str, column: str, column_b: str | None = None
+) -> tuple[list[float], list[float]]:
+    """Arm ``a``'s ``column`` and arm ``b``'s ``column_b`` (default the same) in the repeats
+    where both ran, in repeat order (the pairing key of the ratios): an arm that failed in
+    one repeat takes that repeat out of their ratio, not the others out of step."""
+    left = group.loc[group["arm"] == a, ["repeat", column]].rename(columns={column: "a"})
+    right = group.loc[group["arm"] == b, ["repeat", column_b or column]].rename(
+        columns={column_b or column: "b"}
+    )
+    both = left.merge(right, on="repeat").sort_values("repeat")
+    numeric = [pd.to_numeric(both[side], errors="coerce") for side in ("a", "b")]
     return [float(v) for v in numeric[0]], [float(v) for v in numeric[1]]
 
 

@@ -142,6 +142,14 @@ def test_bigdl_alone_with_a_failed_arm_keeps_the_other_arms():
     assert harness_overhead.failures(raw) == [
         "bigdl/alexnet: bare_local arm: exit 1: java.lang.OutOfMemoryError: Java heap space"
     ]
+    # each repeat's fraction against its own peak: the runner's repeats, not the peaks', count
+    peaks = pd.DataFrame([{"framework": "bigdl", "model": "alexnet", "batch": 16, "threads": 1, "repeat": r,
+                           "arm": "peak", "peak_flops": 1e9 * (r + 1)} for r in (0, 1)])  # fmt: skip
+    runner_lost = raw[~((raw["repeat"] == 0) & (raw["arm"] == "runner"))]
+    flops = pd.DataFrame({"model": ["alexnet"], "flops_per_sample": [1e7]})
+    fraction = efficiency_table(pd.concat([runner_lost, peaks], ignore_index=True), flops).iloc[0]
+    assert fraction["fraction_n"] == 1 and fraction["fraction_median"] == pytest.approx(20.0 * 1e7 / 2e9)
+    assert fraction["bare_fraction_n"] == 2
 
 
 def test_local_mode_heap_holds_the_driver_and_the_executor():
