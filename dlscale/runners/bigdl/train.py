@@ -261,6 +261,8 @@ class LiveLog:
         self.failure: BaseException | None = None
         self._offset = 0
         self._rest = b""
+        self.looks = 0  # how often the thread looked at the log and the executors
+        self.cost = (0.0, 0.0)  # the thread's wall and CPU seconds, once it has ended
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bigdl-live-log", daemon=True)
 
@@ -269,9 +271,22 @@ class LiveLog:
         return self
 
     def _run(self) -> None:
-        while not self._done.wait(POLL_S):
-            if not self._step(check_executors=True):
-                return
+        # What following costs, said at the end: the only harness work that runs beside
+        # BigDL's steps (on a 2-core node, beside four JVMs).
+        started, cpu = time.monotonic(), time.thread_time()
+        try:
+            while not self._done.wait(POLL_S):
+                self.looks += 1
+                if not self._step(check_executors=True):
+                    return
+        finally:
+            self.cost = (time.monotonic() - started, time.thread_time() - cpu)
+
+    def describe_cost(self) -> str:
+        """"N looks in W s, C ms of CPU (S% of one core)": the follower's own cost."""
+        wall, cpu = self.cost
+        share = cpu / wall if wall > 0 else 0.0
+        return f"{self.looks} looks in {wall:.1f} s, {cpu * 1e3:.1f} ms of CPU ({share:.2%} of one core)"
 
     def _step(self, check_executors: bool) -> bool:
         """One look at the log (and the executors); False once a fault was found."""
@@ -354,6 +369,7 @@ class LiveLog:
         self._done.set()
         if self._thread.is_alive():
             self._thread.join()
+        print(f"[bigdl] following the log and the executors: {self.describe_cost()}", flush=True)
         if self.failure is not None:
             return
         self._step(check_executors=isinstance(failure, Exception))
