@@ -359,11 +359,11 @@ def test_spark_cost_grows_with_executors_when_the_data_say_so(slope: float) -> N
     link = pm.Link.of_preset(PRESETS["th-express2"])
     comm = pm.library_comm(cal, "lenet", nodes, 1, link, None)
     scheduling = pm.BIGDL_JOBS_PER_ITERATION * (TRUE["job"]["c"] + nodes * slope)
+    fp16 = pm.gradient_bytes("lenet") / 2  # BigDL exchanges its parameters as FP16
     exchange = (
-        2 * (nodes - 1) * TRUE["shuffle"]["alpha"]
-        + 2 * (nodes - 1) / nodes * pm.gradient_bytes("lenet") * TRUE["shuffle"]["gamma"]
+        2 * (nodes - 1) * TRUE["shuffle"]["alpha"] + 2 * (nodes - 1) / nodes * fp16 * TRUE["shuffle"]["gamma"]
     )
-    wire = link.wire(2 * (nodes - 1), 2 * (nodes - 1) / nodes * pm.gradient_bytes("lenet"))
+    wire = link.wire(2 * (nodes - 1), 2 * (nodes - 1) / nodes * fp16)
     assert comm == pytest.approx(scheduling + exchange + wire, rel=1e-9)
     driver = comm - exchange - wire  # the Spark driver's scheduling of 2 jobs per iteration
     if slope:  # grows with the executors: 2 jobs x 1024 tasks x 2 ms at 1024 nodes
