@@ -118,6 +118,9 @@ def standalone_cluster(spec: RunSpec, work: Path) -> Any:
 GATHER_GRACE_S = 60.0
 #: How often the driver log is read for the iterations done while ``optimize`` runs.
 POLL_S = 1.0
+#: The start of the warning of a gather whose py4j call still runs: the one case in which
+#: the SparkContext must not be stopped (the process's end stops its JVM instead).
+STILL_RUNNING = "the post-training gather did not end"
 
 
 def iterations_logged(log_path: Path) -> int:
@@ -168,7 +171,7 @@ def optimize_until_logged(sc: Any, optimizer: Any, log_path: Path, total: int) -
             raise failure[0]
         raise RuntimeError(f"BigDL's optimize ended with {logged} of {total} iterations logged")
     if thread.is_alive():
-        return f"the post-training gather did not end {2 * GATHER_GRACE_S:.0f} s after the last iteration"
+        return f"{STILL_RUNNING} {2 * GATHER_GRACE_S:.0f} s after the last iteration"
     if cancelled:
         return f"the post-training gather was cancelled {GATHER_GRACE_S:.0f} s after the last iteration"
     if failure:
@@ -235,7 +238,7 @@ def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, Any]
                 after = optimize_until_logged(sc, optimizer, log_path, total)
                 done = time.perf_counter()
             finally:
-                if after is None or "failed" in after:
+                if not (after or "").startswith(STILL_RUNNING):
                     sc.stop()  # not while a py4j call still hangs: the process's end stops its JVM
         finally:
             if cluster is not None:
