@@ -61,7 +61,11 @@ try:
         )  # fmt: skip
     calibrations = pm.calibrate(runs, fits, num_ps)
     for cal in calibrations.values():
-        log.info("calibrated %s from %s: offset %.6f s (%s)", cal.setup, cal.source, cal.offset_s, cal.note)
+        log.info(
+            "calibrated %s from %s: offset %.6f s + %.6f s per unit of oversubscription on this host,"
+            " %.6f s projected (%s)",
+            cal.setup, cal.source, cal.offset_s, cal.offset_per_contention_s, cal.projection_offset_s, cal.note,
+        )  # fmt: skip
     if not calibrations:
         log.warning("no micro-benchmarks and no ok host-network run that communicates: nothing to calibrate")
 

@@ -346,8 +346,33 @@ def test_the_projection_keeps_only_the_offset_of_runs_with_a_core_per_rank(exact
     runs.loc[contended, "step_s"] += 0.05
     runs.loc[contended, "exposed_comm_s"] += 0.05
     cal = pm.calibrate(runs, exact_fits)["torch"]
-    assert cal.projection_offset_s == pytest.approx(0.002) and cal.offset_s > 0.002
+    assert cal.projection_offset_s == pytest.approx(0.002)
     assert pm.calibration_table({"torch": cal}).loc[0, "projection_offset_s"] == pytest.approx(0.002)
+    # validation on this host keeps the contention: 4 ranks on 2 cores wait 50 ms more
+    assert cal.offset_s == pytest.approx(0.002) and cal.offset_per_contention_s == pytest.approx(0.05)
+    assert cal.offset([2, 4, 8]) == pytest.approx([0.002, 0.052, 0.152])
+    assert cal.offset([4], projected=True) == pytest.approx([0.002])
+
+
+def test_the_host_offset_is_a_line_in_the_oversubscription_where_the_runs_span_it() -> None:
+    """Known (o_0, o_1) are recovered; one contention level, or BigDL, gives the median."""
+    excess = np.array([0.0, 0.0, 1.0, 1.0, 3.0, 3.0])
+    residual = 0.004 + 0.035 * excess + np.array([1, -1, 1, -1, 1, -1]) * 1e-3
+    o_0, o_1 = pm.offset_fit(residual, excess)
+    assert o_0 == pytest.approx(0.004, abs=1e-9) and o_1 == pytest.approx(0.035, abs=1e-9)
+    assert pm.offset_fit([0.01, 0.03, 0.02], [1.0, 1.0, 1.0]) == (pytest.approx(0.02), 0.0)
+    # a residual that falls with contention is not a negative wait: the slope stays at 0
+    o_0, o_1 = pm.offset_fit([0.05, 0.03, 0.01], [0.0, 1.0, 3.0])
+    assert o_1 == 0.0 and o_0 == pytest.approx(0.03)
+
+
+def test_bigdl_keeps_one_offset_beside_its_spark_line(exact_fits) -> None:
+    runs = modelled_runs(exact_fits, offset=0.002)
+    contended = runs["framework"].eq("bigdl") & runs["nodes"].gt(2)
+    runs.loc[contended, ["step_s", "exposed_comm_s"]] += 0.05
+    cal = pm.calibrate(runs, exact_fits)["bigdl"]
+    assert cal.offset_per_contention_s == 0.0
+    assert cal.offset([1, 2, 4]) == pytest.approx([cal.offset_s] * 3)
 
 
 @pytest.mark.parametrize("slope", [2e-3, 0.0])
