@@ -19,13 +19,17 @@ run after the backward pass; BigDL synchronises between two Spark jobs). ``compu
 measured: the median ``compute_s`` of the set-up and model at its smallest world.
 ``offset`` is the part of a run's exposed communication (``step_s - compute_s``) that the
 library alone does not explain (the runner's own barrier, flattening, Python between
-calls), from the study's host-network runs of that set-up: their measured exposed time
-minus the model's library time, as a line in the host's oversubscription ``rho(P) - 1``
-where the runs span two or more levels of it (``with_offset``: ranks time-sharing the
-host's cores wait for the one the scheduler ran last), else the median; a projection (nodes with cores of their own)
+calls, copies of the gradient in and out of the library's buffer), from the study's
+host-network runs of that set-up: their measured exposed time minus the model's library
+time, fitted as ``o_0 + o_1·(rho(P) - 1) + o_2·S·rho(P)`` (``with_offset``,
+``offset_fit``): ranks time-sharing the host's cores wait for the one the scheduler ran
+last (``o_1``, where the runs span two or more levels of ``rho``), and the runner's copies
+cost per gradient byte (``o_2``, where the runs have two or more gradient sizes: on the
+quiet host AlexNet's 244 MB left 0.18-0.87 s a step that LeNet's 1.7 MB did not), else
+the median; a projection (nodes with cores of their own)
 takes it from the synchronisation the runner timed skew-free (``comm_s``, after a barrier:
 the wait for the slowest rank on a shared 2-core host is that host's, not the pattern's)
-of the runs with at most one rank per core, never below 0. It is, with BigDL's
+of the runs with at most one rank per core, ``p_0 + p_2·S``, never below 0. It is, with BigDL's
 per-iteration Spark cost (below), the only thing fitted on training runs.
 
 The terms of ``comm`` and where each comes from
@@ -206,7 +210,8 @@ CALIBRATION_COLUMNS: tuple[str, ...] = (
     "overhead_s", "framework", "pattern", "library", "source", "c_s", "alpha_s", "beta_Bps",
     "per_worker_s", "server_beta_Bps", "job_s", "job_per_executor_s", "spark_source", "spark_step_s",
     "spark_step_per_executor_s", "spark_executors", "spark_points", "spark_rmse_s", "spark_rel_rmse",
-    "spark_residuals_s", "offset_s", "offset_per_contention_s", "projection_offset_s", "host_runs", "host_rel_rmse", "fitted", "note",
+    "spark_residuals_s", "offset_s", "offset_per_contention_s", "offset_per_byte_s", "projection_offset_s",
+    "projection_offset_per_byte_s", "host_runs", "host_rel_rmse", "fitted", "note",
 )  # fmt: skip
 FIT_COLUMNS: tuple[str, ...] = (
     "library", "op", "coefficient", "value", "identified", "points", "worlds", "sizes",
@@ -903,27 +908,43 @@ class Calibration:
     #: Spark line in the executors already carries it, and where the host runs do not span
     #: two contention levels.
     offset_per_contention_s: float = 0.0
+    #: What the offset gains per byte of the gradient, at one rank per core (every rank
+    #: copies its gradient in and out of the library's buffer at once, so on this host it
+    #: is slowed by ``rho`` like the library's per-byte work): 0 for BigDL and where the
+    #: host runs have one gradient size.
+    offset_per_byte_s: float = 0.0
     host_runs: int = 0
     #: The offset a projection uses (nodes with cores of their own): from the skew-free
-    #: synchronisation time of host runs with at most one rank per core, never negative.
+    #: synchronisation time of host runs with at most one rank per core,
+    #: ``projection_offset_s + projection_offset_per_byte_s·S``, never negative.
     projection_offset_s: float = 0.0
+    projection_offset_per_byte_s: float = 0.0
     host_rel_rmse: float = math.nan
     note: str = ""
     world_sizes: tuple[int, ...] = ()
     models: tuple[str, ...] = ()
 
-    def offset(self, nodes: Any, ranks_per_node: int = 1, projected: bool = False) -> np.ndarray:
-        """The offset where the set-up synchronises (a ring of one rank does not): the host's
-        at the run's oversubscription (``offset_s + offset_per_contention_s·(rho(P) - 1)``,
-        ``rho`` of the ranks that share the host's cores) for validation,
-        ``projection_offset_s`` for nodes with cores of their own."""
+    def offset(
+        self, nodes: Any, ranks_per_node: int = 1, projected: bool = False, nbytes: float = 0.0
+    ) -> np.ndarray:
+        """The offset where the set-up synchronises (a ring of one rank does not) for a
+        gradient of ``nbytes``: the host's at the run's oversubscription (``offset_s +
+        offset_per_contention_s·(rho - 1) + offset_per_byte_s·S·rho``, ``rho`` of the ranks
+        that share the host's cores) for validation; for nodes with cores of their own
+        ``max(projection_offset_s + projection_offset_per_byte_s·S, 0)``."""
         p = np.asarray(nodes, dtype="float64") * ranks_per_node
         if projected:
-            value = np.full_like(p, self.projection_offset_s)
+            value = np.full_like(
+                p, max(self.projection_offset_s + self.projection_offset_per_byte_s * nbytes, 0.0)
+            )
         else:
             ranks = np.asarray(nodes, dtype="float64") if self.pattern == BIGDL else p
-            excess = contention(ranks, self.host_cores or None) - 1.0
-            value = self.offset_s + self.offset_per_contention_s * excess
+            rho = contention(ranks, self.host_cores or None)
+            value = (
+                self.offset_s
+                + self.offset_per_contention_s * (rho - 1.0)
+                + self.offset_per_byte_s * nbytes * rho
+            )
         return np.where((p > 1) | (self.pattern != RING), value, 0.0)
 
     def coefficient(self, op: str, name: str) -> float:
@@ -1323,20 +1344,34 @@ def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> C
         )
     residual = measured - modelled
     ranks = group["nodes" if cal.pattern == BIGDL else "world_size"].to_numpy(dtype="float64")
-    excess = contention(ranks, cores) - 1.0
-    offset, per_contention = offset_fit(residual, excess if cal.pattern != BIGDL else np.zeros_like(excess))
-    rel = (modelled + offset + per_contention * excess - measured) / np.maximum(measured, _WEIGHT_FLOOR_S)
+    rho = contention(ranks, cores)
+    if cal.pattern == BIGDL:
+        nbytes, rho_fit = np.zeros(len(group)), np.ones(len(group))
+    else:
+        nbytes, rho_fit = group["gradient_bytes"].to_numpy(dtype="float64"), rho
+    offset, per_contention, per_byte = offset_fit(residual, rho_fit - 1.0, nbytes, rho_fit, measured)
+    fitted = offset + per_contention * (rho_fit - 1.0) + per_byte * nbytes * rho_fit
+    rel = (modelled + fitted - measured) / np.maximum(measured, _WEIGHT_FLOOR_S)
     # For nodes of their own: the synchronisation timed skew-free (``sync_s``: the wait for
     # the slowest rank is this shared host's), of runs whose ranks had a core each (with
     # more ranks than cores, the library's time is this host's contention too).
     sync = group["sync_s"].to_numpy(dtype="float64") if "sync_s" in group else measured
     uncontended = (group["world_size"].to_numpy() <= (cores or np.inf)) & np.isfinite(sync)
-    projected = float(np.median((sync - modelled)[uncontended])) if uncontended.any() else 0.0
+    projected, projected_per_byte = 0.0, 0.0
+    if uncontended.any():
+        own = uncontended
+        projected, _, projected_per_byte = offset_fit(
+            (sync - modelled)[own], np.zeros(own.sum()), nbytes[own], np.ones(own.sum()), sync[own]
+        )
+        if projected_per_byte == 0.0:
+            projected = max(projected, 0.0)
     return dataclasses.replace(
         cal,
         offset_s=offset,
         offset_per_contention_s=per_contention,
-        projection_offset_s=max(projected, 0.0),
+        offset_per_byte_s=per_byte,
+        projection_offset_s=projected,
+        projection_offset_per_byte_s=projected_per_byte,
         host_runs=len(group),
         host_rel_rmse=float(np.sqrt(np.mean(rel**2))),
         world_sizes=tuple(sorted(int(w) for w in group["world_size"].unique())),
@@ -1344,17 +1379,38 @@ def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> C
     )
 
 
-def offset_fit(residual: Any, excess: Any) -> tuple[float, float]:
-    """``(o_0, o_1)`` of ``residual ≈ o_0 + o_1·excess`` with ``o_1 >= 0``
-    (``scipy.optimize.lsq_linear``, exact ``bvls``; absolute residuals), where ``excess``
-    (the host's oversubscription ``rho - 1`` of each run) takes two or more values; else
-    ``(median(residual), 0)``: one level cannot separate the two."""
-    residual, excess = np.asarray(residual, dtype="float64"), np.asarray(excess, dtype="float64")
-    if len(np.unique(np.round(excess, 9))) < 2:
-        return float(np.median(residual)), 0.0
-    design_matrix = np.column_stack([np.ones_like(excess), excess])
-    solution = lsq_linear(design_matrix, residual, bounds=([-np.inf, 0.0], [np.inf, np.inf]), method="bvls").x
-    return float(solution[0]), float(solution[1])
+def offset_fit(
+    residual: Any, excess: Any, nbytes: Any = None, rho: Any = None, scale: Any = None
+) -> tuple[float, float, float]:
+    """``(o_0, o_1, o_2)`` of ``residual ≈ o_0 + o_1·excess + o_2·nbytes·rho``, ``o_1, o_2 >=
+    0`` (``scipy.optimize.lsq_linear``, exact ``bvls``), each run's error divided by its
+    ``scale`` (its measured exposed time: a LeNet run's milliseconds count as much as an
+    AlexNet run's seconds, as in the library fits; none: absolute errors).
+
+    ``excess`` is each run's oversubscription of the host ``rho - 1``, ``nbytes`` its
+    gradient's bytes. A term enters only where the runs identify it: ``o_1`` where
+    ``excess`` takes two or more values, ``o_2`` where ``nbytes`` does (with one gradient
+    size ``nbytes·rho`` is a multiple of the other two columns); with neither it is
+    ``(median(residual), 0, 0)``, as robust as one level allows.
+    """
+    residual = np.asarray(residual, dtype="float64")
+    excess = np.asarray(excess, dtype="float64")
+    nbytes = np.zeros_like(residual) if nbytes is None else np.asarray(nbytes, dtype="float64")
+    rho = np.ones_like(residual) if rho is None else np.asarray(rho, dtype="float64")
+    scale = None if scale is None else np.asarray(scale, dtype="float64")
+    columns = {"o_0": np.ones_like(residual)}
+    if len(np.unique(np.round(excess, 9))) >= 2:
+        columns["o_1"] = excess
+    if len(np.unique(nbytes)) >= 2:
+        columns["o_2"] = nbytes * rho
+    if len(columns) == 1:
+        return float(np.median(residual)), 0.0, 0.0
+    lower = [-np.inf] + [0.0] * (len(columns) - 1)
+    weight = np.ones_like(residual) if scale is None else 1.0 / np.maximum(np.abs(scale), _WEIGHT_FLOOR_S)
+    design_matrix = np.column_stack(list(columns.values())) * weight[:, None]
+    solution = lsq_linear(design_matrix, residual * weight, bounds=(lower, np.inf), method="bvls").x
+    found = dict(zip(columns, solution, strict=True))
+    return float(found["o_0"]), float(found.get("o_1", 0.0)), float(found.get("o_2", 0.0))
 
 
 def calibration_table(calibrations: Mapping[str, Calibration]) -> pd.DataFrame:
@@ -1382,7 +1438,8 @@ def calibration_table(calibrations: Mapping[str, Calibration]) -> pd.DataFrame:
                 "job_per_executor_s": job.get("per_task") if job else math.nan,
                 **spark_step_columns(cal),
                 "offset_s": cal.offset_s, "offset_per_contention_s": cal.offset_per_contention_s,
-                "projection_offset_s": cal.projection_offset_s,
+                "offset_per_byte_s": cal.offset_per_byte_s, "projection_offset_s": cal.projection_offset_s,
+                "projection_offset_per_byte_s": cal.projection_offset_per_byte_s,
                 "host_runs": cal.host_runs, "host_rel_rmse": cal.host_rel_rmse,
                 "fitted": ";".join(f"{op}:{'+'.join(f.identified)}" for op, f in cal.fits.items()),
                 "note": cal.note,
@@ -1541,7 +1598,7 @@ def validate(
         cores = cal.host_cores or None
         main = cal.fits.get({RING: "allreduce", PS: "pushpull", BIGDL: "shuffle"}[cal.pattern])
         row["link_scale"] = link_scale(main)
-        offset = float(cal.offset([run.nodes], run.ranks_per_node)[0])
+        offset = float(cal.offset([run.nodes], run.ranks_per_node, nbytes=gradient_bytes(run.model))[0])
 
         def comm_after(idle_s: float, link=link, cal=cal, run=run, cores=cores, offset=offset) -> float:
             refilled = link.refilled(idle_s if math.isfinite(idle_s) else 0.0)
@@ -1705,7 +1762,8 @@ def step_times(
     comm = library_comm(
         cal, curve.model, nodes, ranks_per_node, link, None, num_ps, curve.batch_per_rank, curve.dataset
     )
-    return curve.compute_s + np.maximum(comm + cal.offset(nodes, ranks_per_node, projected=True), 0.0)
+    offset = cal.offset(nodes, ranks_per_node, projected=True, nbytes=gradient_bytes(curve.model))
+    return curve.compute_s + np.maximum(comm + offset, 0.0)
 
 
 def first_below_half(nodes: np.ndarray, efficiency: np.ndarray) -> float:

@@ -358,12 +358,54 @@ def test_the_host_offset_is_a_line_in_the_oversubscription_where_the_runs_span_i
     """Known (o_0, o_1) are recovered; one contention level, or BigDL, gives the median."""
     excess = np.array([0.0, 0.0, 1.0, 1.0, 3.0, 3.0])
     residual = 0.004 + 0.035 * excess + np.array([1, -1, 1, -1, 1, -1]) * 1e-3
-    o_0, o_1 = pm.offset_fit(residual, excess)
-    assert o_0 == pytest.approx(0.004, abs=1e-9) and o_1 == pytest.approx(0.035, abs=1e-9)
-    assert pm.offset_fit([0.01, 0.03, 0.02], [1.0, 1.0, 1.0]) == (pytest.approx(0.02), 0.0)
+    o_0, o_1, o_2 = pm.offset_fit(residual, excess)
+    assert o_0 == pytest.approx(0.004, abs=1e-9) and o_1 == pytest.approx(0.035, abs=1e-9) and o_2 == 0.0
+    assert pm.offset_fit([0.01, 0.03, 0.02], [1.0, 1.0, 1.0]) == (pytest.approx(0.02), 0.0, 0.0)
     # a residual that falls with contention is not a negative wait: the slope stays at 0
-    o_0, o_1 = pm.offset_fit([0.05, 0.03, 0.01], [0.0, 1.0, 3.0])
+    o_0, o_1, _ = pm.offset_fit([0.05, 0.03, 0.01], [0.0, 1.0, 3.0])
     assert o_1 == 0.0 and o_0 == pytest.approx(0.03)
+
+
+def test_the_host_offset_has_a_per_byte_term_where_the_runs_have_two_gradient_sizes() -> None:
+    """The runner's copies of the gradient scale with its bytes, slowed by rho like the
+    library's per-byte work: (o_0, o_1, o_2) come back from runs of two models at three
+    contention levels; with one model the per-byte term is not identified and stays 0."""
+    sizes = np.repeat([1.7e6, 244e6], 3)
+    rho = np.tile([1.0, 2.0, 4.0], 2)
+    residual = 0.003 + 0.03 * (rho - 1) + 0.7e-9 * sizes * rho
+    o_0, o_1, o_2 = pm.offset_fit(residual, rho - 1, sizes, rho)
+    assert (o_0, o_1, o_2) == (pytest.approx(0.003), pytest.approx(0.03), pytest.approx(0.7e-9))
+    one_model = sizes == sizes[0]
+    assert pm.offset_fit(residual[one_model], rho[one_model] - 1, sizes[one_model], rho[one_model])[2] == 0.0
+
+
+def test_a_large_model_gets_its_gradient_copies_in_validation_and_projection(exact_fits) -> None:
+    """Host runs of LeNet and AlexNet whose exposed time has the library model plus 1 ns
+    per gradient byte per rank (times rho): the offset carries it, for validation at the
+    run's contention and for the projection at one rank per core."""
+    per_byte = 1e-9
+    rows = []
+    cal = pm.calibrate(pd.DataFrame(), exact_fits)["torch"]
+    for model in ("lenet", "alexnet"):
+        size = pm.gradient_bytes(model)
+        for nodes in (1, 2, 4):
+            library = float(pm.library_comm(cal, model, [nodes], 1, pm.Link.host(), 2, 1, 64, "mnist")[0])
+            rho = max(1.0, nodes / 2)
+            exposed = library + (0.002 + per_byte * size * rho if nodes > 1 else 0.0)
+            row = run_row("torch", model, nodes, compute=0.016 * rho, exposed=exposed)
+            row["comm_s"] = library + 0.002 + per_byte * size if nodes > 1 else 0.0
+            rows.append(row)
+    cal = pm.calibrate(pd.DataFrame(rows), exact_fits)["torch"]
+    assert cal.offset_per_byte_s == pytest.approx(per_byte, rel=1e-6)
+    assert cal.offset_s == pytest.approx(0.002, abs=1e-9) and cal.offset_per_contention_s == pytest.approx(
+        0.0, abs=1e-9
+    )
+    alexnet = pm.gradient_bytes("alexnet")
+    assert cal.offset([4], nbytes=alexnet) == pytest.approx([0.002 + 2 * per_byte * alexnet])
+    assert cal.projection_offset_per_byte_s == pytest.approx(per_byte, rel=1e-6)
+    assert cal.offset([64], projected=True, nbytes=alexnet) == pytest.approx([0.002 + per_byte * alexnet])
+    # LeNet's projection keeps its own small offset, not AlexNet's
+    assert cal.offset([64], projected=True, nbytes=pm.gradient_bytes("lenet"))[0] < 0.004
 
 
 def test_bigdl_keeps_one_offset_beside_its_spark_line(exact_fits) -> None:
