@@ -171,6 +171,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -1199,6 +1200,23 @@ MEASURED_COLUMNS = (
     "run_id", "framework", "setup", "pattern", "model", "dataset", "network", "nodes", "ranks_per_node",
     "world_size", "batch_per_rank", "step_s", "compute_s", "exposed_s", "sync_s", "gradient_bytes",
 )  # fmt: skip
+
+
+def pool_studies(own: pd.DataFrame, studies: Sequence[str], tables: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """This study's table (runs or iterations) with other studies' (``projection.pool_studies``):
+    one calibration, validated on every study's held-out runs. A pooled row's ``run_id``
+    gets its study's directory name as a prefix (``validation-quiet:torch/lenet/...``), so
+    runs of the same cell in two studies stay two runs. A table without ``run_id`` is an
+    error, not a silent merge."""
+    if len(studies) != len(tables):
+        raise ValueError(f"{len(studies)} pooled studies but {len(tables)} tables")
+    frames = [own]
+    for study, table in zip(studies, tables, strict=True):
+        if "run_id" not in table.columns:
+            raise ValueError(f"pooled study {study!r}: its table has no run_id column")
+        label = Path(study.rstrip("/")).name or study
+        frames.append(table.assign(run_id=label + ":" + table["run_id"].astype(str)))
+    return pd.concat([f for f in frames if len(f)] or [own], ignore_index=True)
 
 
 def measured_runs(runs: pd.DataFrame) -> pd.DataFrame:

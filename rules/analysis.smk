@@ -69,6 +69,8 @@ rule perfmodel:
         runs="results/runs.parquet",
         iterations="results/iterations.parquet",
         commbench=commbench_files(),
+        pooled_runs=pooled_study_files("runs"),
+        pooled_iterations=pooled_study_files("iterations"),
     output:
         **{
             name: report(
@@ -108,6 +110,7 @@ rule perfmodel:
         num_ps=STUDY["tensorflow"]["num_ps"],
         bootstrap=STUDY["projection"]["bootstrap"],
         seed=STUDY["projection"]["seed"],
+        pool_studies=STUDY["projection"]["pool_studies"],
         latency_us=projection_preset("latency_us"),
         bandwidth_gbit=projection_preset("bandwidth_gbit"),
         source=projection_preset("source"),

@@ -474,6 +474,14 @@ COMMBENCH_NAMES = [
 ] + [dlcommbench.TCP]
 
 
+def pooled_study_files(name):
+    """``results/<name>.parquet`` of every study in ``projection.pool_studies``."""
+    return [
+        f"{study.rstrip('/')}/results/{name}.parquet"
+        for study in STUDY["projection"]["pool_studies"]
+    ]
+
+
 def commbench_files():
     """Every micro-benchmark table of the study (none unless ``commbench.enabled``)."""
     if not COMMBENCH["enabled"]:

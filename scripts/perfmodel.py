@@ -47,6 +47,14 @@ try:
     iterations = None
     if "iterations" in inputs.keys() and Path(inputs.iterations).exists():
         iterations = pd.read_parquet(inputs.iterations)
+    studies = list(getattr(params, "pool_studies", []) or [])
+    if studies:
+        runs = pm.pool_studies(runs, studies, [pd.read_parquet(path) for path in inputs.pooled_runs])
+        if iterations is not None:
+            iterations = pm.pool_studies(
+                iterations, studies, [pd.read_parquet(path) for path in inputs.pooled_iterations]
+            )
+        log.info("pooled the runs of %s: %d runs in all", ", ".join(studies), len(runs))
     raw = read_commbench(list(inputs.commbench) if "commbench" in inputs.keys() else [])
     num_ps, ranks_per_node, max_nodes = int(params.num_ps), int(params.ranks_per_node), int(params.max_nodes)
     replicates = int(getattr(params, "bootstrap", 200))

@@ -926,3 +926,25 @@ def test_link_scale_is_fitted_on_emulated_benchmarks_and_left_out_of_projections
         pm.library_comm(scaled, "autoencoder", nodes[:1], 1, emulated, 2)
         > 1.5 * pm.library_comm(plain, "autoencoder", nodes[:1], 1, emulated, 2)
     )
+
+
+def test_pooled_studies_join_the_calibration_and_the_validation(exact_fits) -> None:
+    """A second study's runs join with their run ids prefixed: its host runs calibrate, its
+    emulated runs are held out; a table without run ids is refused."""
+    own = modelled_runs(exact_fits, offset=0.002)
+    other = modelled_runs(exact_fits, offset=0.002)
+    held_out = pd.DataFrame(
+        [run_row("torch", "lenet", 2, compute=0.016, exposed=0.02, network="emulated-1gbe")]
+    )
+    other = pd.concat([other, held_out], ignore_index=True)
+    pooled = pm.pool_studies(own, ["../validation-quiet/"], [other])
+    assert len(pooled) == len(own) + len(other)
+    joined = pooled["run_id"].iloc[len(own) :]
+    assert joined.str.startswith("validation-quiet:").all() and not set(joined) & set(own["run_id"])
+    assert "validation-quiet:torch/lenet/n2x1-1gbe/b64/r0" in set(pooled["run_id"])
+    cals = pm.calibrate(pooled, exact_fits)
+    assert cals["torch"].host_runs == 2 * pm.calibrate(own, exact_fits)["torch"].host_runs
+    table = pm.validate(pooled, cals, exact_fits)
+    assert list(table["run_id"]) == ["validation-quiet:torch/lenet/n2x1-1gbe/b64/r0"]
+    with pytest.raises(ValueError, match="no run_id"):
+        pm.pool_studies(own, ["other"], [other.drop(columns="run_id")])

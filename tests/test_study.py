@@ -89,6 +89,21 @@ def test_missing_dataset_directory_is_named(schema, tmp_path):
     assert validate_config({"data": {"mnist": {"source": str(missing)}}}, schema)
 
 
+def test_a_pooled_study_must_have_its_runs(schema, tmp_path):
+    other = tmp_path / "validation-quiet"
+    (other / "results").mkdir(parents=True)
+    config = {"projection": {"pool_studies": ["validation-quiet"]}}
+    with pytest.raises(ConfigError, match=r"'projection.pool_studies\[0\]'.*validation-quiet.*runs.parquet"):
+        validate_config(config, schema, base_dir=tmp_path)
+    (other / "results" / "runs.parquet").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"iterations.parquet"):
+        validate_config(config, schema, base_dir=tmp_path)
+    (other / "results" / "iterations.parquet").write_bytes(b"")
+    assert validate_config(config, schema, base_dir=tmp_path)["projection"]["pool_studies"] == [
+        "validation-quiet"
+    ]
+
+
 def test_unimplemented_framework_is_refused(schema, monkeypatch):
     import dlscale.study
 
@@ -183,7 +198,10 @@ def test_networks_multiply_the_matrix_and_mark_emulated_run_ids(schema, monkeypa
     host, emulated = run_spec(study, runs[1]), run_spec(study, runs[3])
     # The host network adds nothing to a spec, so adding the option redid no existing run.
     assert "network" not in host.to_dict() and emulated.to_dict()["network"] == "emulated-1gbe"
-    assert host.sha256 == run_spec(validate_config({"frameworks": ["torch"], "models": ["lenet"]}, schema), runs[1]).sha256
+    assert (
+        host.sha256
+        == run_spec(validate_config({"frameworks": ["torch"], "models": ["lenet"]}, schema), runs[1]).sha256
+    )
 
 
 @pytest.mark.parametrize(
@@ -265,14 +283,30 @@ def test_a_local_study_too_big_for_the_host_fails_before_any_job(tmp_path, repo)
     import subprocess
     import sys
 
-    study = {"frameworks": ["torch"], "models": ["lenet"], "nodes": [1, 100000], "envs_dir": str(tmp_path / "envs")}
+    study = {
+        "frameworks": ["torch"],
+        "models": ["lenet"],
+        "nodes": [1, 100000],
+        "envs_dir": str(tmp_path / "envs"),
+    }
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
     cmd = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"), "--directory", str(tmp_path),
-        "--configfile", str(tmp_path / "study.yaml"), "--cores", "2",
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(repo / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "--configfile",
+        str(tmp_path / "study.yaml"),
+        "--cores",
+        "2",
     ]
     # Its own session, so that a regression (jobs started after all) is stopped whole.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=300)
     finally:
