@@ -1219,6 +1219,13 @@ def pool_studies(own: pd.DataFrame, studies: Sequence[str], tables: Sequence[pd.
     return pd.concat([f for f in frames if len(f)] or [own], ignore_index=True)
 
 
+def runs_of(runs: pd.DataFrame, frameworks: Iterable[str]) -> pd.DataFrame:
+    """The rows of ``runs`` of these frameworks (a pooled study's, for this study's)."""
+    if "framework" not in runs:
+        raise ValueError("a runs table without a framework column")
+    return runs[runs["framework"].isin(set(frameworks))]
+
+
 def measured_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The ok runs the model knows (set-up and model in the catalog), with set-up, pattern,
     gradient bytes and ``exposed_s`` (median ``step_s - compute_s``; ``comm_s`` if unsplit)."""

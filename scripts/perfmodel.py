@@ -49,12 +49,21 @@ try:
         iterations = pd.read_parquet(inputs.iterations)
     studies = list(getattr(params, "pool_studies", []) or [])
     if studies:
-        runs = pm.pool_studies(runs, studies, [pd.read_parquet(path) for path in inputs.pooled_runs])
+        # Only the frameworks this study has micro-benchmarks of: another framework's runs
+        # would be calibrated without its library's fits.
+        frameworks = set(runs["framework"]) if "framework" in runs else set()
+        before = len(runs)
+        runs = pm.pool_studies(
+            runs, studies, [pm.runs_of(pd.read_parquet(path), frameworks) for path in inputs.pooled_runs]
+        )
         if iterations is not None:
             iterations = pm.pool_studies(
                 iterations, studies, [pd.read_parquet(path) for path in inputs.pooled_iterations]
             )
-        log.info("pooled the runs of %s: %d runs in all", ", ".join(studies), len(runs))
+        log.info(
+            "pooled %d runs of %s (frameworks %s): %d runs in all",
+            len(runs) - before, ", ".join(studies), ", ".join(sorted(frameworks)), len(runs),
+        )  # fmt: skip
     raw = read_commbench(list(inputs.commbench) if "commbench" in inputs.keys() else [])
     num_ps, ranks_per_node, max_nodes = int(params.num_ps), int(params.ranks_per_node), int(params.max_nodes)
     replicates = int(getattr(params, "bootstrap", 200))

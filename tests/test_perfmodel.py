@@ -948,3 +948,5 @@ def test_pooled_studies_join_the_calibration_and_the_validation(exact_fits) -> N
     assert list(table["run_id"]) == ["validation-quiet:torch/lenet/n2x1-1gbe/b64/r0"]
     with pytest.raises(ValueError, match="no run_id"):
         pm.pool_studies(own, ["other"], [other.drop(columns="run_id")])
+    # a study of torch alone pools only the other study's torch runs
+    assert set(pm.runs_of(other, {"torch"})["framework"]) == {"torch"}
