@@ -202,6 +202,11 @@ SAMPLE_BYTES: Mapping[str, int] = {"mnist": 28 * 28, "fashion-mnist": 28 * 28, "
 BAND = (2.5, 97.5)
 
 _WEIGHT_FLOOR_S = 1e-7
+#: The smallest exposed time a host run's weight in the offset fit divides by: a ring's
+#: exposed time is a difference of two medians (step - compute) and can come out at
+#: microseconds by noise; the host's scheduling jitter is about a millisecond (LeNet's
+#: 2-rank runs: 3-23 ms of residual), so a run weighs at most as a 1 ms one.
+_OFFSET_SCALE_FLOOR_S = 1e-3
 
 CALIBRATION_COLUMNS: tuple[str, ...] = (
     "setup",
@@ -1350,10 +1355,13 @@ def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> C
     the quiet validation study (2 cores, LeNet and AutoEncoder), the residual of torch's,
     TensorFlow's and Caffe-MPI's host runs was 3-23 ms at 2 ranks, 22-59 ms at 4 and
     71-117 ms at 8, about linear in ``rho(P) - 1``; one median over them put 29-47 ms on
-    every 2-rank prediction. So where the host runs span two or more contention levels
-    the offset is a line in ``rho - 1`` (``offset_fit``), else their median. BigDL keeps
-    the median: its Spark line in the executors is fitted on the same runs and already
-    grows with them.
+    every 2-rank prediction. And the runner copies the gradient in and out of the
+    library's buffer, every rank at once: AlexNet's 244 MB left 0.18-0.87 s a step at 2
+    ranks that LeNet's 1.7 MB did not. So the offset is ``o_0 + o_1·(rho - 1) +
+    o_2·S·rho``, each term where the runs identify it (``offset_fit``), else their median.
+    BigDL keeps the median: its Spark line in the executors is fitted on the same runs and
+    already grows with them. The projection's offset is fitted the same way on the
+    skew-free synchronisation of the runs with a core per rank (``p_0 + p_2·S``).
     """
     group = host_runs[host_runs["exposed_s"].notna()]
     if group.empty:
@@ -1431,7 +1439,9 @@ def offset_fit(
     if len(columns) == 1:
         return float(np.median(residual)), 0.0, 0.0
     lower = [-np.inf] + [0.0] * (len(columns) - 1)
-    weight = np.ones_like(residual) if scale is None else 1.0 / np.maximum(np.abs(scale), _WEIGHT_FLOOR_S)
+    weight = (
+        np.ones_like(residual) if scale is None else 1.0 / np.maximum(np.abs(scale), _OFFSET_SCALE_FLOOR_S)
+    )
     design_matrix = np.column_stack(list(columns.values())) * weight[:, None]
     solution = lsq_linear(design_matrix, residual * weight, bounds=(lower, np.inf), method="bvls").x
     found = dict(zip(columns, solution, strict=True))
