@@ -1233,10 +1233,17 @@ def runs_of(runs: pd.DataFrame, frameworks: Iterable[str]) -> pd.DataFrame:
 
 def measured_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The ok runs the model knows (set-up and model in the catalog), with set-up, pattern,
-    gradient bytes and ``exposed_s`` (median ``step_s - compute_s``; ``comm_s`` if unsplit)."""
+    gradient bytes and ``exposed_s`` (median ``step_s - compute_s``; ``comm_s`` if unsplit).
+
+    Contended runs (``contended``: other work took the host's CPUs while they were timed,
+    ``dlscale.contention``) take no part, in calibration or validation: their time is that
+    work's too, which no term of the model stands for.
+    """
     if runs.empty or "status" not in runs:
         return pd.DataFrame({name: pd.Series(dtype=object) for name in MEASURED_COLUMNS})
-    ok = runs[runs["status"].eq("ok") & runs["step_s"].notna()].copy()
+    contended = runs["contended"] if "contended" in runs else pd.Series(False, index=runs.index)
+    contended = contended.astype(object).where(contended.notna(), False).astype(bool)
+    ok = runs[runs["status"].eq("ok") & runs["step_s"].notna() & ~contended].copy()
     versions = ok["versions"] if "versions" in ok else pd.Series(None, index=ok.index)
     ok["setup"] = [setup_of(fw, v) for fw, v in zip(ok["framework"], versions, strict=True)]
     ok = ok[ok["setup"].isin(list(SETUP_PATTERN)) & ok["model"].isin(list(PARAMETERS))].copy()

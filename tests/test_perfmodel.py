@@ -950,3 +950,16 @@ def test_pooled_studies_join_the_calibration_and_the_validation(exact_fits) -> N
         pm.pool_studies(own, ["other"], [other.drop(columns="run_id")])
     # a study of torch alone pools only the other study's torch runs
     assert set(pm.runs_of(other, {"torch"})["framework"]) == {"torch"}
+
+
+def test_contended_runs_take_no_part_in_calibration_or_validation(exact_fits) -> None:
+    runs = modelled_runs(exact_fits, offset=0.002)
+    clean = pm.calibrate(runs, exact_fits)["torch"]
+    busy = run_row("torch", "lenet", 2, compute=0.016, exposed=0.5)
+    busy.update(run_id="torch/lenet/n2x1/b64/r1", contended=True)
+    held_out = run_row("torch", "lenet", 2, compute=0.016, exposed=0.5, network="emulated-1gbe")
+    held_out["contended"] = True
+    with_busy = pd.concat([runs, pd.DataFrame([busy, held_out])], ignore_index=True)
+    cal = pm.calibrate(with_busy, exact_fits)["torch"]
+    assert cal.host_runs == clean.host_runs and cal.offset_s == pytest.approx(clean.offset_s)
+    assert pm.validate(with_busy, {"torch": cal}, exact_fits).empty
