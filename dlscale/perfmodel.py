@@ -943,9 +943,8 @@ class Calibration:
             value = np.full_like(
                 p, max(self.projection_offset_s + self.projection_offset_per_byte_s * nbytes, 0.0)
             )
-        else:
-            ranks = np.asarray(nodes, dtype="float64") if self.pattern == BIGDL else p
-            rho = contention(ranks, self.host_cores or None)
+        else:  # (BigDL's contention and per-byte terms are 0: see ``with_offset``)
+            rho = contention(p, self.host_cores or None)
             value = (
                 self.offset_s
                 + self.offset_per_contention_s * (rho - 1.0)
@@ -1383,12 +1382,11 @@ def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> C
             cal, model, nodes, int(rpn), Link.host(), cores, num_ps, int(batch), dataset
         )
     residual = measured - modelled
-    ranks = group["nodes" if cal.pattern == BIGDL else "world_size"].to_numpy(dtype="float64")
-    rho = contention(ranks, cores)
     if cal.pattern == BIGDL:
         nbytes, rho_fit = np.zeros(len(group)), np.ones(len(group))
     else:
-        nbytes, rho_fit = group["gradient_bytes"].to_numpy(dtype="float64"), rho
+        nbytes = group["gradient_bytes"].to_numpy(dtype="float64")
+        rho_fit = contention(group["world_size"].to_numpy(dtype="float64"), cores)
     offset, per_contention, per_byte = offset_fit(residual, rho_fit - 1.0, nbytes, rho_fit, measured)
     fitted = offset + per_contention * (rho_fit - 1.0) + per_byte * nbytes * rho_fit
     rel = (modelled + fitted - measured) / np.maximum(measured, _WEIGHT_FLOOR_S)
@@ -1401,7 +1399,7 @@ def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> C
     if uncontended.any():
         own = uncontended
         projected, _, projected_per_byte = offset_fit(
-            (sync - modelled)[own], np.zeros(own.sum()), nbytes[own], np.ones(own.sum()), sync[own]
+            (sync - modelled)[own], np.zeros(own.sum()), nbytes[own], scale=sync[own]
         )
         if projected_per_byte == 0.0:
             projected = max(projected, 0.0)

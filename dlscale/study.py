@@ -26,9 +26,7 @@ FRAMEWORKS = catalog.FRAMEWORK_NAMES
 MODELS = catalog.MODEL_NAMES
 # A framework is implemented when its runner folder has a launcher; checked on disk so that
 # no framework is imported here (tests/test_catalog.py checks every catalog entry has one).
-IMPLEMENTED_FRAMEWORKS = tuple(
-    fw.name for fw in catalog.FRAMEWORKS.values() if (fw.runner_dir / "launcher.py").is_file()
-)
+IMPLEMENTED_FRAMEWORKS = tuple(fw.name for fw in catalog.FRAMEWORKS.values() if (fw.runner_dir / "launcher.py").is_file())
 
 
 # Wildcard constraints for Snakemake, so that run paths never match ambiguously.
@@ -71,9 +69,7 @@ class Run:
     @property
     def net_suffix(self) -> str:
         """The run id's mark of an emulated network ("-1gbe"); empty on the host network."""
-        return (
-            "" if self.network == networks.HOST else "-" + self.network.removeprefix(networks.EMULATED_PREFIX)
-        )
+        return "" if self.network == networks.HOST else "-" + self.network.removeprefix(networks.EMULATED_PREFIX)
 
     @property
     def run_id(self) -> str:
@@ -122,11 +118,7 @@ def _fill_defaults(instance: Any, schema: dict[str, Any]) -> None:
     for key, sub in schema.get("properties", {}).items():
         if key not in instance and "default" in sub:
             instance[key] = copy.deepcopy(sub["default"])
-        elif (
-            "x-catalog-default" in sub
-            and isinstance(sub.get("default"), dict)
-            and isinstance(instance[key], dict)
-        ):
+        elif "x-catalog-default" in sub and isinstance(sub.get("default"), dict) and isinstance(instance[key], dict):
             # A per-model map given in part: the models left out get their defaults.
             instance[key] = {**copy.deepcopy(sub["default"]), **instance[key]}
         if key in instance:
@@ -202,8 +194,7 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
             where = _key_path(err.absolute_path)
             known = ", ".join(map(str, err.validator_value)) if err.validator == "enum" else ""
             raise ConfigError(
-                f"config key '{where}.{err.instance}' is not a known key"
-                + (f" (known here: {known})" if known else "")
+                f"config key '{where}.{err.instance}' is not a known key" + (f" (known here: {known})" if known else "")
             )
         if err.validator == "oneOf" and err.context:
             # "not valid under any of the given schemas" says nothing; the branch that
@@ -324,9 +315,7 @@ def _describe_branch(branch: dict[str, Any]) -> str:
 def _branch_error(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
     """Of a failed oneOf, the deepest error of the branch whose type fits the value."""
     fitting = _fitting_branches(err)
-    candidates = [e for errors in fitting for e in errors] or [
-        e for e in err.context if e.validator != "type"
-    ]
+    candidates = [e for errors in fitting for e in errors] or [e for e in err.context if e.validator != "type"]
     return max(candidates or err.context, key=lambda e: len(e.absolute_path))
 
 

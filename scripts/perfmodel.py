@@ -56,10 +56,11 @@ try:
         runs = pm.pool_studies(
             runs, studies, [pm.runs_of(pd.read_parquet(path), frameworks) for path in inputs.pooled_runs]
         )
-        if iterations is not None:
+        if iterations is not None:  # the pooled runs' iterations only
             iterations = pm.pool_studies(
                 iterations, studies, [pd.read_parquet(path) for path in inputs.pooled_iterations]
             )
+            iterations = iterations[iterations["run_id"].isin(set(runs["run_id"]))]
         log.info(
             "pooled %d runs of %s (frameworks %s): %d runs in all",
             len(runs) - before, ", ".join(studies), ", ".join(sorted(frameworks)), len(runs),
@@ -79,9 +80,10 @@ try:
     calibrations = pm.calibrate(runs, fits, num_ps)
     for cal in calibrations.values():
         log.info(
-            "calibrated %s from %s: offset %.6f s + %.6f s per unit of oversubscription on this host,"
-            " %.6f s projected (%s)",
-            cal.setup, cal.source, cal.offset_s, cal.offset_per_contention_s, cal.projection_offset_s, cal.note,
+            "calibrated %s from %s: offset %.6f s + %.6f s per unit of oversubscription on this host"
+            " + %.3g s per gradient byte; projected %.6f s + %.3g s per gradient byte (%s)",
+            cal.setup, cal.source, cal.offset_s, cal.offset_per_contention_s, cal.offset_per_byte_s,
+            cal.projection_offset_s, cal.projection_offset_per_byte_s, cal.note,
         )  # fmt: skip
     if not calibrations:
         log.warning("no micro-benchmarks and no ok host-network run that communicates: nothing to calibrate")
