@@ -47,6 +47,7 @@ from dlscale.runners.plan import (
     srun_task_error,
 )
 from dlscale.runspec import RunSpec, SpecError, run_id_fields
+from dlscale.sysutil import free_port, git_sha
 
 
 def runner_launcher(framework: str) -> ModuleType:
@@ -57,13 +58,6 @@ def runner_launcher(framework: str) -> ModuleType:
 POLL_S = 0.2
 PR_SET_PDEATHSIG = 1
 GRACE_S = 10.0
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now (the OS picks it, so concurrent runs differ)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def die_with_parent() -> None:
@@ -215,25 +209,6 @@ def describe_network(info: Mapping[str, Any]) -> str:
     if str(info.get("isolation", "")).startswith("none (SLURM"):
         return "the cluster's network between the allocated nodes"
     return f"host loopback, {info.get('isolation', 'not isolated')}"
-
-
-def git_sha(repo: Path) -> str:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-        sha = out.stdout.strip()
-        if out.returncode != 0 or not sha:
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
 
 
 def read_parts(work_dir: Path) -> dict[int, list[dict[str, Any]]]:
