@@ -32,7 +32,7 @@ from benchmarks.common import REPO, FrameworkBench, default_study, framework_pyt
 from benchmarks.data import datasets
 from benchmarks.registry import covered
 from dlscale import atomic, catalog
-from dlscale.launch import git_sha
+from dlscale.sysutil import git_sha
 
 BENCHMARKS = ("training", "comm", "startup", "scale")
 

@@ -214,7 +214,7 @@ def worker_training(job: TrainingJob, extra_env: Mapping[str, str] | None = None
 
 def two_rank_allreduce(job: CommJob, extra_env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Two worker ranks on loopback (a port each) synchronising each size; rank 0's rows."""
-    from dlscale.launch import free_port
+    from dlscale.sysutil import free_port
 
     ports = [free_port(), free_port()]
     cmds = [
