@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dlscale.envs import CAFFE_BLAS, CAFFE_BUILD_SCRIPT, SPEC_DIR, caffe_build_marker, parse_lock
+from dlscale.envs import CAFFE_BLAS, caffe_build_marker
 from dlscale.netns import node_argv as netns_argv
+from dlscale.runners.caffe import settings as caffe_settings
 from dlscale.runners.plan import LaunchContext, Plan, Process, slurm_env, srun_argv
 from dlscale.runspec import RunSpec
 
@@ -87,33 +88,10 @@ def caffe_home(options: Mapping[str, Any], env: Mapping[str, str], python: str) 
     )
 
 
-def blas_library(blas: str) -> str:
-    """The BLAS library a Caffe build of ``blas`` links, with its version where the repository
-    pins it (MKL: the PyPI wheel in envs/caffe-mkl.lock; OpenBLAS: Debian's, as installed)."""
-    if blas == "mkl":
-        try:
-            version = parse_lock(SPEC_DIR / "caffe-mkl.lock")["mkl"]["version"]
-        except (OSError, KeyError, ValueError):
-            version = "unknown"
-        return f"Intel MKL {version} (PyPI mkl, envs/caffe-mkl.lock; libmkl_rt, Intel OpenMP threads)"
-    return f"OpenBLAS (Debian libopenblas-dev, pthread build; {CAFFE_BUILD_SCRIPT.name} BLAS=open)"
-
-
 def settings(spec: RunSpec) -> dict[str, Any]:
-    """What a Caffe run computes with (run_start's ``settings``): the BLAS and its threads.
-
-    Caffe computes convolutions as im2col + one BLAS SGEMM per sample and inner products as
-    SGEMM, so its speed is its BLAS's. Every BLAS gets the rank's threads (the launcher's
-    environment: OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, OMP_NUM_THREADS = threads_per_rank).
-    """
-    blas = str(spec.options.get("blas") or "openblas")
-    variable = "MKL_NUM_THREADS" if blas == "mkl" else "OPENBLAS_NUM_THREADS"
-    return {
-        "engine": "caffe (CPU_ONLY, im2col + BLAS)",
-        "blas": blas,
-        "blas_library": blas_library(blas),
-        "blas_threads": {variable: spec.threads_per_rank},
-    }
+    """What a Caffe run computes with (run_start's ``settings``): see
+    ``dlscale.runners.caffe.settings.describe``."""
+    return caffe_settings.describe(spec)
 
 
 def caffe_env(home: Path, env: Mapping[str, str]) -> dict[str, str]:
