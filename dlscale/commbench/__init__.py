@@ -21,8 +21,8 @@ module         library and operation                        runs in
                (BigDL's per-iteration round trip) against
                the number of executors; a block exchange
                (shuffle) of S bytes per executor
-``tcp``        a plain TCP ping-pong and stream: the         any venv (standard library)
-               network itself, the reference
+``tcp``        a plain TCP ping-pong: the network itself,   any venv (standard library)
+               the reference
 =============  ==========================================  ===============================
 
 One module per framework, named after it (``dlscale.catalog`` is the list of frameworks;
@@ -31,7 +31,9 @@ Each module is a driver and its ranks in one: ``python -m dlscale.commbench.<nam
 --network host --worlds 2 4 --sizes ... --out FILE.csv`` makes the namespaces, starts the
 ranks (the same module with ``--rank``), and writes one CSV row per timed operation
 (``RAW_COLUMNS``). Timed operations follow a barrier, so a time is the operation, not a
-late peer; one warm-up operation per size and world is not recorded.
+late peer; one warm-up operation per size and world is not recorded. The benchmarks
+(``benchmarks.comm_efficiency``, ``make bench``) run these same modules at the models'
+gradient sizes, so the two report one set of numbers.
 
 This package's ``__init__`` is standard library only: the rules import it at DAG time.
 """
@@ -42,7 +44,7 @@ from __future__ import annotations
 RAW_COLUMNS: tuple[str, ...] = (
     "framework",  # the venv that ran it (catalog name) or "tcp"
     "library",  # gloo, tf-ring, tf-ps, mpi, spark, tcp
-    "op",  # allreduce, allreduce-blobs, pushpull, job, shuffle, pingpong, stream
+    "op",  # allreduce, allreduce-blobs, pushpull, job, shuffle, pingpong
     "network",  # host or emulated-<preset>
     "world",  # ranks (workers for tf-ps, executors for spark)
     "nbytes",  # bytes per rank (the whole gradient for allreduce-blobs)
