@@ -232,7 +232,7 @@ def test_peer_unreachable_at_startup(framework, mnist_shards, tmp_path):
 def test_an_attempt_keeps_its_own_part_of_run_log_and_every_log_of_its_work_dir(tmp_path):
     """What ``keep_attempt_logs`` keeps, on files laid out as a BigDL and a Caffe attempt
     leave them (the real runs above check it end to end)."""
-    from dlscale import launch as launcher
+    from dlscale.launch import attempts as launcher
 
     run_dir = tmp_path / "run"
     work = run_dir / ".work"

@@ -376,7 +376,7 @@ def test_a_non_finite_loss_stays_null(tmp_path: Path) -> None:
 
 def launched(tmp_path: Path, framework: str, nodes: int, *, die_at: int | None = None) -> Path:
     """A run merged by ``dlscale.launch`` from part files the runners' harness wrote."""
-    from dlscale.launch import Launch
+    from dlscale.launch.ranks import Launch
     from dlscale.placement import Placement
     from dlscale.runners.common import RunContext
     from dlscale.runners.plan import Plan

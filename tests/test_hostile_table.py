@@ -27,8 +27,8 @@ from test_hostile_events import every_rank, put, run_end, run_start
 
 import dlscale.parse.__main__ as parse_cli
 from dlscale import analysis, netns
-from dlscale import launch as launcher
 from dlscale.events import EventError
+from dlscale.launch import network as launcher
 from dlscale.study import ConfigError, check_local_capacity, load_schema, validate_config
 
 pytestmark = pytest.mark.faults

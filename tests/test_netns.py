@@ -18,9 +18,9 @@ import pytest
 from conftest import caffe_python, framework_python
 from faults import fault_spec, launch
 
-from dlscale import launch as launcher
 from dlscale import netns
 from dlscale.events import read_events
+from dlscale.launch import network as launcher
 from dlscale.networks import PRESETS, emulated_preset, network_choices
 from dlscale.study import IMPLEMENTED_FRAMEWORKS
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from faults import fault_spec
 
-from dlscale.launch import startup_failure
+from dlscale.launch.failures import startup_failure
 from dlscale.placement import Placement
 from dlscale.runners.common import RunFailure, check_peers_resolve, placement_peers, unresolved
 from dlscale.runners.plan import LaunchContext, Plan, Process
@@ -64,7 +64,8 @@ def test_master_address_names_node_0():
 
 def test_slurm_master_address_is_the_one_the_second_node_reaches(monkeypatch):
     """Not the host name's address (Debian maps it to 127.0.1.1): the route towards node 2."""
-    from dlscale import launch, placement
+    from dlscale import placement
+    from dlscale.launch.network import master_address
 
     asked = []
 
@@ -73,10 +74,10 @@ def test_slurm_master_address_is_the_one_the_second_node_reaches(monkeypatch):
         return "10.9.0.1"
 
     monkeypatch.setattr(placement, "address_towards", towards)
-    assert launch.master_address("slurm", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == "10.9.0.1"
+    assert master_address("slurm", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == "10.9.0.1"
     assert asked == ["cn08"]
-    assert launch.master_address("slurm", {"SLURM_JOB_NODELIST": "cn07", "DLSCALE_MASTER_ADDR": "a"}) == "a"
-    assert launch.master_address("local", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == "127.0.0.1"
+    assert master_address("slurm", {"SLURM_JOB_NODELIST": "cn07", "DLSCALE_MASTER_ADDR": "a"}) == "a"
+    assert master_address("local", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == "127.0.0.1"
 
     def unroutable(peer):
         raise OSError("no route")
@@ -84,7 +85,7 @@ def test_slurm_master_address_is_the_one_the_second_node_reaches(monkeypatch):
     monkeypatch.setattr(placement, "address_towards", unroutable)
     import socket
 
-    assert launch.master_address("slurm", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == socket.gethostbyname(
+    assert master_address("slurm", {"SLURM_JOB_NODELIST": "cn[07-08]"}) == socket.gethostbyname(
         socket.gethostname()
     )
 
@@ -110,7 +111,7 @@ def test_a_rank_turns_only_the_first_sigterm_into_its_end(monkeypatch):
 def test_srun_names_the_task_that_failed_first_when_every_rank_was_killed():
     """srun --kill-on-bad-exit SIGKILLs the whole step: no rank writes its end, so the part
     files cannot tell the killed rank from its peers; srun's first task report can."""
-    from dlscale.launch import describe_group_failure
+    from dlscale.launch.failures import describe_group_failure
     from dlscale.runners.plan import SrunTaskError, first_srun_task_error, srun_task_error
 
     killed = srun_task_error("srun: error: n3: task 2: Killed\n")

@@ -25,8 +25,10 @@ import pytest
 from conftest import framework_python
 from slurm_cluster import SlurmCluster, alive, launch_job
 
-from dlscale import launch, placement
+from dlscale import placement
 from dlscale.events import read_events
+from dlscale.launch.failures import describe_group_failure
+from dlscale.launch.records import read_parts
 from dlscale.runners.plan import LaunchContext
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import launcher as tf_launcher
@@ -136,7 +138,7 @@ def test_a_worker_death_recorded_by_its_agent_is_the_cause():
             },
         ],
     }
-    assert launch.describe_group_failure("srun", 1, parts) == "rank 1 died (worker 1, SIGKILL) at iteration 7"
+    assert describe_group_failure("srun", 1, parts) == "rank 1 died (worker 1, SIGKILL) at iteration 7"
 
 
 def test_agent_reasons_name_the_process_and_the_iteration(tmp_path):
@@ -230,8 +232,8 @@ def test_agent_refuses_a_peer_name_that_does_not_resolve(tmp_path, own_sigterm):
     reason = part_events(tmp_path / "rank1.jsonl")[-1]["reason"]
     assert reason.startswith("worker 1 (no-such-node.invalid:31003) unreachable from rank 1: name"), reason
     assert "no-such-node.invalid does not resolve" in reason
-    parts = launch.read_parts(tmp_path)
-    assert launch.describe_group_failure("srun", 1, parts) == reason
+    parts = read_parts(tmp_path)
+    assert describe_group_failure("srun", 1, parts) == reason
 
 
 # --- real: SLURM test cluster ------------------------------------------------------------

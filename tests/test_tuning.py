@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from conftest import torch_python
 
-from dlscale import launch, roofline, tuning
+from dlscale import roofline, tuning
+from dlscale.launch import records
 from dlscale.runners.plan import Plan, Process
 from dlscale.runners.tensorflow import launcher as tf_launcher
 from dlscale.runners.torch import launcher as torch_launcher
@@ -182,7 +183,7 @@ def test_launcher_settings_describe_the_engine_and_threads(schema):
 def test_run_settings_add_the_thread_variables_the_ranks_get(schema):
     spec = run_spec(study(schema), Run("torch", "lenet", 1, 1, 64, 0))
     plan = Plan([Process("rank 0", ["true"], {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}, rank=0)], 1)
-    record = launch.run_settings(torch_launcher, spec, plan)
+    record = records.run_settings(torch_launcher, spec, plan)
     assert record["engine"] == "onednn"
     assert record["env"] == {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 

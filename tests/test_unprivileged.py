@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from faults import descendants, fault_spec
 
-from dlscale import launch as launcher
 from dlscale import netns, userns
 from dlscale.events import read_events
+from dlscale.launch import network as launcher
 
 pytestmark = pytest.mark.faults  # a host without namespaces is a fault of the environment
 
@@ -164,7 +164,7 @@ def unprivileged_python(framework: str) -> tuple[str, dict[str, str]] | None:
     for python in (str(venv / "bin" / "python"), f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
         # Through a shell's exec, as the launcher starts its ranks (setpriv alone may run
         # a python whose own install it cannot read).
-        check = ("sh", "-c", 'exec "$0" "$@"', str(python), "-c", f"import {module}, dlscale.launch")
+        check = ("sh", "-c", 'exec "$0" "$@"', str(python), "-c", f"import {module}, dlscale.launch.run")
         if python and nobody_can(*check, env=env):
             return python, env
     return None

@@ -205,7 +205,7 @@ class Agent:
 
     def start(self) -> None:
         env = {**os.environ, cluster_mod.ENV_CLUSTER: json.dumps(self.cluster)}
-        from dlscale.launch import die_with_parent
+        from dlscale.launch.process import die_with_parent
 
         for task in self.tasks:
             if self.terminated:
