@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,11 +173,11 @@ def write_synthetic_study(root: Path, runs: int = AGGREGATE_RUNS) -> list[Path]:
 def aggregate_worker(list_file: Path, out_dir: Path) -> dict[str, float]:
     """What the aggregate rule does (scripts/aggregate.py), timed in this process."""
     t0 = time.perf_counter()
-    from dlscale import analysis
+    from dlscale import analysis, tables
 
     imported = time.perf_counter()
     paths = list_file.read_text(encoding="utf-8").split()
-    runs, iterations = analysis.load_events(paths)
+    runs, iterations = tables.load_events(paths)
     table = analysis.findings(runs)
     analysis.write_tables(
         runs, iterations, table,
@@ -222,8 +223,13 @@ def measure(repeats: int, plan_sizes: tuple[int, ...] = PLAN_SIZES) -> tuple[lis
     return plans, aggregations
 
 
+def below(target_s: float) -> Callable[[float], bool]:
+    """The pass rule of a wall- or CPU-time target: strictly under it."""
+    return lambda seconds: seconds < target_s
+
+
 def scale_table(plans: list[dict], aggregations: list[dict]) -> pd.DataFrame:
-    """One row per measured task: wall time (median, min, max), CPU time, peak memory, verdict."""
+    """One row per measured task: wall time (median and interval), CPU time, peak memory, verdict."""
 
     rows = []
     largest = max((p["runs"] for p in plans), default=0)
@@ -237,8 +243,8 @@ def scale_table(plans: list[dict], aggregations: list[dict]) -> pd.DataFrame:
              "peak_rss_mb_max": max(p["peak_rss_mb"] for p in group),
              "loadavg_1m_median": summarize(p["loadavg_1m"] for p in group).median,
              "target_s": target,
-             "verdict": verdict(wall.median, target, higher_is_better=False) if runs == largest else "n/a",
-             "verdict_cpu": verdict(summarize(p["cpu_s"] for p in group).median, target, False)
+             "verdict": verdict(wall.median, below(target)) if runs == largest else "n/a",
+             "verdict_cpu": verdict(summarize(p["cpu_s"] for p in group).median, below(target))
              if runs == largest else "n/a"}
         )  # fmt: skip
     if aggregations:
@@ -248,8 +254,8 @@ def scale_table(plans: list[dict], aggregations: list[dict]) -> pd.DataFrame:
              "cpu_s_median": summarize(a["cpu_s"] for a in aggregations).median,
              "peak_rss_mb_max": max(a["peak_rss_mb"] for a in aggregations),
              "loadavg_1m_median": summarize(a["loadavg_1m"] for a in aggregations).median,
-             "target_s": AGGREGATE_TARGET_S, "verdict": verdict(wall.median, AGGREGATE_TARGET_S, False),
-             "verdict_cpu": verdict(summarize(a["cpu_s"] for a in aggregations).median, AGGREGATE_TARGET_S, False)}
+             "target_s": AGGREGATE_TARGET_S, "verdict": verdict(wall.median, below(AGGREGATE_TARGET_S)),
+             "verdict_cpu": verdict(summarize(a["cpu_s"] for a in aggregations).median, below(AGGREGATE_TARGET_S))}
         )  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -69,7 +69,10 @@ VERSION_PACKAGES = ("snakemake", "pandas", "numpy", "pyarrow", "altair", "vl-con
 #: The code that turns events into tables: its hash tells verify whether it runs the same.
 ANALYSIS_CODE = (
     "dlscale/analysis.py",
+    "dlscale/tables.py",
+    "dlscale/stats.py",
     "dlscale/verdicts.py",
+    "dlscale/thresholds.py",
     "dlscale/events.py",
     "dlscale/networks.py",
     "dlscale/roofline.py",

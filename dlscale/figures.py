@@ -25,9 +25,9 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from dlscale import atomic, catalog
-from dlscale.analysis import loss_curve
+from dlscale import atomic, catalog, verdicts
 from dlscale.outputs import FIGURE_FORMATS, FIGURES
+from dlscale.tables import loss_curve
 
 FORMATS = FIGURE_FORMATS
 __all__ = ["FIGURES", "FORMATS", "draw", "make_figures", "save_chart"]
@@ -118,8 +118,6 @@ def empty_chart(message: str) -> alt.Chart:
 
 def _cells(runs: pd.DataFrame) -> pd.DataFrame:
     """The cells of the ok runs (medians over repeats with intervals, flags), with a series."""
-    from dlscale import verdicts  # scipy is imported only when a figure is drawn
-
     ok = runs[runs["status"].eq("ok") & runs["throughput"].notna()]
     table = verdicts.cells(ok)
     if table.empty:

@@ -26,12 +26,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlscale import catalog
+from dlscale.options import options_schema, with_option_defaults
 
 #: The host network (no emulated interconnect); the default of ``network``.
 HOST_NETWORK = "host"
 #: Fields added after studies existed: left out of the JSON at their default value, so
 #: that adding them changed no existing run's hash.
-_OMITTED_AT_DEFAULT: Mapping[str, Any] = {"network": HOST_NETWORK, "input": "memory"}
+_OMITTED_AT_DEFAULT: Mapping[str, Any] = {
+    "network": HOST_NETWORK,
+    "input": "memory",
+    "eval_every": 0,
+    "quality_target": None,
+    "max_iterations": 0,
+}
 
 
 #: A run id: ``{framework}/{model}/n{nodes}x{ranks_per_node}[-{network}]/b{batch}/r{repeat}``
@@ -85,6 +92,13 @@ class RunSpec:
     #: ``memory`` or ``pipeline`` (see the config schema's ``input``).
     input: str = "memory"
     input_workers: int = 1
+    #: Evaluate held-out quality every this many iterations (0: only after the last one).
+    eval_every: int = 0
+    #: ``{"metric": "top1"|"top5"|"mse", "value": v}``: train until an evaluation meets it
+    #: (time to target) or ``max_iterations`` timed iterations have run; None: ``iterations``.
+    quality_target: Mapping[str, Any] | None = None
+    #: The cap on timed iterations of a run with a quality target.
+    max_iterations: int = 0
     #: The framework's options, defaults filled (``dlscale/runners/<fw>/options.schema.json``).
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -111,14 +125,50 @@ class RunSpec:
             )
         if self.input not in ("memory", "pipeline"):
             raise SpecError(f"run spec field 'input': {self.input!r} is not 'memory' or 'pipeline'")
-        object.__setattr__(self, "options", _with_option_defaults(self.framework, self.options))
+        if self.eval_every < 0:
+            raise SpecError(f"run spec field 'eval_every': {self.eval_every!r} is below 0")
+        if self.quality_target is not None:
+            target = self.quality_target
+            if (
+                not isinstance(target, Mapping)
+                or set(target) != {"metric", "value"}
+                or target["metric"] not in ("top1", "top5", "mse")
+                or not isinstance(target["value"], (int, float))
+                or isinstance(target["value"], bool)
+                or not math.isfinite(target["value"])
+            ):
+                raise SpecError(
+                    f"run spec field 'quality_target': {target!r} is not {{metric: top1|top5|mse, value: number}}"
+                )
+            if self.max_iterations < 1 or self.eval_every < 1:
+                raise SpecError(
+                    "run spec with a quality_target needs max_iterations >= 1 and eval_every >= 1"
+                    f" (got {self.max_iterations} and {self.eval_every})"
+                )
+            object.__setattr__(
+                self, "quality_target", {"metric": target["metric"], "value": float(target["value"])}
+            )
+        object.__setattr__(self, "options", with_option_defaults(self.framework, self.options))
 
     # --- what runners ask of a spec ---------------------------------------------------------
 
     @property
+    def timed_iterations(self) -> int:
+        """The most timed iterations the run trains: ``iterations``, or with a quality
+        target ``max_iterations`` (it stops at the first evaluation that meets it)."""
+        return self.max_iterations if self.quality_target is not None else self.iterations
+
+    @property
     def total_iterations(self) -> int:
-        """Warm-up plus timed iterations."""
-        return self.warmup + self.iterations
+        """Warm-up plus the most timed iterations."""
+        return self.warmup + self.timed_iterations
+
+    def eval_due(self, completed: int) -> bool:
+        """Whether to evaluate after ``completed`` training iterations (warm-up included):
+        every ``eval_every``, and always after the last."""
+        if completed >= self.total_iterations:
+            return True
+        return self.eval_every > 0 and completed % self.eval_every == 0
 
     @property
     def mnist_sized(self) -> bool:
@@ -130,7 +180,7 @@ class RunSpec:
         """The spec as plain data, with the fields added later left out at their default."""
         data = dataclasses.asdict(self)
         data["options"] = copy.deepcopy(dict(self.options))
-        for key, sub in _options_schema(self.framework).get("properties", {}).items():
+        for key, sub in options_schema(self.framework).get("properties", {}).items():
             # Options added after studies existed (``x-omitted-at-default`` in the runner's
             # schema) are left out at their default, as the top-level fields above are.
             if sub.get("x-omitted-at-default") and data["options"].get(key) == sub.get("default"):
@@ -160,7 +210,9 @@ class RunSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise SpecError(f"run spec field {unknown[0]!r} is not a known field (known: {', '.join(sorted(known))})")
+            raise SpecError(
+                f"run spec field {unknown[0]!r} is not a known field (known: {', '.join(sorted(known))})"
+            )
         required = [
             f.name
             for f in dataclasses.fields(cls)
@@ -178,23 +230,3 @@ class RunSpec:
         except json.JSONDecodeError as err:
             raise SpecError(f"run spec is not JSON: {err}") from None
         return cls.from_dict(data)
-
-
-def _with_option_defaults(framework: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` with the defaults of the framework's options schema filled in."""
-    schema = _options_schema(framework)
-    filled = copy.deepcopy(dict(options))
-    for key, sub in schema.get("properties", {}).items():
-        if key not in filled and "default" in sub:
-            filled[key] = copy.deepcopy(sub["default"])
-    return filled
-
-
-_SCHEMAS: dict[str, dict[str, Any]] = {}
-
-
-def _options_schema(framework: str) -> dict[str, Any]:
-    if framework not in _SCHEMAS:
-        with open(catalog.framework(framework).options_schema, encoding="utf-8") as handle:
-            _SCHEMAS[framework] = json.load(handle)
-    return _SCHEMAS[framework]

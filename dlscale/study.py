@@ -19,14 +19,16 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dlscale import catalog, netns, networks, tuning
+from dlscale import catalog, netns, networks, options, quality
 from dlscale.runspec import RUN_ID_PATTERN, RunSpec
 
 FRAMEWORKS = catalog.FRAMEWORK_NAMES
 MODELS = catalog.MODEL_NAMES
 # A framework is implemented when its runner folder has a launcher; checked on disk so that
 # no framework is imported here (tests/test_catalog.py checks every catalog entry has one).
-IMPLEMENTED_FRAMEWORKS = tuple(fw.name for fw in catalog.FRAMEWORKS.values() if (fw.runner_dir / "launcher.py").is_file())
+IMPLEMENTED_FRAMEWORKS = tuple(
+    fw.name for fw in catalog.FRAMEWORKS.values() if (fw.runner_dir / "launcher.py").is_file()
+)
 
 
 # Wildcard constraints for Snakemake, so that run paths never match ambiguously.
@@ -69,7 +71,9 @@ class Run:
     @property
     def net_suffix(self) -> str:
         """The run id's mark of an emulated network ("-1gbe"); empty on the host network."""
-        return "" if self.network == networks.HOST else "-" + self.network.removeprefix(networks.EMULATED_PREFIX)
+        return (
+            "" if self.network == networks.HOST else "-" + self.network.removeprefix(networks.EMULATED_PREFIX)
+        )
 
     @property
     def run_id(self) -> str:
@@ -118,7 +122,11 @@ def _fill_defaults(instance: Any, schema: dict[str, Any]) -> None:
     for key, sub in schema.get("properties", {}).items():
         if key not in instance and "default" in sub:
             instance[key] = copy.deepcopy(sub["default"])
-        elif "x-catalog-default" in sub and isinstance(sub.get("default"), dict) and isinstance(instance[key], dict):
+        elif (
+            "x-catalog-default" in sub
+            and isinstance(sub.get("default"), dict)
+            and isinstance(instance[key], dict)
+        ):
             # A per-model map given in part: the models left out get their defaults.
             instance[key] = {**copy.deepcopy(sub["default"]), **instance[key]}
         if key in instance:
@@ -173,8 +181,8 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
     try:
         # Pinned settings (tune.pinned, or a tunable option set in a framework's own
         # section) are the framework's options as is: merged before defaults are filled.
-        tuning.pin_explicit_options(config, study)
-    except tuning.TuneError as err:
+        options.pin_explicit_options(config, study)
+    except options.TuneError as err:
         raise ConfigError(str(err)) from None
     _fill_defaults(study, schema)
     validator = _VALIDATOR(schema)
@@ -194,7 +202,8 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
             where = _key_path(err.absolute_path)
             known = ", ".join(map(str, err.validator_value)) if err.validator == "enum" else ""
             raise ConfigError(
-                f"config key '{where}.{err.instance}' is not a known key" + (f" (known here: {known})" if known else "")
+                f"config key '{where}.{err.instance}' is not a known key"
+                + (f" (known here: {known})" if known else "")
             )
         if err.validator == "oneOf" and err.context:
             # "not valid under any of the given schemas" says nothing; the branch that
@@ -208,8 +217,8 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
         raise ConfigError(f"config key '{_key_path(err.absolute_path)}': {err.message}")
     _check_semantics(study, Path(base_dir))
     try:
-        tuning.check(study)
-    except tuning.TuneError as err:
+        options.check(study)
+    except options.TuneError as err:
         raise ConfigError(str(err)) from None
     return study
 
@@ -315,8 +324,38 @@ def _describe_branch(branch: dict[str, Any]) -> str:
 def _branch_error(err: jsonschema.ValidationError) -> jsonschema.ValidationError:
     """Of a failed oneOf, the deepest error of the branch whose type fits the value."""
     fitting = _fitting_branches(err)
-    candidates = [e for errors in fitting for e in errors] or [e for e in err.context if e.validator != "type"]
+    candidates = [e for errors in fitting for e in errors] or [
+        e for e in err.context if e.validator != "type"
+    ]
     return max(candidates or err.context, key=lambda e: len(e.absolute_path))
+
+
+def _check_quality(study: dict[str, Any]) -> None:
+    """A quality target's metric is one its model is evaluated with, and a run that trains
+    to a target evaluates on the way (else it could only stop at its cap)."""
+    for model, target in (study.get("quality_target") or {}).items():
+        metrics = quality.metrics_of(model)
+        if target["metric"] not in metrics:
+            raise ConfigError(
+                f"config key 'quality_target.{model}.metric': {target['metric']!r} is not a metric"
+                f" {model} is evaluated with ({', '.join(metrics)})"
+            )
+        if target["metric"] in ("top1", "top5") and target["value"] > 1:
+            raise ConfigError(
+                f"config key 'quality_target.{model}.value': {target['value']!r} is above 1"
+                f" ({target['metric']} is a share of the held-out samples)"
+            )
+        if not study.get("eval_every"):
+            raise ConfigError(
+                f"config key 'eval_every': 0 with a quality_target for {model}: set how many"
+                " iterations apart the runs evaluate (time to target is read off those evaluations)"
+            )
+    for model in study.get("max_iterations") or {}:
+        if model not in (study.get("quality_target") or {}):
+            raise ConfigError(
+                f"config key 'max_iterations.{model}': {model} has no quality_target"
+                " (without one a run trains its iterations)"
+            )
 
 
 def _check_semantics(study: dict[str, Any], base_dir: Path) -> None:
@@ -339,6 +378,7 @@ def _check_semantics(study: dict[str, Any], base_dir: Path) -> None:
             "config key 'models_per_framework': no framework runs any of the study's models"
             f" ({', '.join(study['models'])}): the study would have no training run"
         )
+    _check_quality(study)
     worlds = sorted(n * study["ranks_per_node"] for n in study["nodes"])
     if study["scaling"] == "strong":
         for model in study["models"]:
@@ -504,7 +544,27 @@ def run_spec(study: dict[str, Any], run: Run, tuned: dict[str, Any] | None = Non
         options=options,
         input=study["input"],
         input_workers=study["input_workers"],
+        **quality_fields(study, run.model),
     )
+
+
+#: How many times a model's ``iterations`` a run with a quality target may train by default.
+DEFAULT_MAX_ITERATIONS_FACTOR = 10
+
+
+def quality_fields(study: dict[str, Any], model: str) -> dict[str, Any]:
+    """The spec's evaluation fields for ``model``: left at their defaults (and out of the
+    spec's JSON and hash) unless the study evaluates during training or sets a target."""
+    fields: dict[str, Any] = {}
+    if study.get("eval_every"):
+        fields["eval_every"] = study["eval_every"]
+    target = (study.get("quality_target") or {}).get(model)
+    if target is not None:
+        fields["quality_target"] = {"metric": target["metric"], "value": float(target["value"])}
+        fields["max_iterations"] = (study.get("max_iterations") or {}).get(
+            model, DEFAULT_MAX_ITERATIONS_FACTOR * study["iterations"][model]
+        )
+    return fields
 
 
 def requested_node_hours(study: dict[str, Any], runs: list[Run]) -> float:

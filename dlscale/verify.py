@@ -249,15 +249,11 @@ def recompute(
     tables = {name: out / filename for name, filename in analysis_outputs().items()}
     try:
         with _as_workflow_saw_it(results, "" if os.path.isabs(prefix) else prefix):
-            if hasattr(analysis, "aggregate") and hasattr(analysis, "write_outputs"):
-                # What the aggregate rule runs (scripts/aggregate.py).
-                # The host's matmul peak (rules/tune.smk), when the study measured one.
-                peak_file = results / "host" / "matmul_peak.json"
-                peak = json.loads(peak_file.read_text()) if peak_file.is_file() else None
-                analysis.write_outputs(analysis.aggregate(paths, peak), tables)
-            else:
-                runs, iterations = analysis.load_events(paths)
-                analysis.write_tables(runs, iterations, analysis.findings(runs), **tables)
+            # What the aggregate rule runs (scripts/aggregate.py), with the host's matmul
+            # peak (rules/tune.smk) when the study measured one.
+            peak_file = results / "host" / "matmul_peak.json"
+            peak = json.loads(peak_file.read_text()) if peak_file.is_file() else None
+            analysis.write_outputs(analysis.aggregate(paths, peak), tables)
     except Exception as err:  # noqa: BLE001 - whatever stops the analysis is the finding
         report.add(
             f"{name_prefix}runs",

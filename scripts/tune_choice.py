@@ -1,13 +1,13 @@
 """Snakemake glue: one (framework, model)'s tuning runs -> its choice.json.
 
-All logic is in ``dlscale.tuning.choose``; this maps the rule's input and params onto it.
+All logic is in ``dlscale.tunechoice.choose``; this maps the rule's input and params onto it.
 """
 
 import json
 import logging
 from pathlib import Path
 
-from dlscale import roofline, tuning
+from dlscale import roofline, tunechoice
 from dlscale.logsetup import log_to
 
 log_to(snakemake.log[0])
@@ -18,7 +18,7 @@ try:
     events = {sid: [] for sid in settings}
     for path in snakemake.input.events:
         events[Path(path).parent.parent.name].append(path)
-    record = tuning.choose(
+    record = tunechoice.choose(
         snakemake.wildcards.framework,
         snakemake.wildcards.model,
         settings,
@@ -41,7 +41,7 @@ try:
             f"; failed: {'; '.join(row['failed'])}" if row["failed"] else "",
         )
     log.info("chosen %s %s: %s", record["chosen"], record["chosen_settings"], record["reason"])
-    tuning.write_choice(snakemake.output.choice, record)
+    tunechoice.write_choice(snakemake.output.choice, record)
 except Exception:
     log.exception("tuning choice failed")
     raise

@@ -1,11 +1,11 @@
-"""Snakemake glue: every choice.json -> results/tune/tuning.csv (dlscale.tuning.choice_table)."""
+"""Snakemake glue: every choice.json -> results/tune/tuning.csv (dlscale.tunechoice.choice_table)."""
 
 import json
 import logging
 
 import pandas as pd
 
-from dlscale import atomic, tuning
+from dlscale import atomic, tunechoice
 from dlscale.logsetup import log_to
 
 log_to(snakemake.log[0])
@@ -16,7 +16,7 @@ try:
     for path in snakemake.input.choices:
         with open(path, encoding="utf-8") as handle:
             records.append(json.load(handle))
-    table = pd.DataFrame(tuning.choice_table(records), columns=tuning.TABLE_COLUMNS)
+    table = pd.DataFrame(tunechoice.choice_table(records), columns=tunechoice.TABLE_COLUMNS)
     atomic.replace_with(snakemake.output.table, lambda tmp: table.to_csv(tmp, index=False))
     log.info("wrote %s (%d settings)", snakemake.output.table, len(table))
 except Exception:

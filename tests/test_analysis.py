@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlscale import analysis, atomic
+from dlscale import analysis, atomic, tables, verdicts
 from dlscale.events import write_atomic
 
 
@@ -159,7 +159,7 @@ def two_rank_run(tmp_path: Path) -> Path:
 
 
 def test_medians_use_max_over_ranks_and_exclude_warmup(two_rank_run: Path) -> None:
-    runs, _ = analysis.load_events([two_rank_run])
+    runs, _ = tables.load_events([two_rank_run])
     row = runs.iloc[0]
     assert row["status"] == "ok"
     assert pd.isna(row["reason"])
@@ -178,15 +178,15 @@ def test_medians_use_max_over_ranks_and_exclude_warmup(two_rank_run: Path) -> No
 
 
 def test_loss_ends_follow_rank0_including_warmup(two_rank_run: Path) -> None:
-    runs, _ = analysis.load_events([two_rank_run])
+    runs, _ = tables.load_events([two_rank_run])
     row = runs.iloc[0]
     assert row["loss_first"] == pytest.approx(2.5)  # rank 0's warm-up loss, not rank 1's
     assert row["loss_last"] == pytest.approx(0.5)
 
 
 def test_run_fields_and_provenance(two_rank_run: Path) -> None:
-    runs, _ = analysis.load_events([two_rank_run])
-    assert list(runs.columns) == list(analysis.RUN_COLUMNS)
+    runs, _ = tables.load_events([two_rank_run])
+    assert list(runs.columns) == list(tables.RUN_COLUMNS)
     row = runs.iloc[0]
     assert row["run_id"] == "torch/lenet/n2x1/b64/r0"
     assert (row["nodes"], row["world_size"], row["batch_per_rank"], row["global_batch"]) == (2, 2, 64, 128)
@@ -201,8 +201,8 @@ def test_run_fields_and_provenance(two_rank_run: Path) -> None:
 
 
 def test_iterations_table(two_rank_run: Path) -> None:
-    _, iterations = analysis.load_events([two_rank_run])
-    assert list(iterations.columns) == list(analysis.ITERATION_COLUMNS)
+    _, iterations = tables.load_events([two_rank_run])
+    assert list(iterations.columns) == list(tables.ITERATION_COLUMNS)
     assert len(iterations) == 8
     assert iterations["warmup"].sum() == 2
     assert set(iterations.loc[iterations["rank"].eq(1), "host"]) == {"cn1"}
@@ -213,7 +213,7 @@ def test_iterations_table(two_rank_run: Path) -> None:
 
 def test_null_compute_gives_no_split_but_keeps_throughput(tmp_path: Path) -> None:
     events = [iteration(0, i, 0.5, None, None, samples=100) for i in range(3)]
-    runs, _ = analysis.load_events([write_run(tmp_path, events, batch=100)])
+    runs, _ = tables.load_events([write_run(tmp_path, events, batch=100)])
     row = runs.iloc[0]
     assert row["throughput"] == pytest.approx(200.0)
     assert math.isnan(row["compute_s"])
@@ -226,7 +226,7 @@ def test_exposed_communication_is_clipped_at_zero(tmp_path: Path) -> None:
     # A rank whose own compute clock overshoots the step (clock jitter) must not give
     # negative communication.
     events = [iteration(0, i, 1.0, 1.2, 0.0) for i in range(3)]
-    runs, _ = analysis.load_events([write_run(tmp_path, events)])
+    runs, _ = tables.load_events([write_run(tmp_path, events)])
     assert runs.iloc[0]["exposed_comm_s"] == 0.0
 
 
@@ -235,18 +235,18 @@ def test_a_missing_report_fails_an_ok_run(tmp_path: Path) -> None:
     events = [e for e in events if not (e["rank"] == 1 and e["iteration"] == 3)]
     # iteration 3 reported by rank 0 only: counting it would give 64 samples in 1.0 s, and
     # leaving it out would hide that a rank stopped reporting in a run that says "ok".
-    runs, iterations = analysis.load_events([write_run(tmp_path, events, nodes=2)])
+    runs, iterations = tables.load_events([write_run(tmp_path, events, nodes=2)])
     row = runs.iloc[0]
     assert row["status"] == "failed"
     assert row["reason"] == "rank 1 reported no iteration 3"
-    for name in analysis.MEASURED_COLUMNS:
+    for name in tables.MEASURED_COLUMNS:
         assert pd.isna(row[name]), name
     assert len(iterations) == 7  # the evidence stays
 
 
 def test_a_failed_run_keeps_its_own_reason_with_missing_reports(tmp_path: Path) -> None:
     events = [iteration(rank, i, 1.0, 0.5) for i in range(4) for rank in range(2)][:-1]
-    runs, _ = analysis.load_events(
+    runs, _ = tables.load_events(
         [write_run(tmp_path, events, nodes=2, status="failed", reason="rank 1 died (SIGKILL) at iteration 4")]
     )
     assert runs.iloc[0]["reason"] == "rank 1 died (SIGKILL) at iteration 4"
@@ -259,7 +259,7 @@ def test_weak_scaling_speedup_and_efficiency(tmp_path: Path) -> None:
     paths = [steady_run(tmp_path, tp, nodes=1, repeat=r) for r, tp in enumerate([90.0, 100.0, 110.0])]
     paths.append(steady_run(tmp_path, 180.0, nodes=2))
     paths.append(steady_run(tmp_path, 320.0, nodes=4))
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     two = one(runs, "torch/lenet/n2x1/b50/r0")
     assert two["throughput"] == pytest.approx(180.0)
     assert two["baseline_nodes"] == 1
@@ -282,7 +282,7 @@ def test_strong_scaling_compares_at_the_same_global_batch(tmp_path: Path) -> Non
         write_run(tmp_path, one_node, batch=128, global_batch=128, scaling="strong"),
         write_run(tmp_path, two_nodes, nodes=2, batch=64, global_batch=128, scaling="strong"),
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     row = one(runs, "torch/lenet/n2x1/b64/r0")
     assert row["throughput"] == pytest.approx(204.8)
     assert row["baseline_nodes"] == 1
@@ -299,7 +299,7 @@ def test_speedup_groups_are_separate(tmp_path: Path) -> None:
         steady_run(tmp_path, 100.0, nodes=2, ranks_per_node=2),
         steady_run(tmp_path, 100.0, nodes=1, model="alexnet"),
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     assert one(runs, "torch/lenet/n2x1/b50/r0")["speedup"] == pytest.approx(1.5)
     assert one(runs, "caffe/lenet/n2x1/b50/r0")["speedup"] == pytest.approx(1.5)
     # 2 ranks per node is its own group, with itself as baseline
@@ -317,7 +317,7 @@ def test_each_network_has_its_own_baseline(tmp_path: Path) -> None:
         steady_run(tmp_path, 117.0, nodes=2, network="emulated-1gbe"),
         steady_run(tmp_path, 120.0, nodes=2, network="emulated-100mbe"),
     ]
-    runs, iterations = analysis.load_events(paths)
+    runs, iterations = tables.load_events(paths)
     host = one(runs, "torch/lenet/n2x1/b50/r0")
     assert host["network"] == "host"
     assert (host["speedup"], host["efficiency"]) == (pytest.approx(1.8), pytest.approx(0.9))
@@ -339,7 +339,7 @@ def test_failed_smallest_node_count_moves_the_baseline(tmp_path: Path) -> None:
         steady_run(tmp_path, 180.0, nodes=2),
         steady_run(tmp_path, 324.0, nodes=4),
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     four = one(runs, "torch/lenet/n4x1/b50/r0")
     assert four["baseline_nodes"] == 2
     assert four["speedup"] == pytest.approx(1.8)
@@ -354,11 +354,11 @@ def test_failed_run_is_a_row_with_reason_and_no_numbers(tmp_path: Path) -> None:
     events = [iteration(0, i, 0.5, 0.4, 0.1, loss=2.0) for i in range(3)]
     failed = write_run(tmp_path, events, nodes=2, status="failed", reason="rank 1 killed (OOM)")
     base = steady_run(tmp_path, 100.0, nodes=1)
-    runs, iterations = analysis.load_events([failed, base])
+    runs, iterations = tables.load_events([failed, base])
     row = one(runs, "torch/lenet/n2x1/b64/r0")
     assert row["status"] == "failed"
     assert row["reason"] == "rank 1 killed (OOM)"
-    for name in analysis.MEASURED_COLUMNS:
+    for name in tables.MEASURED_COLUMNS:
         assert pd.isna(row[name]), name
     assert row["iteration_events"] == 3  # evidence of how far it got
     assert (row["nodes"], row["framework"]) == (2, "torch")
@@ -369,7 +369,7 @@ def test_failed_run_is_a_row_with_reason_and_no_numbers(tmp_path: Path) -> None:
 def test_ok_run_without_timed_iterations_is_failed(tmp_path: Path) -> None:
     warm_only = [iteration(0, i, 0.5, warmup=True) for i in range(2)]
     paths = [write_run(tmp_path, warm_only), write_run(tmp_path, [], repeat=1)]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     assert runs["status"].tolist() == ["failed", "failed"]
     assert runs["reason"].tolist() == ["no timed iterations", "no timed iterations"]
     assert runs["throughput"].isna().all()
@@ -381,7 +381,7 @@ def test_failed_without_reason_and_duplicate_events(tmp_path: Path) -> None:
         write_run(tmp_path, [], status="failed", reason=None),
         write_run(tmp_path, duplicated, repeat=1),
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     assert runs["status"].tolist() == ["failed", "failed"]
     assert runs["reason"].iloc[0] == "run reported failure without a reason"
     assert "duplicate iteration events" in runs["reason"].iloc[1]
@@ -395,7 +395,7 @@ def test_failed_runs_never_serve_as_baseline(tmp_path: Path) -> None:
         steady_run(tmp_path, 100.0, nodes=1, repeat=1),
         steady_run(tmp_path, 190.0, nodes=2),
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     assert one(runs, "torch/lenet/n2x1/b50/r0")["speedup"] == pytest.approx(1.9)
 
 
@@ -403,15 +403,15 @@ def test_duplicate_run_ids_are_refused(tmp_path: Path) -> None:
     first = steady_run(tmp_path / "a", 100.0, nodes=1)
     second = steady_run(tmp_path / "b", 100.0, nodes=1)
     with pytest.raises(ValueError, match="torch/lenet/n1x1/b50/r0"):
-        analysis.load_events([first, second])
+        tables.load_events([first, second])
 
 
 def test_no_events_files_gives_empty_tables() -> None:
-    runs, iterations = analysis.load_events([])
+    runs, iterations = tables.load_events([])
     assert runs.empty
     assert iterations.empty
-    assert list(runs.columns) == list(analysis.RUN_COLUMNS)
-    assert list(iterations.columns) == list(analysis.ITERATION_COLUMNS)
+    assert list(runs.columns) == list(tables.RUN_COLUMNS)
+    assert list(iterations.columns) == list(tables.ITERATION_COLUMNS)
     assert analysis.findings(runs).empty
 
 
@@ -463,9 +463,9 @@ def test_findings_pick_the_right_framework(tmp_path: Path) -> None:
         *comm_cell(tmp_path, "torch", 2, 0.205, 0.2),
         *comm_cell(tmp_path, "torch", 4, 0.21, 0.2),  # 1905/s, eff 0.952, share 0.048
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     table = analysis.findings(runs)
-    assert list(table.columns) == list(analysis.FINDINGS_COLUMNS)
+    assert list(table.columns) == list(verdicts.FINDINGS_COLUMNS)
     row = table.set_index("model").loc["lenet"]
     assert row["fastest_compute"] == "tensorflow"
     assert row["fastest_compute_throughput"] == pytest.approx(1000.0)
@@ -508,7 +508,7 @@ def test_findings_ignore_failed_runs_and_self_baselines(tmp_path: Path) -> None:
         ),
         *comm_cell(tmp_path, "caffe", 4, 0.21, 0.2),
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     row = analysis.findings(runs).set_index("model").loc["lenet"]
     assert row["fastest_compute"] == "torch"
     assert row["best_scaling"] == "torch"
@@ -518,7 +518,7 @@ def test_findings_ignore_failed_runs_and_self_baselines(tmp_path: Path) -> None:
 
 def test_one_node_count_cannot_answer_scaling(tmp_path: Path) -> None:
     paths = [comm_run(tmp_path, "torch", 2, 0.25, 0.2), comm_run(tmp_path, "torch", 2, 0.25, 0.2, repeat=1)]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     row = analysis.findings(runs).iloc[0]
     assert row["fastest_compute"] == "torch"  # a single framework still answers
     assert row["fastest_compute_throughput"] == pytest.approx(800.0)
@@ -527,7 +527,7 @@ def test_one_node_count_cannot_answer_scaling(tmp_path: Path) -> None:
         == "the only candidate; low-n: torch 2 repeat(s); ranges, not 95 % intervals"
     )
     assert row["best_communication"] == "torch"
-    assert row["best_scaling"] == analysis.NEEDS_TWO_NODE_COUNTS == "n/a (needs >= 2 node counts)"
+    assert row["best_scaling"] == tables.NEEDS_TWO_NODE_COUNTS == "n/a (needs >= 2 node counts)"
     assert math.isnan(row["best_scaling_efficiency"])
 
 
@@ -535,7 +535,7 @@ def test_one_repeat_per_cell_names_no_winner(tmp_path: Path) -> None:
     # One run per cell says nothing about the next run: however far apart, no interval,
     # no winner; the leader and runner-up are still reported.
     paths = [comm_run(tmp_path, "tensorflow", 1, 0.1, 0.1), comm_run(tmp_path, "torch", 1, 0.5, 0.5)]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     row = analysis.findings(runs).iloc[0]
     assert row["fastest_compute"] == "no clear winner"
     assert row["fastest_compute_leader"] == "tensorflow"
@@ -549,7 +549,7 @@ def test_findings_single_rank_and_all_failed(tmp_path: Path) -> None:
         steady_run(tmp_path, 100.0, nodes=1),
         write_run(tmp_path, [], model="alexnet", status="failed", reason="timeout"),
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     table = analysis.findings(runs).set_index("model")
     assert table.loc["lenet", "best_communication"] == "n/a (needs > 1 rank)"
     assert table.loc["alexnet", "fastest_compute"] == "n/a (no ok runs)"
@@ -575,7 +575,7 @@ def test_contention_is_read_from_run_end(tmp_path: Path) -> None:
         ),
         steady_run(tmp_path, 190.0, nodes=2),
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     by_repeat = runs[runs["nodes"].eq(1)].set_index("repeat")
     assert math.isnan(by_repeat.loc[0, "other_busy_share"]) and not by_repeat.loc[0, "contended"]
     assert by_repeat.loc[1, "contended"] and by_repeat.loc[1, "other_busy_share"] == pytest.approx(0.45)
@@ -595,7 +595,7 @@ def test_a_group_of_contended_runs_still_has_a_baseline(tmp_path: Path) -> None:
         steady_run(tmp_path, 100.0, nodes=1, contention=busy),
         steady_run(tmp_path, 150.0, nodes=2, contention=busy),
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     assert one(runs, "torch/lenet/n2x1/b50/r0")["speedup"] == pytest.approx(1.5)
     assert runs["contended"].all()
 
@@ -606,7 +606,7 @@ def test_one_rank_communication_is_flagged_as_fixed_overhead(tmp_path: Path) -> 
         comm_run(tmp_path, "torch", 1, 0.1, 0.1),
         comm_run(tmp_path, "torch", 2, 0.15, 0.1),  # two ranks: communication is real
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     bigdl = one(runs, "bigdl/lenet/n1x1/b100/r0")
     assert bigdl["flag"] == "fixed overhead: exposed 'communication' is 60% of the step with one rank"
     assert runs.loc[runs["framework"].eq("torch"), "flag"].isna().all()
@@ -623,7 +623,7 @@ def test_aggregate_is_independent_of_input_order(tmp_path: Path) -> None:
 
 
 def test_write_tables_atomically_and_readably(tmp_path: Path, two_rank_run: Path) -> None:
-    runs, iterations = analysis.load_events([two_rank_run])
+    runs, iterations = tables.load_events([two_rank_run])
     table = analysis.findings(runs)
     out = tmp_path / "results"
     targets = {
@@ -637,7 +637,7 @@ def test_write_tables_atomically_and_readably(tmp_path: Path, two_rank_run: Path
     analysis.write_tables(runs, iterations, table, **targets)
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in targets.values())  # no temp files
     csv = pd.read_csv(targets["runs_csv"])
-    assert list(csv.columns) == list(analysis.RUN_COLUMNS)
+    assert list(csv.columns) == list(tables.RUN_COLUMNS)
     assert csv.loc[0, "throughput"] == pytest.approx(64.0)
     parquet = pd.read_parquet(targets["runs_parquet"])
     assert parquet.loc[0, "run_id"] == "torch/lenet/n2x1/b64/r0"
@@ -648,7 +648,7 @@ def test_write_tables_atomically_and_readably(tmp_path: Path, two_rank_run: Path
 
 
 def test_write_tables_keeps_the_old_file_when_writing_fails(tmp_path: Path, two_rank_run: Path) -> None:
-    runs, iterations = analysis.load_events([two_rank_run])
+    runs, iterations = tables.load_events([two_rank_run])
     old = tmp_path / "iterations.parquet"
     old.write_bytes(b"old")
     bad = iterations.assign(step_s=[object()] * len(iterations))  # parquet cannot write this
@@ -746,7 +746,7 @@ def test_vectorised_reduction_matches_reference(runs_events: list[tuple[int, lis
         paths = [
             write_run(root, events, nodes=ranks, repeat=i) for i, (ranks, events) in enumerate(runs_events)
         ]
-        runs, iterations = analysis.load_events(paths)
+        runs, iterations = tables.load_events(paths)
     assert len(iterations) == sum(len(e) for _, e in runs_events)
     for repeat, (ranks, events) in enumerate(runs_events):
         row = one(runs, f"torch/lenet/n{ranks}x1/b64/r{repeat}")
@@ -777,7 +777,7 @@ def test_findings_answer_each_network_apart(tmp_path: Path) -> None:
         *comm_cell(tmp_path, "caffe", 1, 0.2, 0.2, network="emulated-100mbe"),
         *comm_cell(tmp_path, "caffe", 2, 0.4, 0.2, network="emulated-100mbe"),  # eff 0.5
     ]
-    runs, _ = analysis.load_events(paths)
+    runs, _ = tables.load_events(paths)
     table = analysis.findings(runs)
     assert list(table["network"]) == ["host", "emulated-100mbe"]  # the host first
     by_network = table.set_index("network")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale import analysis, verdicts
+from dlscale import tables, verdicts
 from dlscale.events import read_events
 
 BUSY = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
@@ -62,9 +62,19 @@ def test_contended_run_is_redone_then_recorded_and_excluded(tmp_path, torch_py, 
     events_path = tmp_path / "runs" / run_id / "events.jsonl"
     proc = subprocess.run(
         [
-            str(torch_py), "-m", "dlscale.launch", "--spec-json", json.dumps(spec(run_id)),
-            "--data", str(mnist_shards), "--events", str(events_path), "--python", str(torch_py),
-            "--contended-retries", "1",
+            str(torch_py),
+            "-m",
+            "dlscale.launch",
+            "--spec-json",
+            json.dumps(spec(run_id)),
+            "--data",
+            str(mnist_shards),
+            "--events",
+            str(events_path),
+            "--python",
+            str(torch_py),
+            "--contended-retries",
+            "1",
         ],
         capture_output=True,
         text=True,
@@ -79,7 +89,7 @@ def test_contended_run_is_redone_then_recorded_and_excluded(tmp_path, torch_py, 
     assert run_end["status"] == "ok" and run_end["contention"]["contended"] is True
     assert run_end["contention"]["other_busy_share"] >= 0.2
 
-    runs, _ = analysis.load_events([events_path])
+    runs, _ = tables.load_events([events_path])
     assert bool(runs.loc[0, "contended"]) is True
     cells = verdicts.cells(runs)
     assert bool(cells.loc[0, "excluded"]) is True
@@ -99,10 +109,24 @@ def test_environment_recorded_in_run_start(tmp_path, torch_py, mnist_shards):
     quick = {**spec(run_id), "iterations": 3, "repeat": 1}
     proc = subprocess.run(
         [
-            str(torch_py), "-m", "dlscale.launch", "--spec-json", json.dumps(quick), "--data", str(mnist_shards),
-            "--events", str(events_path), "--python", str(torch_py), "--contended-retries", "0",
+            str(torch_py),
+            "-m",
+            "dlscale.launch",
+            "--spec-json",
+            json.dumps(quick),
+            "--data",
+            str(mnist_shards),
+            "--events",
+            str(events_path),
+            "--python",
+            str(torch_py),
+            "--contended-retries",
+            "0",
         ],
-        capture_output=True, text=True, timeout=600, env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     start = read_events(events_path)[0]

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dlscale import analysis, figures
+from dlscale import figures, tables
 from dlscale.events import write_atomic
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -118,7 +118,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, pd.Da
             write_run(root, "torch", "alexnet", 2, 1.2, compute=0.9, repeat=repeat),
         ]
     paths.append(write_run(root, "caffe", "lenet", 4, 0.2, status="failed", iterations=3))
-    return analysis.load_events(paths)
+    return tables.load_events(paths)
 
 
 def test_make_figures_writes_every_format(tmp_path: Path, study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
@@ -137,7 +137,7 @@ def test_make_figures_writes_every_format(tmp_path: Path, study: tuple[pd.DataFr
 def test_make_figures_with_zero_ok_runs(tmp_path: Path) -> None:
     root = tmp_path / "events"
     paths = [write_run(root, "torch", "lenet", n, 0.1, status="failed") for n in (1, 2)]
-    runs, iterations = analysis.load_events(paths)
+    runs, iterations = tables.load_events(paths)
     assert runs["status"].eq("failed").all()
     out = outputs(tmp_path / "figures")
     figures.make_figures(runs, iterations, out)
@@ -147,7 +147,7 @@ def test_make_figures_with_zero_ok_runs(tmp_path: Path) -> None:
 
 
 def test_make_figures_with_no_runs_at_all(tmp_path: Path) -> None:
-    runs, iterations = analysis.load_events([])
+    runs, iterations = tables.load_events([])
     out = outputs(tmp_path)
     figures.make_figures(runs, iterations, out)
     check_files(tmp_path, out)
@@ -178,7 +178,7 @@ def test_breakdown_shows_input_wait_only_where_recorded(
         write_run(root, "tensorflow", "lenet", 1, 0.12, compute=0.12, input_s=0.005),
         write_run(root, "caffe", "lenet", 1, 0.08),  # no input_s: no input part
     ]
-    runs, iterations = analysis.load_events(paths)
+    runs, iterations = tables.load_events(paths)
     table = figures.breakdown_table(runs).set_index(["framework", "component"])
     assert table.loc[("torch", "input wait"), "seconds"] == pytest.approx(0.03)
     order = table["order"]
@@ -257,7 +257,7 @@ def test_scaling_figures_draw_intervals_and_mark_flagged_points(tmp_path: Path) 
         ]
     busy = {"other_busy_share": 0.6, "steal_share": 0.0, "contended": True}
     paths.append(write_run(root, "caffe", "lenet", 1, 0.3, compute=0.3, repeat=3, contention=busy))
-    runs, iterations = analysis.load_events(paths)
+    runs, iterations = tables.load_events(paths)
 
     rows = chart_rows(figures.speedup_chart(runs))
     cells = {row["cell"]: row for row in rows if row["kind"] == "cell"}

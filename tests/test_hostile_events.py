@@ -1,6 +1,6 @@
 """Events files that no real run writes must never become numbers (issue 17).
 
-Each case was once accepted by ``dlscale.analysis.load_events`` and gave a wrong row: ranks
+Each case was once accepted by ``dlscale.tables.load_events`` and gave a wrong row: ranks
 outside the world, a rank missing from every iteration, samples that are not the batch,
 a baseline without throughput, a run id that disagrees with its folder or its own fields,
 two files of one run, fields of the wrong type. A structural impossibility is an
@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_analysis import iteration
 
-from dlscale import analysis
+from dlscale import analysis, tables
 from dlscale.events import EVENT_SCHEMAS, EventError, PartWriter, validate_event, write_atomic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,7 +95,7 @@ def put(root: Path, events: list[dict[str, Any]], at: str | None = None) -> Path
 def refused(path: Path, line: int, message: str, *more: Path) -> None:
     """load_events raises EventError starting with ``path:line:`` and containing ``message``."""
     with pytest.raises(EventError) as caught:
-        analysis.load_events([*more, path])
+        tables.load_events([*more, path])
     text = str(caught.value)
     assert text.startswith(f"{path}:{line}: "), text
     assert message in text, text
@@ -124,14 +124,14 @@ def test_a_rank_outside_the_world_is_an_error_in_a_failed_run_too(tmp_path: Path
 def test_a_rank_missing_from_every_iteration_fails_the_run(tmp_path: Path) -> None:
     # Rank 1 reported nothing: the run once said ok at half the throughput.
     events = [run_start(nodes=2), *every_rank(1), run_end()]
-    row = only(analysis.load_events([put(tmp_path, events)])[0])
+    row = only(tables.load_events([put(tmp_path, events)])[0])
     assert (row["status"], row["reason"]) == ("failed", "rank 1 reported no iteration 0")
     assert math.isnan(row["throughput"]) and math.isnan(row["efficiency"])
 
 
 def test_the_iterations_a_spec_promises_must_all_be_there(tmp_path: Path) -> None:
     events = [run_start(total=5), *every_rank(1, count=4), run_end()]
-    row = only(analysis.load_events([put(tmp_path, events)])[0])
+    row = only(tables.load_events([put(tmp_path, events)])[0])
     assert (row["status"], row["reason"]) == ("failed", "rank 0 reported no iteration 4")
 
 
@@ -157,7 +157,7 @@ def test_rank0_alone_with_the_global_batch_is_a_run(tmp_path: Path) -> None:
     two = put(
         tmp_path, [run_start(framework="bigdl", nodes=2), *every_rank(1, batch=128, step=0.8), run_end()]
     )
-    runs, _ = analysis.load_events([one, two])
+    runs, _ = tables.load_events([one, two])
     row = runs.set_index("nodes").loc[2]
     assert row["status"] == "ok"
     assert row["throughput"] == pytest.approx(128 / 0.8)
@@ -239,7 +239,7 @@ def test_add_speedup_never_divides_by_a_baseline_without_throughput(throughput: 
             "contended": False,
         }
     )
-    out = analysis.add_speedup(runs)
+    out = tables.add_speedup(runs)
     assert math.isnan(out.loc[0, "speedup"]) and math.isnan(out.loc[0, "efficiency"])
     assert (out.loc[1, "baseline_nodes"], out.loc[1, "speedup"]) == (2, 1.0)
 
@@ -366,7 +366,7 @@ def test_a_non_finite_loss_stays_null(tmp_path: Path) -> None:
     ]
     path = write_atomic(tmp_path / "torch/lenet/n1x1/b64/r0/events.jsonl", [run_start(), *events, run_end()])
     assert path.read_text().count('"loss":null') == 2
-    runs, iterations = analysis.load_events([path])
+    runs, iterations = tables.load_events([path])
     assert only(runs)["status"] == "ok"
     assert iterations["loss"].isna().tolist() == [False, True, True]
 
@@ -428,13 +428,13 @@ def launched(tmp_path: Path, framework: str, nodes: int, *, die_at: int | None =
 
 @pytest.mark.parametrize(("framework", "nodes"), [("torch", 1), ("torch", 2), ("bigdl", 1), ("bigdl", 2)])
 def test_runs_the_launcher_merges_load(tmp_path: Path, framework: str, nodes: int) -> None:
-    row = only(analysis.load_events([launched(tmp_path, framework, nodes)])[0])
+    row = only(tables.load_events([launched(tmp_path, framework, nodes)])[0])
     assert (row["status"], row["timed_iterations"]) == ("ok", 3)
     assert row["throughput"] == pytest.approx(64 * nodes / 0.5)
 
 
 def test_a_killed_rank_the_launcher_merges_is_a_failed_row(tmp_path: Path) -> None:
-    row = only(analysis.load_events([launched(tmp_path, "torch", 2, die_at=2)])[0])
+    row = only(tables.load_events([launched(tmp_path, "torch", 2, die_at=2)])[0])
     assert (row["status"], row["reason"]) == ("failed", "rank 1 died (SIGKILL) at iteration 3")
 
 
@@ -465,7 +465,7 @@ ITERATION_FIELDS = (
 
 def test_the_event_schemas_are_json_schemas() -> None:
     for schema in EVENT_SCHEMAS.values():
-        analysis.EventValidator.check_schema(schema)
+        tables.EventValidator.check_schema(schema)
 
 
 @settings(max_examples=400, deadline=None)
@@ -483,7 +483,7 @@ def test_validate_event_is_the_iteration_schema(changes: dict[str, Any], dropped
         fast = True
     except EventError:
         fast = False
-    assert fast == analysis.EventValidator(EVENT_SCHEMAS["iteration"]).is_valid(event), event
+    assert fast == tables.EventValidator(EVENT_SCHEMAS["iteration"]).is_valid(event), event
 
 
 @st.composite
@@ -517,7 +517,7 @@ def test_one_impossible_event_is_named_by_its_line(run: Any, data: st.DataObject
     with tempfile.TemporaryDirectory() as tmp:
         path = put(Path(tmp), events)
         with pytest.raises(EventError, match=rf"^{re.escape(str(path))}:{at + 1}: "):
-            analysis.load_events([path])
+            tables.load_events([path])
 
 
 @settings(max_examples=60, deadline=None)
@@ -527,7 +527,7 @@ def test_a_lost_report_fails_the_run_with_its_rank_and_iteration(run: Any, data:
     at = data.draw(st.integers(min_value=1, max_value=len(events) - 2))
     lost = events.pop(at)
     with tempfile.TemporaryDirectory() as tmp:
-        runs, _ = analysis.load_events([put(Path(tmp), events)])
+        runs, _ = tables.load_events([put(Path(tmp), events)])
     row = only(runs)
     assert row["status"] == "failed"
     assert row["reason"] == f"rank {lost['rank']} reported no iteration {lost['iteration']}"
@@ -538,7 +538,7 @@ def test_a_lost_report_fails_the_run_with_its_rank_and_iteration(run: Any, data:
 def test_valid_runs_of_both_shapes_load(run: Any) -> None:
     world, alone, events = run
     with tempfile.TemporaryDirectory() as tmp:
-        runs, iterations = analysis.load_events([put(Path(tmp), events)])
+        runs, iterations = tables.load_events([put(Path(tmp), events)])
     row = only(runs)
     assert row["status"] == "ok"
     assert row["throughput"] == pytest.approx(64 * world / 0.5)

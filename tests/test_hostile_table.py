@@ -2,7 +2,7 @@
 
 The cases themselves are tests elsewhere (test_hostile_events, test_parse_hostile,
 test_caffe_parse_fuzz, test_study, test_unprivileged); here a representative case of each
-kind the issue saw is put through the real entry point again (``analysis.load_events``,
+kind the issue saw is put through the real entry point again (``tables.load_events``,
 ``python -m dlscale.parse``'s ``main``, ``validate_config`` and the local capacity check,
 the launcher's ``setup_network``), and the class becomes one row: "rejected cleanly" when
 every case was refused with a message naming where (FILE:LINE, the config key, the
@@ -26,7 +26,7 @@ from test_analysis import iteration
 from test_hostile_events import every_rank, put, run_end, run_start
 
 import dlscale.parse.__main__ as parse_cli
-from dlscale import analysis, netns
+from dlscale import netns, tables
 from dlscale.events import EventError
 from dlscale.launch import network as launcher
 from dlscale.study import ConfigError, check_local_capacity, load_schema, validate_config
@@ -57,7 +57,7 @@ def judge(fault: str, framework: str, cases: dict[str, Callable[[], str | None]]
 
 def event_error(paths: list[Path], at: Path, message: str) -> str | None:
     try:
-        analysis.load_events(paths)
+        tables.load_events(paths)
     except EventError as err:
         text = str(err)
         if not text.startswith(f"{at}:"):
@@ -75,7 +75,7 @@ def test_hostile_events_are_errors_or_failed_runs(tmp_path):
         return run
 
     def missing_rank() -> str | None:
-        runs, _ = analysis.load_events(
+        runs, _ = tables.load_events(
             [put(tmp_path / "missing", [run_start(nodes=2), *every_rank(1), run_end()])]
         )
         row = runs.iloc[0]

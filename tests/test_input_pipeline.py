@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from conftest import REPO, caffe_python, framework_python
 
-from dlscale import analysis, catalog
+from dlscale import catalog, tables
 from dlscale.events import read_events
 
 
@@ -102,7 +102,7 @@ def test_two_ranks_pipeline_and_the_input_column(torch_py, mnist_shards, tmp_pat
     assert all(e["input_s"] >= 0 and e["comm_s"] > 0 for e in iters)
     assert not processes_mentioning(str(tmp_path))
 
-    runs, table = analysis.load_events([events])
+    runs, table = tables.load_events([events])
     assert runs.loc[0, "status"] == "ok"
     assert np.isfinite(runs.loc[0, "input_s"]) and runs.loc[0, "input_s"] >= 0
     timed = table[~table["warmup"]]
@@ -115,7 +115,7 @@ def test_two_ranks_pipeline_and_the_input_column(torch_py, mnist_shards, tmp_pat
     for event in lines:
         event.pop("input_s", None)
     stripped.write_text("".join(json.dumps(event) + "\n" for event in lines))
-    runs, table = analysis.load_events([stripped])
+    runs, table = tables.load_events([stripped])
     assert runs.loc[0, "status"] == "ok" and pd.isna(runs.loc[0, "input_s"])
     assert table["input_s"].isna().all()
 
@@ -257,7 +257,7 @@ def test_caffe_pipeline_trains_on_the_same_batches_as_memory(caffe_py_fixture, m
     assert sorted(pipeline) == [0, 1] and memory[0] != memory[1]
     assert pipeline == memory  # exactly: the MemoryData layer reads the very same floats
 
-    runs_table, _ = analysis.load_events([tmp_path / "pipeline" / "events.jsonl"])
+    runs_table, _ = tables.load_events([tmp_path / "pipeline" / "events.jsonl"])
     assert runs_table.loc[0, "status"] == "ok" and runs_table.loc[0, "input_s"] >= 0
 
 
@@ -288,7 +288,7 @@ def test_bigdl_pipeline_reads_the_shards_on_the_executors(mnist_shards, tmp_path
     assert [e["iteration"] for e in iters] == list(range(5)) and all(e["samples"] == 64 for e in iters)
     assert all(e["input_s"] is None and e["input_load_s"] > 0 for e in iters)
     assert not processes_mentioning(str(tmp_path)), "a Spark daemon or executor outlived the run"
-    runs, _ = analysis.load_events([events])
+    runs, _ = tables.load_events([events])
     assert runs.loc[0, "status"] == "ok" and pd.isna(runs.loc[0, "input_s"])
 
 

@@ -1,5 +1,5 @@
 """The tuning stage's pure parts (dlscale.tuning): grids, pins, the choice, the settings
-record, and the roofline fraction (dlscale.roofline, dlscale.analysis.add_roofline)."""
+record, and the roofline fraction (dlscale.roofline, dlscale.tables.add_roofline)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from conftest import torch_python
 
-from dlscale import roofline, tuning
+from dlscale import roofline, tunechoice, tuning
 from dlscale.launch import records
 from dlscale.runners.plan import Plan, Process
 from dlscale.runners.tensorflow import launcher as tf_launcher
@@ -83,7 +83,10 @@ def test_tuning_off_has_no_grid(schema):
     [
         ({"options": {"torch": {"nope": [1]}}}, "'tune.options.torch.nope': torch has no option 'nope'"),
         ({"options": {"torch": {"timeout_s": [30]}}}, "is not a tunable option of torch"),
-        ({"options": {"torch": {"mkldnn": ["yes"]}}}, "'tune.options.torch.mkldnn': 'yes' is not a valid value"),
+        (
+            {"options": {"torch": {"mkldnn": ["yes"]}}},
+            "'tune.options.torch.mkldnn': 'yes' is not a valid value",
+        ),
         ({"pinned": {"tensorflow": {"inter_op_threads": 0}}}, "tune.pinned.tensorflow.inter_op_threads"),
         ({"max_settings": 2}, "'tune.max_settings': torch's grid has 4 settings"),
     ],
@@ -96,7 +99,9 @@ def test_bad_tune_sections_name_the_key(schema, tune, message):
 
 def test_pinned_twice_differently_is_an_error(schema):
     with pytest.raises(ConfigError, match="tune.pinned.torch.mkldnn"):
-        validate_config({**BASE, "torch": {"mkldnn": True}, "tune": {"pinned": {"torch": {"mkldnn": False}}}}, schema)
+        validate_config(
+            {**BASE, "torch": {"mkldnn": True}, "tune": {"pinned": {"torch": {"mkldnn": False}}}}, schema
+        )
 
 
 def test_a_choice_equal_to_the_defaults_keeps_the_run_hash(schema):
@@ -132,27 +137,30 @@ def test_tune_runs_are_interleaved_across_settings(schema):
 
 def test_a_clearly_faster_setting_is_chosen():
     samples = {"d": [100, 102, 101], "a": [120, 121, 119], "b": [130, 131, 132]}
-    chosen, reason = tuning.decide(samples, "d")
+    chosen, reason = tunechoice.decide(samples, "d")
     assert chosen == "b" and "above the default" in reason
 
 
 def test_overlapping_intervals_keep_the_default():
     # "a" has the higher median, but its range overlaps the default's: a tie.
-    chosen, reason = tuning.decide({"d": [100, 110, 105], "a": [108, 115, 112]}, "d")
+    chosen, reason = tunechoice.decide({"d": [100, 110, 105], "a": [108, 115, 112]}, "d")
     assert chosen == "d" and "ties go to it" in reason
 
 
 def test_one_repeat_never_separates():
-    assert tuning.decide({"d": [100.0], "a": [1000.0]}, "d")[0] == "d"
+    assert tunechoice.decide({"d": [100.0], "a": [1000.0]}, "d")[0] == "d"
 
 
 def test_failed_settings_are_never_chosen():
     nan = math.nan
-    chosen, _ = tuning.decide({"d": [100, 101, 102], "broken": [nan, nan, nan]}, "d")
+    chosen, _ = tunechoice.decide({"d": [100, 101, 102], "broken": [nan, nan, nan]}, "d")
     assert chosen == "d"
-    chosen, reason = tuning.decide({"d": [nan, nan], "a": [50, 51], "b": [60, 61]}, "d")
+    chosen, reason = tunechoice.decide({"d": [nan, nan], "a": [50, 51], "b": [60, 61]}, "d")
     assert chosen == "b" and "default has no ok run" in reason
-    assert tuning.decide({"d": [nan], "a": [nan]}, "d") == ("d", "no setting has an ok, uncontended run: the default stays")
+    assert tunechoice.decide({"d": [nan], "a": [nan]}, "d") == (
+        "d",
+        "no setting has an ok, uncontended run: the default stays",
+    )
 
 
 # --- the settings record ----------------------------------------------------------------------
@@ -182,7 +190,9 @@ def test_launcher_settings_describe_the_engine_and_threads(schema):
 
 def test_run_settings_add_the_thread_variables_the_ranks_get(schema):
     spec = run_spec(study(schema), Run("torch", "lenet", 1, 1, 64, 0))
-    plan = Plan([Process("rank 0", ["true"], {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}, rank=0)], 1)
+    plan = Plan(
+        [Process("rank 0", ["true"], {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}, rank=0)], 1
+    )
     record = records.run_settings(torch_launcher, spec, plan)
     assert record["engine"] == "onednn"
     assert record["env"] == {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
@@ -192,7 +202,7 @@ def test_run_settings_add_the_thread_variables_the_ranks_get(schema):
 
 
 def test_roofline_fraction_is_achieved_over_peak_per_rank():
-    from dlscale.analysis import add_roofline
+    from dlscale.tables import add_roofline
 
     runs = pd.DataFrame(
         {

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from test_analysis import iteration, write_run
 
-from dlscale import analysis, verdicts
+from dlscale import analysis, stats, verdicts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,76 +27,76 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_one_repeat_has_no_interval() -> None:
-    interval = verdicts.median_interval([4.0])
+    interval = stats.median_interval([4.0])
     assert interval.value == 4.0
     assert math.isnan(interval.low) and math.isnan(interval.high)
-    assert interval.method == verdicts.SINGLE_RUN
+    assert interval.method == stats.SINGLE_RUN
     assert not interval.known
 
 
 def test_low_n_interval_is_the_range_with_its_coverage() -> None:
-    interval = verdicts.median_interval([3.0, 1.0, float("nan"), 2.0])  # NaN (failed) ignored
+    interval = stats.median_interval([3.0, 1.0, float("nan"), 2.0])  # NaN (failed) ignored
     assert (interval.value, interval.low, interval.high) == (2.0, 1.0, 3.0)
     assert interval.method == "range (low-n)"
     # P(median inside [min, max] of 3) = 1 - 2 (1/2)^3
     assert interval.coverage == pytest.approx(0.75)
-    assert verdicts.median_interval([5.0, 1.0, 2.0, 4.0, 3.0]).coverage == pytest.approx(1 - 2 / 32)
+    assert stats.median_interval([5.0, 1.0, 2.0, 4.0, 3.0]).coverage == pytest.approx(1 - 2 / 32)
 
 
 def test_order_statistic_interval_from_six_repeats() -> None:
     # n = 6: P(B <= 0) = 1/64 <= 0.025 < P(B <= 1) = 7/64, so j = 1: [x(1), x(6)], 1 - 2/64
-    six = verdicts.median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0])
+    six = stats.median_interval([6.0, 1.0, 5.0, 2.0, 4.0, 3.0])
     assert (six.value, six.low, six.high) == (3.5, 1.0, 6.0)
     assert six.method == "order statistics"
     assert six.coverage == pytest.approx(1 - 2 / 64)
     # n = 10: P(B <= 1) = 11/1024 <= 0.025 < P(B <= 2) = 56/1024: [x(2), x(9)]
-    ten = verdicts.median_interval(range(1, 11))
+    ten = stats.median_interval(range(1, 11))
     assert (ten.low, ten.high) == (2.0, 9.0)
     assert ten.coverage == pytest.approx(1 - 22 / 1024)
     # n = 20: P(B <= 5) = 21700/2^20 = 0.0207 <= 0.025 < P(B <= 6) = 0.0577: [x(6), x(15)]
-    twenty = verdicts.median_interval(np.arange(20.0, 0.0, -1.0))
+    twenty = stats.median_interval(np.arange(20.0, 0.0, -1.0))
     assert (twenty.low, twenty.high) == (6.0, 15.0)
     assert twenty.coverage == pytest.approx(1 - 2 * 21700 / 2**20)
-    assert verdicts.order_statistic_rank(5) == 0  # five repeats cannot give 95 %
+    assert stats.order_statistic_rank(5) == 0  # five repeats cannot give 95 %
 
 
 def test_ratio_interval_low_n_is_the_range_ratio() -> None:
     # median(2, 3, 4) / median(1, 2) = 3 / 1.5; bounds min/max and max/min
-    ratio = verdicts.ratio_interval([2.0, 4.0, 3.0], [1.0, 2.0])
+    ratio = stats.ratio_interval([2.0, 4.0, 3.0], [1.0, 2.0])
     assert ratio.value == pytest.approx(2.0)
     assert (ratio.low, ratio.high) == (pytest.approx(1.0), pytest.approx(4.0))
     assert ratio.method == "range ratio (low-n)"
     assert ratio.coverage == pytest.approx(0.75 * 0.5)
-    single = verdicts.ratio_interval([2.0], [1.0, 1.1, 0.9])
+    single = stats.ratio_interval([2.0], [1.0, 1.1, 0.9])
     assert single.value == pytest.approx(2.0) and not single.known
 
 
 def test_ratio_interval_bootstraps_from_six_repeats_reproducibly() -> None:
-    assert verdicts.ratio_interval([2.0] * 6, [1.0] * 7).low == pytest.approx(2.0)
-    assert verdicts.ratio_interval([2.0] * 6, [1.0] * 7).high == pytest.approx(2.0)
+    assert stats.ratio_interval([2.0] * 6, [1.0] * 7).low == pytest.approx(2.0)
+    assert stats.ratio_interval([2.0] * 6, [1.0] * 7).high == pytest.approx(2.0)
     cell = [180.0, 176.0, 190.0, 171.0, 185.0, 182.0, 179.0]
     base = [100.0, 97.0, 104.0, 99.0, 101.0, 95.0]
-    first = verdicts.ratio_interval(cell, base)
+    first = stats.ratio_interval(cell, base)
     assert first.method == "bootstrap"
     assert first.value == pytest.approx(np.median(cell) / np.median(base))
     assert min(cell) / max(base) <= first.low < first.value < first.high <= max(cell) / min(base)
-    again = verdicts.ratio_interval(cell, base)
+    again = stats.ratio_interval(cell, base)
     assert (again.low, again.high) == (first.low, first.high)  # seeded: same tables every time
 
 
 def test_needs_more_repeats() -> None:
-    assert verdicts.needs_more_repeats([100.0], 0.05, cap=10)
-    assert verdicts.needs_more_repeats([100.0] * 5, 0.05, cap=10)  # no 95 % interval yet
-    assert not verdicts.needs_more_repeats([100.0] * 5, 0.05, cap=5)  # the cap wins
+    assert stats.needs_more_repeats([100.0], 0.05, cap=10)
+    assert stats.needs_more_repeats([100.0] * 5, 0.05, cap=10)  # no 95 % interval yet
+    assert not stats.needs_more_repeats([100.0] * 5, 0.05, cap=5)  # the cap wins
     # six repeats -> [min, max] = [99, 102] around 100.5: half-width 1.5/100.5 < 5 %
-    assert not verdicts.needs_more_repeats([100.0, 101.0, 99.0, 102.0, 100.0, 101.0], 0.05, cap=10)
-    assert verdicts.needs_more_repeats([100.0, 101.0, 99.0, 102.0, 100.0, 101.0], 0.01, cap=10)
+    assert not stats.needs_more_repeats([100.0, 101.0, 99.0, 102.0, 100.0, 101.0], 0.05, cap=10)
+    assert stats.needs_more_repeats([100.0, 101.0, 99.0, 102.0, 100.0, 101.0], 0.01, cap=10)
     wide = [60.0, 100.0, 140.0, 95.0, 105.0, 100.0]
-    assert verdicts.needs_more_repeats(wide, 0.05, cap=10)
-    assert verdicts.needs_more_repeats([*wide, float("nan")], 0.05, cap=8)  # a failed repeat: no value
-    assert not verdicts.needs_more_repeats([*wide, float("nan")], 0.05, cap=7)
+    assert stats.needs_more_repeats(wide, 0.05, cap=10)
+    assert stats.needs_more_repeats([*wide, float("nan")], 0.05, cap=8)  # a failed repeat: no value
+    assert not stats.needs_more_repeats([*wide, float("nan")], 0.05, cap=7)
     with pytest.raises(ValueError):
-        verdicts.needs_more_repeats(wide, 0.0, cap=10)
+        stats.needs_more_repeats(wide, 0.0, cap=10)
 
 
 # --- events -> cells ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dlscale import analysis
+from dlscale import analysis, tables
 from dlscale import artifact as dlartifact
 from dlscale import study as dlstudy
 from dlscale import verify as dlverify
@@ -86,7 +86,7 @@ def write_tables(paths: list[str]) -> None:
         outputs = {name: f"results/{filename}" for name, filename in analysis.OUTPUT_FILES.items()}
         analysis.write_outputs(analysis.aggregate(paths), outputs)
         return
-    runs, iterations = analysis.load_events(paths)
+    runs, iterations = tables.load_events(paths)
     analysis.write_tables(
         runs,
         iterations,
