@@ -1,0 +1,274 @@
+"""Weak-scaling projection to nodes with cores of their own: step time, speedup and
+efficiency at 1, 2, 4, ... nodes with bootstrap bands, the 50%-efficiency node count, and
+how much the answer depends on the network's latency.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dlscale.networks import NetworkPreset
+from dlscale.perfmodel.comm import Calibration, library_comm
+from dlscale.perfmodel.links import Link
+from dlscale.perfmodel.patterns import gradient_bytes
+from dlscale.perfmodel.runs import compute_baselines, measured_runs
+
+#: Percentiles of the bootstrap band.
+BAND = (2.5, 97.5)
+
+
+PROJECTION_COLUMNS: tuple[str, ...] = (
+    "setup", "framework", "pattern", "model", "network", "alpha_s", "beta_Bps", "nodes",
+    "ranks_per_node", "world_size", "batch_per_rank", "gradient_bytes", "compute_s",
+    "comm_s", "step_s", "throughput", "speedup", "efficiency", "step_lo", "step_hi",
+    "speedup_lo", "speedup_hi", "efficiency_lo", "efficiency_hi",
+)  # fmt: skip
+EFFICIENCY50_COLUMNS: tuple[str, ...] = (
+    "setup", "framework", "model", "network", "nodes50", "nodes50_lo", "nodes50_hi",
+    "above_max_share", "max_nodes", "summary",
+)  # fmt: skip
+SENSITIVITY_COLUMNS: tuple[str, ...] = (
+    "setup", "framework", "model", "network", "latency_us", "nodes", "efficiency", "nodes50",
+)  # fmt: skip
+
+
+def node_counts(max_nodes: int) -> list[int]:
+    """1, 2, 4, ... up to ``max_nodes`` (and ``max_nodes`` itself when not a power of 2)."""
+    if max_nodes < 1:
+        raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
+    counts = [1 << k for k in range(int(max_nodes).bit_length()) if (1 << k) <= max_nodes]
+    if counts[-1] != max_nodes:
+        counts.append(int(max_nodes))
+    return counts
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One projected curve's inputs: a set-up, a model, its compute and batch."""
+
+    setup: str
+    model: str
+    dataset: str
+    batch_per_rank: int
+    compute_s: float
+
+
+def curves(measured: pd.DataFrame, calibrations: Mapping[str, Calibration] | None = None) -> list[Curve]:
+    """A curve per set-up and model with a compute measurement (calibrated set-ups only,
+    when ``calibrations`` is given): the batch of its smallest world (a strong-scaling
+    study's first batch: the projection is weak from 1 node)."""
+    base = compute_baselines(measured).sort_values(["world_size", "batch_per_rank"], kind="stable")
+    base = base.drop_duplicates(["setup", "model"]).sort_values(["setup", "model"])
+    found = [
+        Curve(b.setup, b.model, str(b.dataset), int(b.batch_per_rank), float(b.compute_s))
+        for b in base.itertuples(index=False)
+    ]
+    return found if calibrations is None else with_borrowed(found, calibrations)
+
+
+def with_borrowed(found: Sequence[Curve], calibrations: Mapping[str, Calibration]) -> list[Curve]:
+    """The curves of calibrated set-ups; a set-up with library fits but no runs of its own
+    (TensorFlow's ps in a study that ran its ring) borrows the compute of its framework's
+    own set-up: compute moves no gradient."""
+    out = [c for c in found if c.setup in calibrations]
+    have = {c.setup for c in out}
+    for setup in sorted(set(calibrations) - have):
+        framework = setup.split("-")[0]
+        out += [dataclasses.replace(c, setup=setup) for c in found if c.setup == framework]
+    return out
+
+
+def step_times(
+    cal: Calibration, curve: Curve, nodes: np.ndarray, ranks_per_node: int, link: Link, num_ps: int = 1
+) -> np.ndarray:
+    """Projected step time at each node count (nodes with their own cores: no contention)."""
+    comm = library_comm(
+        cal, curve.model, nodes, ranks_per_node, link, None, num_ps, curve.batch_per_rank, curve.dataset
+    )
+    offset = cal.offset(nodes, ranks_per_node, projected=True, nbytes=gradient_bytes(curve.model))
+    return curve.compute_s + np.maximum(comm + offset, 0.0)
+
+
+def first_below_half(nodes: np.ndarray, efficiency: np.ndarray) -> float:
+    """The smallest node count whose efficiency is below 0.5 (inf when none is)."""
+    below = np.nonzero(efficiency < 0.5)[0]
+    return float(nodes[below[0]]) if len(below) else math.inf
+
+
+@dataclass
+class Projection:
+    """The projection's tables: ``table`` (per node count, with bands), ``efficiency50``."""
+
+    table: pd.DataFrame
+    efficiency50: pd.DataFrame
+    replicates: int = 0
+    samples: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+
+def project_point(
+    calibrations: Mapping[str, Calibration],
+    items: Iterable[Curve],
+    link: Link,
+    counts: Sequence[int],
+    max_nodes: int,
+    ranks_per_node: int = 1,
+    num_ps: int = 1,
+) -> dict[tuple[str, str], tuple[np.ndarray, float]]:
+    """Per curve: step times at ``counts`` and the 50%-efficiency node count (all integers
+    up to ``max_nodes`` searched)."""
+    every = np.arange(1, int(max_nodes) + 1, dtype="float64")
+    out = {}
+    for curve in items:
+        cal = calibrations.get(curve.setup)
+        if cal is None:
+            continue
+        steps_all = step_times(cal, curve, every, ranks_per_node, link, num_ps)
+        efficiency = steps_all[0] / steps_all
+        steps = steps_all[np.asarray(counts, dtype="int64") - 1]
+        out[(curve.setup, curve.model)] = (steps, first_below_half(every, efficiency))
+    return out
+
+
+def project(
+    runs: pd.DataFrame,
+    calibrations: Mapping[str, Calibration],
+    network: NetworkPreset,
+    max_nodes: int = 1024,
+    ranks_per_node: int = 1,
+    num_ps: int = 1,
+    replicates: Sequence[Mapping[str, Calibration]] = (),
+    replicate_curves: Sequence[Sequence[Curve]] = (),
+    latency_s: float | None = None,
+) -> Projection:
+    """Speedup and efficiency at 1, 2, 4, ... ``max_nodes`` on ``network``, per set-up and model.
+
+    Weak scaling from the compute of the smallest world; every rank talks over ``network``.
+    ``speedup`` is throughput against the same set-up at 1 node, ``efficiency = speedup /
+    nodes``. With bootstrap ``replicates`` (calibrations refitted on resampled data, and
+    their resampled compute curves), every number gets a 95% band (``*_lo``, ``*_hi``).
+    """
+    measured = measured_runs(runs)
+    items = curves(measured, calibrations)
+    counts = node_counts(max_nodes)
+    link = Link.of_preset(network, latency_s)
+    point = project_point(calibrations, items, link, counts, max_nodes, ranks_per_node, num_ps)
+    samples: dict[tuple[str, str], list[tuple[np.ndarray, float]]] = {key: [] for key in point}
+    for cals, cvs in zip(replicates, replicate_curves or [items] * len(replicates), strict=False):
+        for key, value in project_point(cals, cvs, link, counts, max_nodes, ranks_per_node, num_ps).items():
+            if key in samples:
+                samples[key].append(value)
+    rows, e50 = [], []
+    counts_arr = np.asarray(counts, dtype="float64")
+    for curve in items:
+        key = (curve.setup, curve.model)
+        if key not in point:
+            continue
+        steps, n50 = point[key]
+        cal = calibrations[curve.setup]
+        world = counts_arr * ranks_per_node
+        throughput = world * curve.batch_per_rank / steps
+        speedup = throughput / throughput[0]
+        band: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        reps = samples[key]
+        if reps:
+            rep_steps = np.vstack([r[0] for r in reps])
+            rep_speedup = rep_steps[:, :1] / rep_steps * counts_arr
+            for name, values in (
+                ("step", rep_steps),
+                ("speedup", rep_speedup),
+                ("efficiency", rep_speedup / counts_arr),
+            ):
+                band[name] = (np.percentile(values, BAND[0], axis=0), np.percentile(values, BAND[1], axis=0))
+        for i, nodes in enumerate(counts):
+            rows.append(
+                {
+                    "setup": curve.setup, "framework": curve.setup.split("-")[0], "pattern": cal.pattern,
+                    "model": curve.model, "network": network.name, "alpha_s": link.alpha_s,
+                    "beta_Bps": link.beta_Bps, "nodes": nodes, "ranks_per_node": ranks_per_node,
+                    "world_size": nodes * ranks_per_node, "batch_per_rank": curve.batch_per_rank,
+                    "gradient_bytes": gradient_bytes(curve.model), "compute_s": curve.compute_s,
+                    "comm_s": float(steps[i]) - curve.compute_s, "step_s": float(steps[i]),
+                    "throughput": float(throughput[i]), "speedup": float(speedup[i]),
+                    "efficiency": float(speedup[i]) / nodes,
+                    **{
+                        f"{name}_{side}": float(band[name][j][i]) if name in band else math.nan
+                        for name in ("step", "speedup", "efficiency")
+                        for j, side in enumerate(("lo", "hi"))
+                    },
+                }
+            )  # fmt: skip
+        rep50 = np.array([r[1] for r in reps]) if reps else np.array([])
+        e50.append(efficiency50_row(curve, network.name, n50, rep50, max_nodes))
+    table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
+    return Projection(
+        table,
+        pd.DataFrame(e50, columns=list(EFFICIENCY50_COLUMNS)),
+        len(replicates),
+        {k: np.array([r[1] for r in v]) for k, v in samples.items()},
+    )
+
+
+def efficiency50_row(
+    curve: Curve, network: str, n50: float, replicates: np.ndarray, max_nodes: int
+) -> dict[str, Any]:
+    """One row of ``efficiency50.csv``: the point estimate and the 95% band (NaN: beyond
+    ``max_nodes``; ``above_max_share`` is the share of replicates that never drop below 50%)."""
+
+    def finite(value: float) -> float:
+        return value if math.isfinite(value) else math.nan
+
+    lo = hi = math.nan
+    share = math.nan
+    if len(replicates):
+        beyond = float(max_nodes) + 1.0  # a replicate that never drops below 50% (inf)
+        capped = np.where(np.isfinite(replicates), replicates, beyond)
+        lo = float(np.percentile(capped, BAND[0], method="lower"))
+        hi = float(np.percentile(capped, BAND[1], method="higher"))
+        lo, hi = (math.inf if v > max_nodes else v for v in (lo, hi))
+        share = float(np.mean(~np.isfinite(replicates)))
+
+    def text(value: float) -> str:
+        return f">{max_nodes}" if not math.isfinite(value) else f"{value:.0f}"
+
+    summary = text(n50) + (f" [{text(lo)}, {text(hi)}]" if len(replicates) else "")
+    return {
+        "setup": curve.setup, "framework": curve.setup.split("-")[0], "model": curve.model, "network": network,
+        "nodes50": finite(n50), "nodes50_lo": finite(lo), "nodes50_hi": finite(hi),
+        "above_max_share": share, "max_nodes": max_nodes, "summary": summary,
+    }  # fmt: skip
+
+
+def latency_sensitivity(
+    runs: pd.DataFrame,
+    calibrations: Mapping[str, Calibration],
+    network: NetworkPreset,
+    latencies_us: Sequence[float] = tuple(float(v) for v in np.geomspace(1, 100, 11)),
+    max_nodes: int = 1024,
+    ranks_per_node: int = 1,
+    num_ps: int = 1,
+) -> pd.DataFrame:
+    """Efficiency at ``max_nodes`` and the 50% node count as the network's per-hop latency
+    goes from 1 to 100 us (bandwidth held at ``network``'s): what the projection's latency
+    assumption is worth."""
+    measured = measured_runs(runs)
+    items = curves(measured, calibrations)
+    rows = []
+    for latency in latencies_us:
+        link = Link.of_preset(network, latency * 1e-6)
+        point = project_point(calibrations, items, link, [1, max_nodes], max_nodes, ranks_per_node, num_ps)
+        for (setup, model), (steps, n50) in point.items():
+            rows.append(
+                {
+                    "setup": setup, "framework": setup.split("-")[0], "model": model, "network": network.name,
+                    "latency_us": float(latency), "nodes": max_nodes, "efficiency": float(steps[0] / steps[-1]),
+                    "nodes50": n50 if math.isfinite(n50) else math.nan,
+                }
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=list(SENSITIVITY_COLUMNS))
