@@ -10,7 +10,8 @@ entry, declared in its own module), ``registry`` (collects the entries by the ca
 framework names), ``harness_overhead`` / ``compute_efficiency`` / ``comm_efficiency`` /
 ``workflow_scale`` / ``startup`` (one benchmark each, one csv each), ``summary`` and
 ``figures`` (the markdown summary and charts). What runs inside a framework's own venv
-(``<framework>_worker``, ``mpi_allreduce``, ``tcp_stream``; one command line for all:
-``worker_cli``) imports nothing from the workflow venv. Importing this package imports no
+(``<framework>_worker``; one command line for all: ``worker_cli``) imports nothing from
+the workflow venv. Communication is timed by ``dlscale.commbench``'s modules, the scaling
+model's micro-benchmarks, in each framework's venv. Importing this package imports no
 framework.
 """

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def comm() -> None:
             raw = comm_efficiency.measure(entries, sorted(sizes), args.repeats, models=sizes)
-            comm_efficiency.write(raw, flops, [e.name for e in entries if e.allreduce], out)
+            comm_efficiency.write(raw, flops, [e.name for e in entries if e.comm], out)
 
         attempt("comm", comm)
     if "startup" in args.only:

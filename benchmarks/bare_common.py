@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks.stats import CPU_QUANTILE, median_interval, quantile_interval, throughput
+from benchmarks.timing import CPU_QUANTILE, median_gap, quantile_gap, throughput
 from dlscale.roofline import matmul_peak, numpy_matmul  # noqa: F401  (the workers call them from here)
 
 if TYPE_CHECKING:
@@ -79,11 +79,11 @@ def timed_loop(step: Callable[[], Any], total: int) -> tuple[list[float], list[f
 
 def intervals_throughput(batch: int, stamps: list[float], first: int, q: float | None = None) -> float:
     """Samples per second from the gaps after stamp ``first``: their median, or their
-    ``q``-quantile (the runner arm's own arithmetic, ``benchmarks.stats``)."""
+    ``q``-quantile (the runner arm's own arithmetic, ``benchmarks.timing``)."""
     times = stamps[first:]
     if len(times) < 2:
         return float("nan")
-    return throughput(batch, median_interval(times) if q is None else quantile_interval(times, q))
+    return throughput(batch, median_gap(times) if q is None else quantile_gap(times, q))
 
 
 def bare_loop(spec: RunSpec, step: Callable[[], Any]) -> dict[str, float]:

@@ -20,14 +20,15 @@ cluster's driver-executor RPC per step is the study's set-up, not the harness.
 Throughput is the global batch over the median gap between successive iterations' log
 time stamps (the whole loop: BigDL's step plus whatever happens between steps);
 ``self_timed_samples_per_s`` uses BigDL's own per-step seconds instead
-(``benchmarks.stats.log_rates``). CPU time is not given: the work happens in JVMs that are
+(``benchmarks.timing.log_rates``). CPU time is not given: the work happens in JVMs that are
 not this process's children in the runner arm.
 
-Communication (``allreduce``): BigDL synchronises parameters through Spark's block
-manager inside each step; its events give ``comm_s`` = step - compute (see
-dlscale.parse.bigdl). A 2-node run of the study's set-up per model gives the median
-``comm_s`` over its timed iterations, reported for the model's gradient bytes beside the
-TCP stream and mpi4py all-reduce of the same bytes in the same repeat.
+Communication (``comm``): BigDL synchronises parameters through Spark's block manager
+inside each step. ``dlscale.commbench.bigdl`` times that transport alone: a block exchange
+(shuffle) of the model's gradient bytes between two executors of a standalone cluster,
+reported beside the TCP ping-pong and the MPI all-reduce of the same bytes in the same
+repeat (MNIST-sized models only: an ImageNet gradient's exchange is minutes of shuffle
+files on 2 cores). The Spark job that carries the exchange in a step is not in it.
 
 Start-up (JVM + Spark) is measured by benchmarks.startup, like every framework's; it reuses
 the runner arms' launches (each one a whole start-up) instead of paying for more.
@@ -35,6 +36,7 @@ the runner arms' launches (each one a whole start-up) instead of paying for more
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -47,8 +49,7 @@ from benchmarks.common import (
     FrameworkBench,
     TrainingJob,
     bench_iterations,
-    bench_spec,
-    default_study,
+    commbench_arm,
     launch_run,
     log,
     run_json_lines,
@@ -56,7 +57,8 @@ from benchmarks.common import (
     worker_command,
     worker_env,
 )
-from benchmarks.stats import arm_order, log_rates
+from benchmarks.timing import arm_order, log_rates
+from dlscale import catalog
 from dlscale.runspec import RunSpec
 
 #: (warm-up, timed) iterations of a BigDL arm: a BigDL step on one core is 5-30x a torch
@@ -65,7 +67,6 @@ from dlscale.runspec import RunSpec
 #: The warm-up is the study's (config.yaml ``warmup``), so that the runner arm's launches
 #: are also BigDL's start-up measurements (benchmarks.startup reuses them).
 TRAINING_ITERATIONS = (3, 20)
-COMM_ITERATIONS = (2, 10)
 #: Start-up time-out of a benchmark arm (seconds; the study's is 180).
 STARTUP_TIMEOUT_S = 900
 #: The arms of a training repeat, each a process (rotated per repeat).
@@ -78,8 +79,6 @@ def training_iterations(model: str) -> tuple[int, int]:
     """(warm-up, timed) iterations of a BigDL arm: ``TRAINING_ITERATIONS`` for the MNIST
     models; for the ImageNet ones (a BigDL step of seconds to tens of seconds on one core)
     the study's warm-up and the other frameworks' timed count (``bench_iterations``)."""
-    from dlscale import catalog
-
     if catalog.model(model).mnist_sized:
         return TRAINING_ITERATIONS
     return TRAINING_ITERATIONS[0], bench_iterations(model)[1]
@@ -99,8 +98,6 @@ def runner_run(python: Path, spec: RunSpec, data: Path, work: Path, timeout_s: f
 def training(job: TrainingJob) -> list[dict[str, Any]]:
     """Runner (dlscale.launch, Spark standalone), bare on the same standalone deployment and
     bare on local mode: one process each, rotated per repeat."""
-    import dataclasses
-
     warmup, iterations = training_iterations(job.spec.model)
     # Start-up is not what this measures: on a loaded 2-core host the four JVMs took more
     # than the study's 180 s to a first step (load average 26), so the arms get longer.
@@ -141,26 +138,13 @@ def training_arm(
     return [{**row, "repeat": repeat, **base} for row in run_json_lines(cmd, env, job.timeout_s, cwd=REPO)]
 
 
-def allreduce(job: CommJob) -> list[dict[str, Any]]:
-    """BigDL's per-step synchronisation (step - compute) in 2-node runs, per model size."""
-    from benchmarks.data import mnist_shards
-    from dlscale import study as dlstudy
-
-    study = default_study()
-    mine = set(dlstudy.models_of(study, "bigdl"))
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="dlscale-bench-bigdl-comm-") as tmp:
-        for nbytes in job.sizes:
-            model = job.models.get(nbytes)
-            if model not in mine or dlstudy.dataset_of(study, model) != "mnist":
-                continue
-            spec = bench_spec(study, "bigdl", model, nodes=2, iterations=COMM_ITERATIONS)
-            log(f"  bigdl/{model}: 2-node run for its per-step synchronisation")
-            run = runner_run(job.python, spec, mnist_shards(), Path(tmp) / model, job.timeout_s)
-            rates = log_rates(run["iterations"], spec.warmup, spec.global_batch)
-            rows.append({"transport": "bigdl", "nbytes": nbytes, "seconds": rates["comm_s"], "model": model,
-                         "step_s": rates["step_s"], "compute_s": rates["compute_s"]})  # fmt: skip
-    return rows
+def comm(job: CommJob) -> list[dict[str, Any]]:
+    """Spark's block exchange of each MNIST-sized model's gradient between two executors."""
+    sizes = [s for s in job.sizes if s in job.models and catalog.model(job.models[s]).mnist_sized]
+    if not sizes:
+        return []
+    mine = dataclasses.replace(job, sizes=sizes)
+    return commbench_arm(mine, "bigdl", ["--executors", 2, "--sizes", *sizes], "spark", "shuffle")
 
 
 # One process per arm (one SparkContext per Python process; the runner starts a Spark
@@ -169,8 +153,8 @@ def allreduce(job: CommJob) -> list[dict[str, Any]]:
 BENCH = FrameworkBench(
     "bigdl",
     training=training,
-    allreduce=allreduce,
-    comm_label="BigDL block-manager sync (step - compute, 2 nodes)",
+    comm=comm,
+    comm_label="BigDL's Spark block exchange (shuffle, 2 executors)",
     launch_env=launch_env,
     # An ImageNet-sized model: one repeat (three JVM starts and steps of seconds; a BigDL
     # AlexNet repeat took over 10 minutes at load 15), so its ratio has no interval.

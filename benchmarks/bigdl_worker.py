@@ -39,7 +39,7 @@ from typing import Any
 
 from benchmarks import worker_cli
 from benchmarks.bare_common import matmul_peak, numpy_matmul
-from benchmarks.stats import log_rates
+from benchmarks.timing import log_rates
 from dlscale.runspec import RunSpec
 
 

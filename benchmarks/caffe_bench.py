@@ -4,7 +4,8 @@ pycaffe is not pip-installable: the worker finds it as the Caffe runs do
 (``dlscale.runners.caffe.launcher``), in the build the workflow's ``caffe_build`` rule makes
 (``scripts/build_caffe.sh``, cached per machine; its marker is named by
 ``dlscale.envs.caffe_build_marker``). Communication: one MPI_Allreduce per learnable blob
-under ``mpirun -n 2``, as the runner's GradientAllreduce does it.
+of each model under ``mpirun -n 2``, as the runner's GradientAllreduce does it
+(``dlscale.commbench.caffe``'s ``allreduce-blobs``; mpi4py only, no pycaffe).
 """
 
 from __future__ import annotations
@@ -16,14 +17,11 @@ from typing import Any
 
 from benchmarks.common import (
     ENVS_DIR,
-    REPO,
     CommJob,
     FrameworkBench,
     TrainingJob,
+    commbench_arm,
     log,
-    run_json_lines,
-    worker_command,
-    worker_env,
     worker_training,
 )
 
@@ -61,22 +59,23 @@ def training(job: TrainingJob) -> list[dict[str, Any]]:
     return worker_training(job, caffe_env(job.python))
 
 
-def allreduce(job: CommJob) -> list[dict[str, Any]]:
-    from benchmarks.mpi_env import ensure_mpi, mpirun_argv
+#: The flat all-reduce the blob pattern's run also times (``--sizes`` takes one): a float.
+NO_FLAT_SIZES = (4,)
 
-    mpirun, _ = ensure_mpi()
+
+def comm(job: CommJob) -> list[dict[str, Any]]:
+    """Caffe-MPI's per-blob all-reduce of each model's gradient between two ranks."""
     models = [job.models[size] for size in job.sizes if size in job.models]
-    cmd = [
-        *mpirun_argv(mpirun),
-        *worker_command(job.python, "caffe", "allreduce", inner=job.inner, models=models),
-    ]
-    return run_json_lines(cmd, worker_env(1, caffe_env(job.python)), job.timeout_s, cwd=REPO)
+    if not models:
+        return []
+    args = ["--worlds", 2, "--sizes", *NO_FLAT_SIZES, "--models", *models]
+    return commbench_arm(job, "caffe", args, "mpi", "allreduce-blobs")
 
 
 BENCH = FrameworkBench(
     "caffe",
     training=training,
-    allreduce=allreduce,
+    comm=comm,
     comm_label="Caffe MPI_Allreduce per blob",
     launch_env=launch_env,
 )

@@ -9,16 +9,12 @@ Sub-commands (arguments and output: benchmarks.worker_cli):
   iteration a fresh batch gathered from the normalised set in memory
   (``bare_common.Dataset``) and written into the Input blobs, then ``solver.step(1)``, no
   callbacks; then the float32 matmul peak of numpy's BLAS with the same threads.
-* ``allreduce`` (under ``mpirun -n 2``): each model's learnable blobs, all-reduced one
-  MPI_Allreduce per blob after a barrier, as the runner's GradientAllreduce does.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,46 +63,7 @@ def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     finalize(mpi.COMM_WORLD, mpi)
 
 
-def allreduce(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    import caffe
-
-    from dlscale.runners.caffe.models import learnable_blobs, net_prototxt
-    from dlscale.runners.caffe.parallel import import_mpi
-
-    mpi = import_mpi()
-    comm = mpi.COMM_WORLD
-    caffe.set_mode_cpu()
-    world = comm.Get_size()
-    for model in args.models:
-        with tempfile.TemporaryDirectory(prefix="caffe-bench-") as tmp:
-            path = Path(tmp) / "net.prototxt"
-            path.write_text(net_prototxt(model, 1))
-            net = caffe.Net(str(path), caffe.TRAIN)
-        diffs = [blob.diff for _, _, blob in learnable_blobs(net)]
-        for diff in diffs:
-            diff[...] = 1.0
-
-        def sync(diffs: list = diffs) -> None:
-            for diff in diffs:
-                comm.Allreduce(mpi.IN_PLACE, diff, op=mpi.SUM)
-                diff *= 1.0 / world
-
-        sync()
-        times = []
-        for _ in range(args.inner):
-            comm.Barrier()
-            t0 = time.perf_counter()
-            sync()
-            times.append(time.perf_counter() - t0)
-        if comm.Get_rank() == 0:
-            yield {"transport": "caffe", "nbytes": sum(int(d.nbytes) for d in diffs),
-                   "seconds": statistics.median(times), "blobs": len(diffs), "model": model}  # fmt: skip
-        del net, diffs
-    comm.Barrier()
-    mpi.Finalize()
-
-
-COMMANDS = {"training": training, "allreduce": allreduce}
+COMMANDS = {"training": training}
 
 if __name__ == "__main__":
     worker_cli.run(COMMANDS, __doc__)

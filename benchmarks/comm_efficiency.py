@@ -1,33 +1,53 @@
 """Benchmark 3: each framework's gradient synchronisation bandwidth per model gradient size.
 
 For every model's gradient size (parameters x 4 bytes, from ``flops.csv``), three kinds of
-transfer between two processes on loopback are measured, in rotated order per repeat:
+transfer between two processes on loopback are measured, in rotated order per repeat,
+each by its ``dlscale.commbench`` module (the micro-benchmarks the scaling model
+calibrates on: one implementation of each transfer, one set of numbers):
 
-* ``tcp``: a plain TCP stream (benchmarks.tcp_stream): the host's raw loopback bandwidth;
-* ``mpi``: mpi4py Allreduce over Open MPI's TCP transport on loopback;
-* each registered framework's own synchronisation (torch: gloo all_reduce of the flat
-  gradient, as the runner does it).
+* ``tcp``: a plain TCP ping-pong (``dlscale.commbench.tcp``, half a round trip): the
+  host's raw loopback bandwidth;
+* ``mpi``: Open MPI's ``MPI_Allreduce`` of one flat buffer (``dlscale.commbench.caffe``,
+  in the caffe venv: mpi4py against Debian's Open MPI);
+* each registered framework's own synchronisation (its entry's ``comm``: torch gloo
+  all-reduce, TensorFlow's ring, Caffe's per-blob Allreduce, BigDL's Spark exchange).
 
-Bandwidth is bytes / seconds of one operation (for an all-reduce of 2 ranks this "algorithm
-bandwidth" is also the bus bandwidth: each rank sends and receives the whole size once).
-Ratios framework / tcp and framework / mpi are paired per repeat (same repeat, same
-neighbours); ``comm_efficiency.csv`` holds medians with min/max.
+One repeat of an arm is one run of its module with ``inner`` timed operations a size; the
+repeat's value is their median. Bandwidth is bytes / seconds of one operation (for an
+all-reduce of 2 ranks this "algorithm bandwidth" is also the bus bandwidth: each rank
+sends and receives the whole size once). Ratios framework / tcp and framework / mpi are
+paired per repeat (same repeat, same neighbours); ``comm_efficiency.csv`` holds their
+medians with intervals over repeats (``benchmarks.stats``).
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from benchmarks import worker_cli
-from benchmarks.common import REPO, CommJob, FrameworkBench, log, run_json_lines, worker_env, write_csv
-from benchmarks.mpi_env import ensure_mpi, mpirun_argv
-from benchmarks.stats import arm_order, bandwidth, ratio_summary, summarize
+from benchmarks.common import CommJob, FrameworkBench, commbench_arm, framework_python, log, write_csv
+from benchmarks.stats import bandwidth, ratio_summary, summarize
+from benchmarks.timing import arm_order
 
-RAW_COLUMNS = ("repeat", "transport", "nbytes", "seconds", "bytes_per_s")
+RAW_COLUMNS = ("repeat", "transport", "library", "op", "nbytes", "moved", "seconds", "bytes_per_s")
+
+
+def tcp(job: CommJob) -> list[dict[str, Any]]:
+    """The raw network: a TCP ping-pong of each size (any venv: this one)."""
+    return commbench_arm(job, "tcp", ["--sizes", *job.sizes], "tcp", "pingpong")
+
+
+def mpi(job: CommJob) -> list[dict[str, Any]]:
+    """Open MPI's all-reduce of one flat buffer of each size between two ranks."""
+    return commbench_arm(job, "caffe", ["--worlds", 2, "--sizes", *job.sizes], "mpi", "allreduce")
+
+
+#: The reference arms: name -> (the venv whose python runs it, the arm).
+REFERENCES = {"tcp": (None, tcp), "mpi": ("caffe", mpi)}
 
 
 def measure(
@@ -39,19 +59,16 @@ def measure(
     models: dict[int, str] | None = None,
 ) -> pd.DataFrame:
     """One row per repeat x transport x size."""
-    mpirun, mpi_python = ensure_mpi()
-    reference = worker_cli.arguments("allreduce", inner=inner, sizes=sizes)
-    tcp = [sys.executable, "-m", "benchmarks.tcp_stream", *reference]
-    mpi = [*mpirun_argv(mpirun), str(mpi_python), "-m", "benchmarks.mpi_allreduce", *reference]
-    arms: dict[str, Any] = {
-        "tcp": lambda: run_json_lines(tcp, worker_env(1), timeout_s, cwd=REPO),
-        "mpi": lambda: run_json_lines(mpi, worker_env(1), timeout_s, cwd=REPO),
-    }
+    arms: dict[str, Any] = {}
+    for name, (venv, arm) in REFERENCES.items():
+        python = Path(sys.executable) if venv is None else framework_python(venv)
+        job = CommJob(name, python, sizes, inner, timeout_s, dict(models or {}))
+        arms[name] = lambda arm=arm, job=job: arm(job)
     limits = {}
     for entry in entries:
-        if entry.allreduce is not None:
+        if entry.comm is not None:
             job = CommJob(entry.name, entry.python(), sizes, inner, timeout_s, dict(models or {}))
-            arms[entry.name] = lambda entry=entry, job=job: entry.allreduce(job)
+            arms[entry.name] = lambda entry=entry, job=job: entry.comm(job)
             limits[entry.name] = entry.repeats(repeats, "comm")
     rows = []
     for repeat in range(repeats):
@@ -60,10 +77,11 @@ def measure(
                 continue  # a slow framework's fewer repeats; pairs form on the repeats it ran
             log(f"communication repeat {repeat + 1}/{repeats}: {name}")
             for row in arms[name]():
-                nbytes, seconds = int(row["nbytes"]), float(row["seconds"])
+                seconds = float(row["seconds"])
                 rows.append(
-                    {"repeat": repeat, "transport": name, "nbytes": nbytes, "seconds": seconds,
-                     "bytes_per_s": bandwidth(nbytes, seconds)}
+                    {"repeat": repeat, "transport": name, "library": row["library"], "op": row["op"],
+                     "nbytes": int(row["nbytes"]), "moved": int(row["moved"]), "seconds": seconds,
+                     "bytes_per_s": bandwidth(int(row["moved"]), seconds)}
                 )  # fmt: skip
     return pd.DataFrame(rows, columns=list(RAW_COLUMNS))
 

@@ -3,7 +3,8 @@
 The driver runs in the workflow venv; framework work runs in each framework's own venv as
 a subprocess (frameworks pin incompatible numpy/protobuf ranges): a worker
 (``python -m benchmarks.<framework>_worker``, its command line built by
-``benchmarks.worker_cli``) or a study run through the real launcher (``launch_run``).
+``benchmarks.worker_cli``), a study run through the real launcher (``launch_run``) or a
+communication micro-benchmark of ``dlscale.commbench`` (``commbench_arm``).
 Every subprocess gets a time limit and its own process group, and is stopped by its group
 id if it overruns or the driver fails, so a benchmark never leaves a rank behind.
 
@@ -14,22 +15,24 @@ What a framework plugs in is a ``FrameworkBench``, declared in its own
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks import worker_cli
-from benchmarks.stats import summarize
-from dlscale import atomic, catalog
+from benchmarks.timing import finite_median
+from dlscale import atomic, catalog, commbench
 from dlscale.runners.common import thread_environment
 from dlscale.runspec import RunSpec
 
@@ -109,15 +112,16 @@ class FrameworkBench:
     * ``training(job)`` -> rows ``{arm: runner|bare|peak, repeat, samples_per_s | peak_flops}``:
       the runner's single-rank training loop against a bare loop of the same model, batch
       and threads, plus the matmul peak (``worker_training`` runs them in one worker).
-    * ``allreduce(job)`` -> rows ``{nbytes, seconds}``: the framework's gradient
-      synchronisation of each size between two processes on loopback, as its runner does it.
+    * ``comm(job)`` -> rows ``{nbytes, moved, seconds, library, op}``: the framework's
+      gradient synchronisation of each size between two processes on loopback, timed by
+      its ``dlscale.commbench`` module (``commbench_arm``).
     * ``launch_env(python)``: extra environment of a study run of this framework through
       ``dlscale.launch`` (start-up cost is measured on the real launcher for every framework).
     """
 
     name: str
     training: Callable[[TrainingJob], list[dict[str, Any]]] | None = None
-    allreduce: Callable[[CommJob], list[dict[str, Any]]] | None = None
+    comm: Callable[[CommJob], list[dict[str, Any]]] | None = None
     comm_label: str = ""
     launch_env: Callable[[Path], dict[str, str]] = no_extra_env
     #: At most this many repeats per benchmark ("training", "comm", "startup"; absent: all
@@ -212,17 +216,69 @@ def worker_training(job: TrainingJob, extra_env: Mapping[str, str] | None = None
     return run_json_lines(cmd, worker_env(job.spec.threads_per_rank, extra_env), job.timeout_s, cwd=REPO)
 
 
-def two_rank_allreduce(job: CommJob, extra_env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Two worker ranks on loopback (a port each) synchronising each size; rank 0's rows."""
-    from dlscale.sysutil import free_port
+def commbench_rows(
+    python: Path | str,
+    name: str,
+    args: Sequence[str],
+    timeout_s: float,
+    extra_env: Mapping[str, str] | None = None,
+) -> list[dict[str, str]]:
+    """One run of ``python -m dlscale.commbench.<name> --network host ARGS``: its CSV rows.
 
-    ports = [free_port(), free_port()]
-    cmds = [
-        worker_command(job.python, job.framework, "allreduce", rank=rank, world=2, ports=ports,
-                       inner=job.inner, sizes=job.sizes)
-        for rank in range(2)
-    ]  # fmt: skip
-    return run_ranks_json_lines(cmds, worker_env(1, extra_env), job.timeout_s)
+    The micro-benchmarks the scaling model calibrates on (``dlscale.commbench``) are the
+    benchmarks' communication numbers too: one implementation of each transfer, one set of
+    numbers. The module makes its own network, ranks and time limits."""
+    with tempfile.TemporaryDirectory(prefix="dlscale-bench-comm-") as tmp:
+        out = Path(tmp) / f"{name}.csv"
+        cmd = [
+            str(python), "-m", commbench.module_of(name), "--network", "host", *map(str, args),
+            "--timeout-s", str(timeout_s), "--out", str(out),
+        ]  # fmt: skip
+        finish(start(cmd, {**os.environ, **(extra_env or {})}, REPO), cmd, timeout_s + 60)
+        with open(out, newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+
+
+#: How far (relative) a commbench row's bytes may lie from the size asked for (Spark's
+#: exchange moves whole rows of ``dlscale.commbench.bigdl.PAYLOAD`` bytes).
+SIZE_TOLERANCE = 0.05
+
+
+def commbench_sizes(
+    rows: list[dict[str, str]], sizes: Sequence[int], library: str, op: str, world: int = 2
+) -> list[dict[str, Any]]:
+    """Per asked size, the median seconds of its timed operations among ``rows`` of
+    ``library``/``op`` at ``world``: one value per size for one repeat of the benchmark.
+
+    ``nbytes`` is the asked size (the key shared with the references and the models),
+    ``moved`` what the operation moved, the bytes its bandwidth is counted from."""
+    found: dict[int, tuple[int, list[float]]] = {}
+    for row in rows:
+        if row["library"] != library or row["op"] != op or int(row["world"]) != world:
+            continue
+        moved = int(row["nbytes"])
+        asked = min(sizes, key=lambda s: abs(s - moved))
+        if abs(asked - moved) > SIZE_TOLERANCE * asked:
+            continue
+        found.setdefault(asked, (moved, []))[1].append(float(row["seconds"]))
+    return [
+        {"nbytes": asked, "moved": moved, "seconds": statistics.median(times), "library": library, "op": op}
+        for asked, (moved, times) in sorted(found.items())
+    ]
+
+
+def commbench_arm(
+    job: CommJob,
+    name: str,
+    args: Sequence[str],
+    library: str,
+    op: str,
+    extra_env: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """One arm of the communication benchmark: ``dlscale.commbench.<name>`` with ``args``,
+    ``job.inner`` timed operations a size, reduced to one row a size (``commbench_sizes``)."""
+    rows = commbench_rows(job.python, name, [*args, "--repeats", job.inner], job.timeout_s, extra_env)
+    return commbench_sizes(rows, job.sizes, library, op)
 
 
 # --- study runs through the real launcher -------------------------------------------------------
@@ -272,7 +328,7 @@ def startup_fields(events: list[dict[str, Any]]) -> dict[str, float]:
         "startup_s": run_start["startup_s"],
         "to_first_step_s": to_first,
         "warmup_s": run_start["startup_s"] - to_first,
-        "median_step_s": summarize(timed).median,
+        "median_step_s": finite_median(timed),
         "wall_s": run_end["wall_s"],
     }
 
@@ -345,21 +401,6 @@ def run_json_lines(
 ) -> list[dict]:
     """Run a worker and parse the JSON objects it prints (other lines are its progress)."""
     return parse_json_lines(finish(start(cmd, env, cwd), cmd, timeout))
-
-
-def run_ranks_json_lines(cmds: list[list[str]], env: dict[str, str], timeout: float) -> list[dict]:
-    """Run one worker per rank at once (a collective needs them all), wait for every one
-    under one shared deadline, stop them all whatever happens, and parse rank 0's JSON."""
-    procs = [start(cmd, env, REPO) for cmd in cmds]
-    try:
-        deadline = time.monotonic() + timeout
-        outputs = [
-            finish(p, c, max(1.0, deadline - time.monotonic())) for p, c in zip(procs, cmds, strict=True)
-        ]
-    finally:
-        for proc in procs:
-            stop_group(proc)
-    return parse_json_lines(outputs[0])
 
 
 def parse_json_lines(text: str) -> list[dict[str, Any]]:

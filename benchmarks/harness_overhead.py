@@ -3,7 +3,7 @@
 Writes ``training_raw.csv`` (one row per arm and repeat: the runner, the bare loop and the
 matmul peak, measured side by side in one process set-up; compute_efficiency reads it too)
 and ``harness_overhead.csv`` (per framework and model: the paired ratio runner / bare,
-median with min/max over repeats, against the target of 0.97; where a framework also ran
+median with its interval over repeats, against ``dlscale.thresholds``' ``harness_ratio``; where a framework also ran
 its bare loop in its plainest deployment, ``bare_local`` (BigDL: local mode against the
 runner's standalone cluster), the deployment's ratio bare / bare_local beside it).
 
@@ -31,8 +31,10 @@ from benchmarks.common import (
 )
 from benchmarks.stats import ratio_summary, summarize, verdict
 from dlscale import catalog
+from dlscale.thresholds import HARNESS_RATIO, threshold
 
-TARGET = 0.97
+#: The harness's pass rule: runner / bare throughput at least ``HARNESS_RATIO``.
+HARNESS = threshold("harness_ratio")
 RAW_COLUMNS = (
     "framework", "model", "batch", "threads", "repeat", "arm",
     "samples_per_s", "samples_per_cpu_s", "samples_per_cpu_q_s", "self_timed_samples_per_s", "peak_flops", "peak_flops_cpu",
@@ -119,7 +121,7 @@ def overhead_table(raw: pd.DataFrame) -> pd.DataFrame:
         bare = arm_values(group, "bare", "samples_per_s")
         ratio = ratio_summary(*paired_values(group, "runner", "bare", "samples_per_s"))
         cpu_ratio = ratio_summary(*paired_values(group, "runner", "bare", "samples_per_cpu_s"))
-        # The low quantile of the per-step CPU times (stats.quantile_interval): the steadiest
+        # The low quantile of the per-step CPU times (timing.quantile_gap): the steadiest
         # measure on a shared host, where neighbours inflate wall and median CPU time alike.
         cpu_q_ratio = ratio_summary(*paired_values(group, "runner", "bare", "samples_per_cpu_q_s"))
         # The deployment's own cost, where the bare loop also ran in the plainest one.
@@ -140,10 +142,10 @@ def overhead_table(raw: pd.DataFrame) -> pd.DataFrame:
                 **ratio.as_row("ratio"),
                 **cpu_ratio.as_row("cpu_ratio"),
                 **cpu_q_ratio.as_row("cpu_q_ratio"),
-                "target": TARGET,
-                "verdict": verdict(ratio.median, TARGET),
-                "verdict_cpu": verdict(cpu_ratio.median, TARGET),
-                "verdict_cpu_q": verdict(cpu_q_ratio.median, TARGET),
+                "target": HARNESS_RATIO,
+                "verdict": verdict(ratio.median, HARNESS.passes),
+                "verdict_cpu": verdict(cpu_ratio.median, HARNESS.passes),
+                "verdict_cpu_q": verdict(cpu_q_ratio.median, HARNESS.passes),
                 **summarize(local).as_row("bare_local_samples_per_s"),
                 **deployment.as_row("deployment_ratio"),
                 "failure": failure_of(group),

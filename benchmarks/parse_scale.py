@@ -8,7 +8,8 @@ iteration numbers and clocks moving forward so that every line is valid), and ti
 times: wall time and the child's peak resident memory (``getrusage`` of the child: the
 kernel's maxrss, what ``/usr/bin/time -v`` reports). A 1 MB log beside it shows the slope.
 
-Standard library only, so that it measures the parsers and nothing else.
+The parsers run as children (``python -m``), so what this process imports is not in their
+figures; the interval over repeats is the benchmarks' one (``benchmarks.stats``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import argparse
 import datetime as dt
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from benchmarks.stats import summarize
 
 REPO = Path(__file__).resolve().parent.parent
 BIGDL_SAMPLE = REPO / "tests" / "data" / "bigdl" / "full-pattern.log"
@@ -150,21 +152,21 @@ def main(argv: list[str] | None = None) -> int:
                 log = Path(tmp) / f"{name}-{mb:g}MB.log"
                 write_log(log, name, int(mb * 1e6))
                 samples = [time_parse(name, log) for _ in range(args.repeats)]
-                walls = [wall for wall, _, _ in samples]
+                wall = summarize(wall for wall, _, _ in samples)
                 rows.append(
                     (
                         name,
                         os.path.getsize(log) / 1e6,
-                        statistics.median(walls),
-                        min(walls),
-                        max(walls),
+                        wall.median,
+                        wall.low,
+                        wall.high,
                         samples[-1][1],
                         samples[-1][2],
                     )
                 )
                 log.unlink()
     print(f"load average at the end: {os.getloadavg()}")
-    print("parser | log MB | wall s median [min, max] | peak RSS MB (max so far) | events")
+    print("parser | log MB | wall s median [interval] | peak RSS MB (max so far) | events")
     for name, size, med, lo, hi, rss, events in rows:
         print(f"{name} | {size:.1f} | {med:.1f} [{lo:.1f}, {hi:.1f}] | {rss:.1f} | {events}")
     return 0

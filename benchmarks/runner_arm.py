@@ -5,7 +5,7 @@ code path of every study run) as a lone rank, in this process, and times it from
 iteration events: the gaps between successive events cover the whole loop body (next
 batch, step, event writing), which is what the harness costs on top of the step itself.
 CPU time is stamped at every event too (steady on a shared node; see StampedContext):
-its median per iteration, and its low quantile (``stats.quantile_interval``), the
+its median per iteration, and its low quantile (``timing.quantile_gap``), the
 iteration's own cost where a neighbour inflates some steps.
 ``rotate_arms`` runs a worker's arms (runner, bare loop, matmul peak) in rotated order.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.stats import CPU_QUANTILE, arm_order, median_interval, quantile_interval, throughput
+from benchmarks.timing import CPU_QUANTILE, arm_order, median_gap, quantile_gap, throughput
 from dlscale import placement as placement_mod
 from dlscale.events import PartWriter
 from dlscale.runners.common import RunContext
@@ -67,11 +67,9 @@ def runner_arm(
     events = [e for e in map(json.loads, filter(None, lines)) if e["event"] == "iteration"]
     first = spec.warmup - 1  # the last warm-up iteration's end starts the clock
     return {
-        "samples_per_s": throughput(spec.batch, median_interval([e["time"] for e in events[first:]])),
-        "samples_per_cpu_s": throughput(spec.batch, median_interval(ctx.cpu_stamps[first:])),
-        "samples_per_cpu_q_s": throughput(
-            spec.batch, quantile_interval(ctx.cpu_stamps[first:], CPU_QUANTILE)
-        ),
+        "samples_per_s": throughput(spec.batch, median_gap([e["time"] for e in events[first:]])),
+        "samples_per_cpu_s": throughput(spec.batch, median_gap(ctx.cpu_stamps[first:])),
+        "samples_per_cpu_q_s": throughput(spec.batch, quantile_gap(ctx.cpu_stamps[first:], CPU_QUANTILE)),
         "self_timed_samples_per_s": throughput(
             spec.batch, statistics.median(e["step_s"] for e in events[spec.warmup :])
         ),

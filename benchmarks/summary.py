@@ -14,10 +14,12 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.harness_overhead import TARGET as OVERHEAD_TARGET
+from benchmarks.harness_overhead import HARNESS
 from benchmarks.stats import verdict
 from benchmarks.workflow_scale import AGGREGATE_TARGET_S, PLAN_TARGET_S
 from dlscale import atomic, catalog
+from dlscale.stats import median_interval
+from dlscale.thresholds import HARNESS_RATIO
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -28,11 +30,14 @@ def fmt(value: Any, digits: int = 2) -> str:
 
 
 def fmt_range(row: Any, prefix: str, digits: int = 2, scale: float = 1.0) -> str:
-    """``median [min, max]`` of the ``<prefix>_median/_min/_max`` columns of a row."""
-    values = [row.get(f"{prefix}_{k}") for k in ("median", "min", "max")]
-    if any(v is None or pd.isna(v) for v in values):
+    """``median [low, high]`` of the ``<prefix>_median/_low/_high`` columns of a row
+    (``median [one repeat]`` where a single repeat gives no interval, '-' for none)."""
+    med, lo, hi = (row.get(f"{prefix}_{k}") for k in ("median", "low", "high"))
+    if med is None or pd.isna(med):
         return "-"
-    med, lo, hi = (float(v) * scale for v in values)
+    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
+        return f"{float(med) * scale:.{digits}f} [one repeat]"
+    med, lo, hi = (float(v) * scale for v in (med, lo, hi))
     return f"{med:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
@@ -51,18 +56,14 @@ def _read(out_dir: Path, name: str) -> pd.DataFrame | None:
 
 
 def median_coverage(n: int) -> float:
-    """Confidence of [min, max] of ``n`` repeats as an interval of the median: the chance
-    that not all ``n`` fall on one side of it, 1 - 2 * 0.5**n (distribution-free; the
-    binomial order-statistic interval). 5 repeats: 0.94, 3: 0.75, 2: 0.5, 1: none."""
-    from scipy.stats import binom
-
-    if n < 2:
-        return 0.0
-    return float(binom.cdf(n - 1, n, 0.5) - binom.cdf(0, n, 0.5))
+    """Coverage of the interval ``dlscale.stats`` gives the median of ``n`` repeats (it
+    depends on ``n`` alone): 5 repeats 0.94, 3 0.75, 2 0.5, 1 none (0)."""
+    coverage = median_interval(range(n)).coverage
+    return 0.0 if math.isnan(coverage) else coverage
 
 
 def ratio_cell(row: Mapping[str, Any] | None, prefix: str = "ratio", mark: bool = True) -> str:
-    """``median [min, max] (n) pass|miss`` of one framework x model ratio, for the lead table."""
+    """``median [low, high] (n) pass|miss`` of one framework x model ratio, for the lead table."""
     if row is None:
         return "not measured"
     text = fmt_range(row, prefix, 3)
@@ -71,14 +72,16 @@ def ratio_cell(row: Mapping[str, Any] | None, prefix: str = "ratio", mark: bool 
         return f"failed: {failure}" if isinstance(failure, str) and failure else "no ratio"
     n = int(row.get(f"{prefix}_n") or 0)
     cell = f"{text} n={n}"
-    return f"{cell} **{verdict(float(row[f'{prefix}_median']), OVERHEAD_TARGET)}**" if mark else cell
+    return f"{cell} **{verdict(float(row[f'{prefix}_median']), HARNESS.passes)}**" if mark else cell
 
 
 def lead_section(table: pd.DataFrame | None) -> str:
     """Every framework x model harness ratio in one table (catalog order), with a pass/miss
     mark against the target; a framework whose bare loop also ran in its plainest
     deployment gets a second row: that deployment's ratio (not the harness: no mark)."""
-    head = f"## Harness ratio, every framework x model (runner / fair bare loop; target >= {OVERHEAD_TARGET})\n\n"
+    head = (
+        f"## Harness ratio, every framework x model (runner / fair bare loop; target >= {HARNESS_RATIO})\n\n"
+    )
     rows_by_key = {} if table is None else {(r["framework"], r["model"]): r for r in table.to_dict("records")}
     models = list(catalog.MODEL_NAMES)
     rows = []
@@ -94,10 +97,11 @@ def lead_section(table: pd.DataFrame | None) -> str:
     coverage = ", ".join(f"{n} repeats {median_coverage(n):.0%}" for n in (5, 3, 2))
     note = (
         "\nEach cell: the median over repeats of the paired ratio runner / bare (wall-time"
-        " throughput, both arms side by side in one run, order rotated), [min, max] over those"
-        f" repeats, n = repeats, and the mark against {OVERHEAD_TARGET} (median). [min, max] of n"
-        " repeats is a distribution-free confidence interval of the median, with coverage"
-        f" 1 - 2 x 0.5^n ({coverage}). The bare loop is fed a fresh batch per step from the"
+        " throughput, both arms side by side in one run, order rotated), its interval over those"
+        f" repeats, n = repeats, and the mark against {HARNESS_RATIO} (median). The interval is"
+        " dlscale.stats' distribution-free confidence interval of the median (the study's"
+        " verdicts use the same): [min, max] up to 5 repeats, order statistics from 6, with"
+        f" coverage {coverage}. The bare loop is fed a fresh batch per step from the"
         " normalised set in memory, as a plain training loop is (benchmarks.bare_common). Details"
         " and CPU-time ratios: section 1.\n"
     )
@@ -105,7 +109,7 @@ def lead_section(table: pd.DataFrame | None) -> str:
 
 
 def overhead_section(table: pd.DataFrame | None) -> str:
-    head = f"## 1. Harness overhead (runner / bare loop throughput; target >= {OVERHEAD_TARGET})\n\n"
+    head = f"## 1. Harness overhead (runner / bare loop throughput; target >= {HARNESS_RATIO})\n\n"
     if table is None:
         return head + "Not measured.\n"
     rows = [
@@ -125,8 +129,8 @@ def overhead_section(table: pd.DataFrame | None) -> str:
         " it is the steadier measure of what the harness itself costs. The CPU p10 ratio takes"
         " the 10th percentile of the per-iteration CPU times instead of their median: a"
         " neighbour on the other core also inflates CPU time (caches, memory bandwidth), only"
-        " ever upwards, so the low quantile is each loop's own cost (benchmarks.stats."
-        "quantile_interval; the steadiest of the three on a loaded host). BigDL: one process per"
+        " ever upwards, so the low quantile is each loop's own cost (benchmarks.timing."
+        "quantile_gap; the steadiest of the three on a loaded host). BigDL: one process per"
         " arm (one SparkContext per Python process), fewer repeats (each arm is a JVM start);"
         " the runner is the study's run through dlscale.launch on its own Spark standalone"
         " cluster (driver, master, worker, executor: separate JVMs), the bare loop is"
@@ -195,15 +199,16 @@ def comm_section(table: pd.DataFrame | None) -> str:
          fmt_range(r, "mpi_bytes_per_s", 0, 1e-6), fmt_range(r, "vs_tcp", 3), fmt_range(r, "vs_mpi", 3)]
         for r in table.to_dict("records")
     ]  # fmt: skip
-    header = ["framework", "model", "gradient MB", "paired repeats", "framework MB/s", "TCP stream MB/s", "MPI allreduce MB/s",
+    header = ["framework", "model", "gradient MB", "paired repeats", "framework MB/s", "TCP ping-pong MB/s", "MPI allreduce MB/s",
               "vs TCP", "vs MPI"]  # fmt: skip
     note = (
-        "\nRatios are paired per repeat (a framework with fewer repeats pairs with the references"
-        " of its own repeats). torch: gloo all-reduce of the flat gradient; TensorFlow: MWMS ring"
-        " all-reduce (gRPC); Caffe: one MPI_Allreduce per blob; BigDL: the median per-iteration"
-        " synchronisation (step - compute, from its log) of a 2-node run of the study's set-up,"
-        " which includes the Spark job round trip that carries the exchange, so it is an upper"
-        " bound on its data movement.\n"
+        "\nEvery transfer is timed by its dlscale.commbench module (the scaling model's"
+        " micro-benchmarks), its median over a few operations per repeat. Ratios are paired per"
+        " repeat (a framework with fewer repeats pairs with the references of its own repeats)."
+        " TCP: half a ping-pong's round trip; MPI: Open MPI's MPI_Allreduce of one flat buffer."
+        " torch: gloo all-reduce of the flat gradient; TensorFlow: MWMS ring all-reduce (gRPC);"
+        " Caffe: one MPI_Allreduce per blob; BigDL: Spark's block exchange (shuffle) of the"
+        " gradient between two executors, without the Spark job that carries it in a step.\n"
     )
     return head + markdown_table(header, rows) + "\n" + note
 
@@ -254,7 +259,7 @@ def startup_section(table: pd.DataFrame | None) -> str:
 def header(info: dict[str, Any]) -> str:
     lines = ["# dlscale benchmarks", ""]
     lines.append(
-        "Every figure is a median with [min, max] over repeats; ratios are paired per repeat"
+        "Every figure is a median with its interval over repeats (dlscale.stats); ratios are paired per repeat"
         " (both arms measured side by side in the same repeat, order rotated)."
     )
     lines.append("")

@@ -2,7 +2,8 @@
 
 The worker gets the launcher's own TensorFlow environment (intra/inter-op pools, oneDNN:
 ``dlscale.runners.tensorflow.launcher.tf_env``), so its runner arm runs with a rank's
-settings. Communication: two MultiWorkerMirroredStrategy workers, ring all-reduce over gRPC.
+settings. Communication: two MultiWorkerMirroredStrategy workers, ring all-reduce over gRPC
+(``dlscale.commbench.tensorflow``, whose parameter-server rows are left out here).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CommJob, FrameworkBench, TrainingJob, two_rank_allreduce, worker_training
+from benchmarks.common import CommJob, FrameworkBench, TrainingJob, commbench_arm, worker_training
 
 #: TensorFlow's C++ log below warnings (the bench reads its workers' stdout only).
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -28,8 +29,10 @@ def training(job: TrainingJob) -> list[dict[str, Any]]:
         return worker_training(job, {**tf_env(ctx), **QUIET})
 
 
-def allreduce(job: CommJob) -> list[dict[str, Any]]:
-    return two_rank_allreduce(job, QUIET)
+def comm(job: CommJob) -> list[dict[str, Any]]:
+    """The ring all-reduce of each size between two workers (its ``tf-ring`` rows)."""
+    args = ["--worlds", 2, "--tf-worlds", 2, "--sizes", *job.sizes]
+    return commbench_arm(job, "tensorflow", args, "tf-ring", "allreduce", QUIET)
 
 
-BENCH = FrameworkBench("tensorflow", training=training, allreduce=allreduce, comm_label="TF MWMS ring (gRPC)")
+BENCH = FrameworkBench("tensorflow", training=training, comm=comm, comm_label="TF MWMS ring (gRPC)")

@@ -13,19 +13,12 @@ Sub-commands (arguments and output: benchmarks.worker_cli):
   the same pools. The pools are the
   runner's: the driver gives this process the launcher's TensorFlow environment, and
   TensorFlow is imported as the runner imports it.
-* ``allreduce``: one worker of a 2-worker MultiWorkerMirroredStrategy (ring, gRPC on
-  loopback, one port per worker) all-reducing a flat float32 gradient of each size as the
-  runner does (a one-float all-reduce as barrier, then the timed all-reduce).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -87,44 +80,7 @@ def training(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         })  # fmt: skip
 
 
-def allreduce(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in args.ports]}
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": args.rank}})
-    tf = runner.import_tensorflow()
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING, timeout_seconds=300
-    )
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-
-    def reducer(spec):  # noqa: ANN001, ANN202 - as dlscale.runners.tensorflow.mwms does it
-        @tf.function(input_signature=[spec])
-        def all_reduce(t):  # noqa: ANN001, ANN202
-            def replica(value):  # noqa: ANN001, ANN202
-                value = tf.identity(value)
-                return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, value)
-
-            return strategy.run(replica, args=(t,))
-
-        return all_reduce
-
-    barrier = reducer(tf.TensorSpec([], tf.float32))
-    barrier(tf.constant(0.0))
-    for nbytes in args.sizes:
-        flat = tf.ones([nbytes // 4], tf.float32)
-        reduce = reducer(tf.TensorSpec([nbytes // 4], tf.float32))
-        reduce(flat)  # tracing and the collective's set-up
-        times = []
-        for _ in range(args.inner):
-            barrier(tf.constant(0.0))
-            t0 = time.perf_counter()
-            reduce(flat).numpy()
-            times.append(time.perf_counter() - t0)
-        if args.rank == 0:
-            yield {"transport": "tensorflow", "nbytes": nbytes // 4 * 4, "seconds": statistics.median(times)}
-    barrier(tf.constant(0.0))
-
-
-COMMANDS = {"training": training, "allreduce": allreduce}
+COMMANDS = {"training": training}
 
 if __name__ == "__main__":
     worker_cli.run(COMMANDS, __doc__)

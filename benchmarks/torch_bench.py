@@ -8,17 +8,22 @@ from typing import Any
 
 from benchmarks.common import (
     REPO,
+    CommJob,
     FrameworkBench,
+    commbench_arm,
     run_json_lines,
-    two_rank_allreduce,
     worker_command,
     worker_env,
     worker_training,
 )
 
-BENCH = FrameworkBench(
-    "torch", training=worker_training, allreduce=two_rank_allreduce, comm_label="torch gloo"
-)
+
+def comm(job: CommJob) -> list[dict[str, Any]]:
+    """gloo's all-reduce of each size between two ranks (``dlscale.commbench.torch``)."""
+    return commbench_arm(job, "torch", ["--worlds", 2, "--sizes", *job.sizes], "gloo", "allreduce")
+
+
+BENCH = FrameworkBench("torch", training=worker_training, comm=comm, comm_label="torch gloo")
 
 
 def flops(python: Path, models: list[str], timeout_s: float = 600) -> list[dict[str, Any]]:

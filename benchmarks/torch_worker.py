@@ -8,16 +8,12 @@ Sub-commands (arguments and output: benchmarks.worker_cli):
   from the normalised set in memory (``bare_common.Dataset``), and
   torch.mm's float32 peak: three arms side by side in one process set-up.
 * ``flops``: forward+backward FLOPs per sample of each model (torch's FlopCounterMode).
-* ``allreduce``: one rank of a gloo all-reduce of each gradient size, done exactly as the
-  runner synchronises gradients (barrier, all_reduce of one flat buffer, divide).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,33 +133,7 @@ def flops(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         }
 
 
-def allreduce(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    """One rank: for each size, barrier + all_reduce + divide, median over ``inner`` calls
-    (the ranks meet at rank 0's port)."""
-    import torch.distributed as dist
-
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{args.ports[0]}", rank=args.rank, world_size=args.world
-    )
-    try:
-        for nbytes in args.sizes:
-            flat = torch.ones(nbytes // 4)
-            dist.all_reduce(flat)  # warm-up: connections and buffers
-            times = []
-            for _ in range(args.inner):
-                dist.barrier()
-                t0 = time.perf_counter()
-                dist.all_reduce(flat)
-                flat.div_(args.world)
-                times.append(time.perf_counter() - t0)
-            if args.rank == 0:
-                yield {"transport": "gloo", "nbytes": flat.numel() * 4, "seconds": statistics.median(times)}
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-COMMANDS = {"training": training, "flops": flops, "allreduce": allreduce}
+COMMANDS = {"training": training, "flops": flops}
 
 if __name__ == "__main__":
     worker_cli.run(COMMANDS, __doc__)

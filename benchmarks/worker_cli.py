@@ -42,16 +42,6 @@ COMMANDS: Mapping[str, Mapping[str, Mapping[str, Any]]] = {
         "peak": {"action": "store_true", "help": "then the matmul peak"},
         "deployment": {"choices": ["local", "standalone"], "default": "local"},
     },
-    # one rank of the framework's gradient synchronisation of each size (or each model's);
-    # ``ports``: one per rank, on loopback (under mpirun, rank and ports are MPI's)
-    "allreduce": {
-        "sizes": {"type": int, "nargs": "+", "default": []},
-        "models": {"nargs": "+", "default": []},
-        "inner": {"type": int, "default": 3},
-        "rank": {"type": int, "default": 0},
-        "world": {"type": int, "default": 2},
-        "ports": {"type": int, "nargs": "+", "default": []},
-    },
     # forward + backward FLOPs per sample of each model
     "flops": {"models": {"nargs": "+", "required": True}},
 }

@@ -14,19 +14,26 @@ import pandas as pd
 import pytest
 from conftest import REPO, torch_python
 
-from benchmarks import harness_overhead, stats, summary, worker_cli, workflow_scale
+from benchmarks import comm_efficiency, harness_overhead, stats, summary, timing, worker_cli, workflow_scale
 from benchmarks.comm_efficiency import comm_table
 from benchmarks.compute_efficiency import efficiency_table
 from benchmarks.harness_overhead import overhead_table
-from benchmarks.tcp_stream import stream
+from dlscale.thresholds import HARNESS_RATIO, threshold
 
 
-def test_summarize_median_min_max_and_drops_failed_repeats():
-    s = stats.summarize([3.0, 1.0, float("nan"), 2.0, 10.0])
-    assert (s.median, s.min, s.max, s.n) == (2.5, 1.0, 10.0, 4)
+def test_summarize_is_dlscale_stats_interval_and_drops_failed_repeats():
+    from dlscale.stats import median_interval
+
+    s = stats.summarize([3.0, 1.0, float("nan"), 2.0, 10.0, None])
+    assert (s.median, s.low, s.high, s.n) == (2.5, 1.0, 10.0, 4)  # up to 5 repeats: the range
     empty = stats.summarize([float("nan")])
     assert empty.n == 0 and math.isnan(empty.median)
-    assert s.as_row("x") == {"x_median": 2.5, "x_min": 1.0, "x_max": 10.0, "x_n": 4}
+    assert s.as_row("x") == {"x_median": 2.5, "x_low": 1.0, "x_high": 10.0, "x_n": 4}
+    one = stats.summarize([4.0])
+    assert one.median == 4.0 and math.isnan(one.low) and one.n == 1  # one repeat: no interval
+    many = [float(v) for v in (9, 1, 5, 3, 7, 2, 8, 4, 6, 10)]
+    wide = median_interval(many)  # 10 repeats: order statistics, narrower than the range
+    assert (stats.summarize(many).low, stats.summarize(many).high) == (wide.low, wide.high) == (2.0, 9.0)
 
 
 def test_ratios_are_paired_per_repeat():
@@ -34,7 +41,7 @@ def test_ratios_are_paired_per_repeat():
     runner, bare = [100.0, 50.0, 98.0], [100.0, 50.0, 100.0]
     assert stats.paired_ratios(runner, bare) == [1.0, 1.0, 0.98]
     r = stats.ratio_summary(runner, bare)
-    assert (r.median, r.min, r.max) == (1.0, 0.98, 1.0)
+    assert (r.median, r.low, r.high) == (1.0, 0.98, 1.0)
     assert math.isnan(stats.paired_ratios([1.0], [0.0])[0])
     with pytest.raises(ValueError, match="unpaired"):
         stats.paired_ratios([1.0, 2.0], [1.0])
@@ -42,30 +49,33 @@ def test_ratios_are_paired_per_repeat():
 
 def test_arm_order_rotates_so_each_arm_leads_equally_often():
     arms = ("runner", "bare", "peak")
-    orders = [stats.arm_order(r, arms) for r in range(6)]
+    orders = [timing.arm_order(r, arms) for r in range(6)]
     assert orders[0] == ["runner", "bare", "peak"] and orders[1] == ["bare", "peak", "runner"]
     assert all(sorted(o) == sorted(arms) for o in orders)
     firsts = [o[0] for o in orders]
     assert {a: firsts.count(a) for a in arms} == {"runner": 2, "bare": 2, "peak": 2}
-    assert stats.arm_order(3, []) == []
+    assert timing.arm_order(3, []) == []
 
 
-def test_interval_throughput_roofline_bandwidth_verdict():
-    assert stats.median_interval([0.0, 1.0, 3.0, 4.0]) == 1.0
+def test_gap_throughput_roofline_bandwidth_verdict():
+    assert timing.median_gap([0.0, 1.0, 3.0, 4.0]) == 1.0
     # gaps 1, 2, 1, 5: the lowest, and the 10th percentile of four (the lower order statistic)
-    assert stats.quantile_interval([0.0, 1.0, 3.0, 4.0, 9.0], 0.0) == 1.0
-    assert stats.quantile_interval([0.0, 1.0, 3.0, 4.0, 9.0], 0.1) == 1.0
-    assert stats.quantile_interval([0.0, 1.0, 3.0, 4.0, 9.0], 1.0) == 5.0
+    assert timing.quantile_gap([0.0, 1.0, 3.0, 4.0, 9.0], 0.0) == 1.0
+    assert timing.quantile_gap([0.0, 1.0, 3.0, 4.0, 9.0], 0.1) == 1.0
+    assert timing.quantile_gap([0.0, 1.0, 3.0, 4.0, 9.0], 1.0) == 5.0
     with pytest.raises(ValueError):
-        stats.quantile_interval([0.0, 1.0], 1.5)
+        timing.quantile_gap([0.0, 1.0], 1.5)
     with pytest.raises(ValueError):
-        stats.median_interval([1.0])
-    assert stats.throughput(64, 0.5) == 128.0 and math.isnan(stats.throughput(64, 0.0))
+        timing.median_gap([1.0])
+    assert timing.throughput(64, 0.5) == 128.0 and math.isnan(timing.throughput(64, 0.0))
+    assert timing.finite_median([3.0, None, float("nan"), 1.0]) == 2.0
+    assert math.isnan(timing.finite_median([]))
     assert stats.roofline_fraction(100.0, 1e9, 2e11) == 0.5
     assert stats.bandwidth(1e6, 0.5) == 2e6
-    assert stats.verdict(0.98, 0.97) == "pass" and stats.verdict(0.96, 0.97) == "miss"
-    assert stats.verdict(12.0, 20.0, higher_is_better=False) == "pass"
-    assert stats.verdict(float("nan"), 1.0) == "n/a"
+    harness = threshold("harness_ratio").passes
+    assert stats.verdict(0.98, harness) == "pass" and stats.verdict(0.96, harness) == "miss"
+    assert stats.verdict(12.0, workflow_scale.below(20.0)) == "pass"
+    assert stats.verdict(float("nan"), harness) == "n/a"
 
 
 def _raw() -> pd.DataFrame:
@@ -92,12 +102,12 @@ def _raw() -> pd.DataFrame:
 def test_overhead_table_pairs_runner_and_bare():
     table = overhead_table(_raw())
     row = table.iloc[0]
-    assert (row["ratio_median"], row["ratio_min"], row["ratio_max"]) == (0.99, 0.95, 1.0)
+    assert (row["ratio_median"], row["ratio_low"], row["ratio_high"]) == (0.99, 0.95, 1.0)
     assert row["cpu_ratio_median"] == 0.99
     # paired per repeat: 285/300, 151/150, 299/300
     assert row["cpu_q_ratio_median"] == pytest.approx(299 / 300) and row["cpu_q_ratio_n"] == 3
-    assert row["cpu_q_ratio_max"] == pytest.approx(151 / 150) and row["verdict_cpu_q"] == "pass"
-    assert row["verdict"] == "pass" and row["target"] == 0.97
+    assert row["cpu_q_ratio_high"] == pytest.approx(151 / 150) and row["verdict_cpu_q"] == "pass"
+    assert row["verdict"] == "pass" and row["target"] == HARNESS_RATIO
     assert row["runner_samples_per_s_median"] == 95.0
 
 
@@ -116,9 +126,9 @@ def test_overhead_table_splits_deployment_from_harness():
     bigdl = table.loc["bigdl"]
     # harness: runner / bare on the same deployment, paired: 30/31, 20/20
     assert bigdl["ratio_median"] == pytest.approx((30 / 31 + 1.0) / 2)
-    assert bigdl["ratio_min"] == pytest.approx(30 / 31) and bigdl["ratio_n"] == 2
+    assert bigdl["ratio_low"] == pytest.approx(30 / 31) and bigdl["ratio_n"] == 2
     # deployment: bare standalone / bare local, paired: 31/40, 20/25
-    assert bigdl["deployment_ratio_min"] == pytest.approx(0.775) and bigdl["deployment_ratio_max"] == 0.8
+    assert bigdl["deployment_ratio_low"] == pytest.approx(0.775) and bigdl["deployment_ratio_high"] == 0.8
     assert bigdl["bare_local_samples_per_s_median"] == 32.5
     assert table.loc["torch", "deployment_ratio_n"] == 0  # no local arm: no deployment ratio
 
@@ -187,7 +197,7 @@ def test_summary_leads_with_every_framework_model_ratio(tmp_path):
     assert deployment[alexnet] == "0.788 [0.775, 0.800] n=2"  # no mark: not the harness
     assert "torch deployment (bare standalone / bare local)" not in rows
     assert rows["caffe"][catalog.MODEL_NAMES.index("resnet50")].startswith("failed: timed out after 2700 s")
-    assert "coverage 1 - 2 x 0.5^n (5 repeats 94%, 3 repeats 75%, 2 repeats 50%)" in lead
+    assert "coverage 5 repeats 94%, 3 repeats 75%, 2 repeats 50%" in lead
     miss = _raw().assign(samples_per_s=lambda d: d["samples_per_s"].where(d["arm"] != "runner", 90.0))
     overhead_table(miss).to_csv(tmp_path / "harness_overhead.csv", index=False)
     assert "0.900 [0.900, 1.800] n=3 **miss**" in summary.build(tmp_path)
@@ -196,6 +206,7 @@ def test_summary_leads_with_every_framework_model_ratio(tmp_path):
 def test_median_coverage_is_the_order_statistic_interval():
     assert summary.median_coverage(5) == pytest.approx(1 - 2 / 32)
     assert summary.median_coverage(2) == pytest.approx(0.5) and summary.median_coverage(1) == 0.0
+    assert summary.median_coverage(10) == pytest.approx(1 - 2 * 11 / 1024)  # [x_(2), x_(9)]
 
 
 def test_efficiency_table_uses_each_repeats_own_peak():
@@ -203,8 +214,8 @@ def test_efficiency_table_uses_each_repeats_own_peak():
     row = efficiency_table(_raw(), flops).iloc[0]
     # fractions per repeat: 95*2e8/4e10, 50*2e8/2e10, 99*2e8/4e10 = 0.475, 0.5, 0.495
     assert row["fraction_median"] == pytest.approx(0.495)
-    assert row["fraction_min"] == pytest.approx(0.475)
-    assert row["bare_fraction_max"] == pytest.approx(0.5)
+    assert row["fraction_low"] == pytest.approx(0.475)
+    assert row["bare_fraction_high"] == pytest.approx(0.5)
     assert row["peak_flops_median"] == 4e10
     # CPU-time throughput is twice the wall one here, against the same peak
     assert row["cpu_fraction_median"] == pytest.approx(0.99)
@@ -221,9 +232,9 @@ def test_comm_table_ratios_against_tcp_and_mpi():
     flops = pd.DataFrame({"model": ["lenet"], "gradient_bytes": [4000]})
     row = comm_table(raw, flops, ["torch"]).iloc[0]
     assert row["model"] == "lenet" and row["nbytes"] == 4000
-    assert row["vs_tcp_median"] == 0.5 and row["vs_tcp_min"] == 0.5
+    assert row["vs_tcp_median"] == 0.5 and row["vs_tcp_low"] == 0.5
     assert row["vs_mpi_median"] == 1.0
-    assert row["tcp_bytes_per_s_max"] == 2e9
+    assert row["tcp_bytes_per_s_high"] == 2e9
 
 
 @pytest.mark.parametrize("runs", [100, 1000, 10000])
@@ -238,11 +249,11 @@ def test_generated_studies_have_exactly_the_asked_runs(runs, schema):
 
 
 def test_synthetic_events_aggregate_as_ok_runs(tmp_path):
-    from dlscale import analysis, catalog
+    from dlscale import catalog, tables
 
     paths = workflow_scale.write_synthetic_study(tmp_path, runs=20)
     assert len(paths) == 20
-    runs, iterations = analysis.load_events(paths)
+    runs, iterations = tables.load_events(paths)
     assert runs["status"].eq("ok").all(), runs[["run_id", "reason"]]
     assert set(runs["nodes"]) == set(workflow_scale.AGG_NODES)
     lenet = runs[runs["model"].eq("lenet")]
@@ -256,8 +267,8 @@ def test_synthetic_events_aggregate_as_ok_runs(tmp_path):
 def test_summary_tables_have_targets_and_verdicts(tmp_path):
     overhead_table(_raw()).to_csv(tmp_path / "harness_overhead.csv", index=False)
     pd.DataFrame(
-        [{"task": "snakemake -n", "runs": 10000, "wall_s_median": 25.0, "wall_s_min": 24.0,
-          "wall_s_max": 30.0, "cpu_s_median": 15.0, "peak_rss_mb_max": 400.0,
+        [{"task": "snakemake -n", "runs": 10000, "wall_s_median": 25.0, "wall_s_low": 24.0,
+          "wall_s_high": 30.0, "cpu_s_median": 15.0, "peak_rss_mb_max": 400.0,
           "loadavg_1m_median": 8.0, "target_s": 20.0, "verdict": "miss", "verdict_cpu": "pass"}]
     ).to_csv(tmp_path / "workflow_scale.csv", index=False)  # fmt: skip
     text = summary.build(tmp_path)
@@ -272,8 +283,9 @@ def test_summary_tables_have_targets_and_verdicts(tmp_path):
 
 def test_fmt_helpers():
     assert summary.fmt(float("nan")) == "-" and summary.fmt(1.234, 1) == "1.2"
-    assert summary.fmt_range({"x_median": 1.0, "x_min": 0.5, "x_max": 2.0}, "x", 1) == "1.0 [0.5, 2.0]"
-    assert summary.fmt_range({"x_median": 1.0}, "x") == "-"
+    assert summary.fmt_range({"x_median": 1.0, "x_low": 0.5, "x_high": 2.0}, "x", 1) == "1.0 [0.5, 2.0]"
+    assert summary.fmt_range({"x_median": 1.0}, "x") == "1.00 [one repeat]"
+    assert summary.fmt_range({"x_median": float("nan")}, "x") == "-"
     assert summary.markdown_table(["a", "b"], [["1", "2"]]).splitlines() == [
         "| a | b |",
         "|---|---|",
@@ -281,10 +293,34 @@ def test_fmt_helpers():
     ]
 
 
-def test_tcp_stream_moves_every_byte_on_loopback():
-    rows = stream([1 << 20, 3 << 20], inner=1)
-    assert [r["nbytes"] for r in rows] == [1 << 20, 3 << 20]
-    assert all(r["transport"] == "tcp" and r["seconds"] > 0 for r in rows)
+def test_commbench_rows_become_one_median_a_size():
+    """A commbench run's rows, reduced to the bench's one value a size: only the arm's own
+    library, op and world; the median of its operations; Spark's whole-row bytes keyed by
+    the size asked for (its bandwidth counted from what it moved)."""
+    from benchmarks.common import commbench_sizes
+
+    rows = [
+        {"library": "spark", "op": "shuffle", "world": "2", "nbytes": "1703936", "seconds": s}
+        for s in ("0.3", "0.1", "0.2")
+    ]
+    rows += [{"library": "spark", "op": "shuffle", "world": "1", "nbytes": "1703936", "seconds": "9"}]
+    rows += [{"library": "spark", "op": "job", "world": "2", "nbytes": "0", "seconds": "9"}]
+    rows += [{"library": "spark", "op": "shuffle", "world": "2", "nbytes": "4194304", "seconds": "9"}]
+    found = commbench_sizes(rows, [1724320, 11349256], "spark", "shuffle")
+    assert found == [
+        {"nbytes": 1724320, "moved": 1703936, "seconds": 0.2, "library": "spark", "op": "shuffle"}
+    ]
+
+
+def test_the_tcp_reference_comes_from_commbench(tmp_path):
+    """The reference arm runs ``dlscale.commbench.tcp`` (the scaling model's ping-pong) and
+    gives one row a size for the communication table."""
+    from benchmarks.common import CommJob
+
+    job = CommJob("tcp", sys.executable, [4096, 1 << 20], 2, 120.0)
+    rows = comm_efficiency.tcp(job)
+    assert [r["nbytes"] for r in rows] == [4096, 1 << 20] and all(r["seconds"] > 0 for r in rows)
+    assert {(r["library"], r["op"]) for r in rows} == {("tcp", "pingpong")}
 
 
 MLP_FLOPS_CODE = """
@@ -337,7 +373,7 @@ def test_every_framework_has_a_benchmark_entry_and_comm_jobs_know_their_models()
     found, missing = covered(catalog.FRAMEWORK_NAMES)
     assert missing == [] and [e.name for e in found] == list(catalog.FRAMEWORK_NAMES)
     assert list(FRAMEWORKS) == list(catalog.FRAMEWORK_NAMES)  # keyed and ordered by the catalog
-    assert all(e.training and e.allreduce for e in found)
+    assert all(e.training and e.comm for e in found)
     assert CommJob("torch", "python", [4], 1, 1.0).models == {}
     # BigDL's arms are a JVM start each: capped repeats, never zero
     bigdl = FRAMEWORKS["bigdl"]
@@ -379,9 +415,9 @@ def test_worker_command_lines_round_trip(tmp_path, capsys):
     assert cmd[:4] == ["py", "-m", "benchmarks.torch_worker", "training"]
     args = worker_cli.parse_args(["training"], cmd[3:])
     assert args.spec == spec and args.data == tmp_path and args.repeats == 2
-    ranks = worker_cli.arguments("allreduce", rank=1, ports=[5, 6], sizes=[4, 8])
-    args = worker_cli.parse_args(["allreduce"], ranks)
-    assert (args.rank, args.world, args.ports, args.sizes, args.inner) == (1, 2, [5, 6], [4, 8], 3)
+    flops = worker_cli.parse_args(["flops"], worker_cli.arguments("flops", models=["lenet", "alexnet"]))
+    assert flops.models == ["lenet", "alexnet"]
+    assert "allreduce" not in worker_cli.COMMANDS  # communication is dlscale.commbench's
     assert worker_cli.arguments("bare", peak=True)[-1] == "--peak" and "--peak" not in worker_cli.arguments(
         "bare", peak=False
     )
@@ -459,7 +495,7 @@ def _bigdl_events(warmup: int, steps: list[float], gap: float = 0.05) -> list[di
 
 
 def test_bigdl_log_rates_from_iteration_events():
-    from benchmarks.stats import log_rates
+    from benchmarks.timing import log_rates
 
     events = _bigdl_events(2, [5.0, 1.0, 0.45, 0.45, 0.45, 0.95])
     rates = log_rates(list(reversed(events)), warmup=2, batch=64)  # order does not matter
