@@ -53,8 +53,8 @@ test-faults: $(VENV)/.installed
 
 ## bench: performance benchmarks of all four frameworks -> results/bench/*.csv, summary.md, figures
 ## (13.9 min measured on 2 shared cores at load 2-17; AlexNet/ResNet-50 at most 3 repeats, BigDL
-## 2 training / 1 comm: see benchmarks/README.md). Builds what it needs (framework venvs, Open MPI
-## + .venvs/bench-mpi). BENCH_REPEATS=5 by default.
+## 2 training / 1 comm: see benchmarks/README.md). Builds what it needs (framework venvs; the
+## communication arms are dlscale.commbench's, Open MPI's in the caffe venv). BENCH_REPEATS=5 by default.
 BENCH_REPEATS ?= 5
 .PHONY: bench
 bench: $(VENV)/.installed

@@ -2,9 +2,12 @@
 
 Every figure here is a ratio of two things measured side by side in one run (A/B
 alternated, so that a noisy neighbour on a shared node hurts both arms alike), reported as
-the median with min/max over repeats. Benchmarks report; tests never assert timings.
+the median with its interval over repeats (``dlscale.stats``). Benchmarks report; tests
+never assert timings.
 
-Modules with one job each: ``stats`` (pure arithmetic), ``common`` (driver-side helpers and
+Modules with one job each: ``stats`` (summaries over repeats and verdicts, on
+``dlscale.stats`` and ``dlscale.thresholds``), ``timing`` (the workers' loop arithmetic,
+standard library), ``common`` (driver-side helpers and
 ``FrameworkBench``, what a framework plugs in), ``<framework>_bench`` (each framework's
 entry, declared in its own module), ``registry`` (collects the entries by the catalog's
 framework names), ``harness_overhead`` / ``compute_efficiency`` / ``comm_efficiency`` /

@@ -1,6 +1,6 @@
 """The benchmarks' arithmetic and tables (pure functions), their registry and worker command
-line, plus the FLOP count (in the torch venv), the TCP stream and the figures for real. No
-timing is asserted anywhere: benchmarks report, tests check correctness."""
+line, plus the FLOP count (in the torch venv), the commbench TCP reference and the figures
+for real. No timing is asserted anywhere: benchmarks report, tests check correctness."""
 
 from __future__ import annotations
 
