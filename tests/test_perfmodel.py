@@ -13,10 +13,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from dlscale import catalog, perfmodel_figures
+from dlscale import catalog
 from dlscale import perfmodel as pm
 from dlscale.commbench.blobs import blob_bytes
 from dlscale.networks import PRESETS
+from dlscale.perfmodel import figures as perfmodel_figures
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1e6

@@ -1,6 +1,6 @@
 """The scaling model's figures: projection with its band, validation, latency sensitivity, micro-benchmarks.
 
-Drawn with altair from the tables of ``dlscale.perfmodel`` and written in every format of
+Drawn with altair from the tables of ``dlscale.perfmodel.pipeline`` and written in every format of
 ``dlscale.outputs.FIGURE_FORMATS`` through ``dlscale.figures.save_chart`` (atomic). A table
 with nothing in it gives a chart that says why, never an error.
 """
@@ -16,6 +16,7 @@ import pandas as pd
 
 from dlscale import catalog
 from dlscale.figures import draw, empty_chart
+from dlscale.perfmodel.runs import setup_of
 
 #: Figures this module draws, by the name the perfmodel rule gives their files.
 PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation", "latency_sensitivity", "commbench")
@@ -72,8 +73,6 @@ def projection_chart(
         lines = pd.concat([lines, host_model.assign(curve="model on this host")], ignore_index=True)
     points = pd.DataFrame(columns=["model", "setup", "nodes", "speedup", "efficiency", "run_id"])
     if runs is not None and not runs.empty and "status" in runs:
-        from dlscale.perfmodel import setup_of
-
         ok = runs[runs["status"].eq("ok") & runs.get("speedup", pd.Series(np.nan, index=runs.index)).notna()]
         if "network" in ok:
             ok = ok[ok["network"].fillna("host").eq("host")]
