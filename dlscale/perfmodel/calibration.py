@@ -36,8 +36,8 @@ from dlscale.perfmodel.runs import communicating, measured_runs
 
 #: The smallest exposed time a host run's weight in the offset fit divides by: a ring's
 #: exposed time is a difference of two medians (step - compute) and can come out at
-#: microseconds by noise; the host's scheduling jitter is about a millisecond (LeNet's
-#: 2-rank runs: 3-23 ms of residual), so a run weighs at most as a 1 ms one.
+#: microseconds by noise, below the host's scheduling jitter of about a millisecond
+#: (``docs/perfmodel.md``), so a run weighs at most as a 1 ms one.
 _OFFSET_SCALE_FLOOR_S = 1e-3
 
 CALIBRATION_COLUMNS: tuple[str, ...] = (
@@ -58,19 +58,16 @@ def fit_spark_step(cal: Calibration, host_runs: pd.DataFrame) -> Fit | None:
     host-network runs: ``exposed - exchange(N) = s_0 + s_1·N``, ``s_0, s_1 >= 0``.
 
     Why from runs: a training iteration's Spark cost grows far faster with the executors
-    than a JVM-only job of ``N`` empty tasks (the micro-benchmark's ``j_1``, about 12 ms per
-    executor here, against about 120 ms in training runs at 1-4 executors), since a real
-    task deserialises the model, fetches the weights and its driver waits for the slowest
-    executor. The block exchange (``exchange_parts``, micro-benchmark ``shuffle`` fit, with
-    the host's contention) is taken off each run's exposed time and a line with
-    non-negative coefficients is fitted by bounded least squares (``scipy.optimize.lsq_linear``, exact ``bvls``;
-    absolute residuals: the points are all tenths of a second). None where the runs cannot
-    pin a slope (fewer than two executor counts) or the set-up is not BigDL's; the model
-    then falls back to the micro-benchmark (``spark_step_cost``).
-
-    Only host-network runs belong here (``validate``'s held-out runs are the emulated ones).
-    On this shared host the runs' slope carries the contention of ``N`` JVMs on its cores; a
-    projection to nodes with cores of their own keeps it (no measurement separates it).
+    than a JVM-only job of ``N`` empty tasks (the micro-benchmark's), since a real task
+    deserialises the model, fetches the weights and its driver waits for the slowest
+    executor. The block exchange (``exchange_parts``, with the host's contention) is taken
+    off each run's exposed time and a line with non-negative coefficients is fitted by
+    bounded least squares (``scipy.optimize.lsq_linear``, exact ``bvls``; absolute
+    residuals: the points are of one order of magnitude). None where the runs cannot pin a
+    slope (fewer than two executor counts) or the set-up is not BigDL's; the model then
+    falls back to the micro-benchmark (``spark_step_cost``). Only host-network runs belong
+    here; on a shared host their slope carries the contention of ``N`` JVMs too, which a
+    projection keeps (no measurement separates the two).
     """
     if cal.pattern != BIGDL or "shuffle" not in cal.fits or host_runs.empty:
         return None
@@ -213,18 +210,14 @@ def calibrate_measured(
 def with_offset(cal: Calibration, host_runs: pd.DataFrame, num_ps: int = 1) -> Calibration:
     """``cal`` with its offset: what its host runs' exposed time has beyond the library model.
 
-    On this host the ranks of a run share its cores, and the exposed time of a run with
-    more ranks than cores holds the wait for the rank the scheduler ran last: measured on
-    the quiet validation study (2 cores, LeNet and AutoEncoder), the residual of torch's,
-    TensorFlow's and Caffe-MPI's host runs was 3-23 ms at 2 ranks, 22-59 ms at 4 and
-    71-117 ms at 8, about linear in ``rho(P) - 1``; one median over them put 29-47 ms on
-    every 2-rank prediction. And the runner copies the gradient in and out of the
-    library's buffer, every rank at once: AlexNet's 244 MB left 0.18-0.87 s a step at 2
-    ranks that LeNet's 1.7 MB did not. So the offset is ``o_0 + o_1·(rho - 1) +
-    o_2·S·rho``, each term where the runs identify it (``offset_fit``), else their median.
-    BigDL keeps the median: its Spark line in the executors is fitted on the same runs and
-    already grows with them. The projection's offset is fitted the same way on the
-    skew-free synchronisation of the runs with a core per rank (``p_0 + p_2·S``).
+    The ranks of a host run share its cores, so a run with more ranks than cores waits for
+    the rank the scheduler ran last (about linear in ``rho(P) - 1``), and the runner copies
+    the gradient in and out of the library's buffer, every rank at once (per gradient byte):
+    the offset is ``o_0 + o_1·(rho - 1) + o_2·S·rho``, each term where the runs identify it
+    (``offset_fit``), else their median. BigDL keeps the median: its Spark line in the
+    executors is fitted on the same runs and already grows with them. The projection's
+    offset is fitted the same way on the skew-free synchronisation of the runs with a core
+    per rank (``p_0 + p_2·S``). The measurements behind both terms: ``docs/perfmodel.md``.
     """
     group = host_runs[host_runs["exposed_s"].notna()]
     if group.empty:

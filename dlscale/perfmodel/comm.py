@@ -44,7 +44,7 @@ def link_scale(fit: Fit | None) -> float:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Everything that predicts one set-up's communication (see the module docstring)."""
+    """Everything that predicts one set-up's communication (``docs/perfmodel.md``)."""
 
     setup: str
     pattern: str
@@ -235,7 +235,7 @@ def spark_step_cost(cal: Calibration, executors: Any) -> np.ndarray:
 
     From the set-up's host runs where they pin it (``fit_spark_step``: two or more executor
     counts), else from the micro-benchmark's JVM-only jobs, ``2·(j_0 + j_1·N)``, else (library
-    fitted on runs, ``source = runs``) the shuffle fit's constant: see the module docstring.
+    fitted on runs, ``source = runs``) the shuffle fit's constant (``docs/perfmodel.md``).
     """
     n = np.asarray(executors, dtype="float64")
     step, job = cal.fits.get(SPARK_STEP), cal.fits.get("job")

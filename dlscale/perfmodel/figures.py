@@ -17,6 +17,7 @@ import pandas as pd
 from dlscale import catalog
 from dlscale.figures import draw, empty_chart
 from dlscale.perfmodel.runs import setup_of
+from dlscale.perfmodel.validation import VALIDATION_TARGET
 
 #: Figures this module draws, by the name the perfmodel rule gives their files.
 PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation", "latency_sensitivity", "commbench")
@@ -182,7 +183,9 @@ def projection_chart(
 
 
 def validation_chart(validation: pd.DataFrame, summary: pd.DataFrame | None = None) -> alt.TopLevelMixin:
-    """Predicted vs measured step time of the held-out runs, with y = x and +-10% lines."""
+    """Predicted vs measured step time of the held-out runs, with y = x and the validation
+    target's lines (``VALIDATION_TARGET``: +-10%)."""
+    target = VALIDATION_TARGET
     table = validation
     if len(validation):
         table = validation[pd.to_numeric(validation["predicted_s"], errors="coerce").notna()]
@@ -215,7 +218,7 @@ def validation_chart(validation: pd.DataFrame, summary: pd.DataFrame | None = No
     guide = pd.DataFrame(
         [
             {"measured_s": v, "predicted_s": v * f, "line": name}
-            for f, name in ((1.0, "y = x"), (1.1, "+10%"), (0.9, "-10%"))
+            for f, name in ((1.0, "y = x"), (1 + target, f"+{target:.0%}"), (1 - target, f"-{target:.0%}"))
             for v in (low, high)
         ]
     )

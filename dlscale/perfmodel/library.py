@@ -69,10 +69,8 @@ def emulated_parts(
 
     A cell whose node sends more than the bucket holds is taken as drained
     (``Link.refilled(0)``): a benchmark repeats its operation back to back, so after the
-    first repeats such a node sends at the link's rate (measured, Open MPI on 4 emulated
-    100 Mbit/s nodes, 64 KiB: 0.41, 2.0, 7.9, 7.9, 7.9 ms); a cell within the bucket as
-    full (the loop's gaps refill what it spends: Open MPI's 64 KiB at 1 Gbit/s passes at
-    loopback speed every repeat). Between the two, how much the gaps refill is not known,
+    first repeats such a node sends at the link's rate; a cell within the bucket as full
+    (the loop's gaps refill what it spends). Between the two, how much the gaps refill is not known,
     so cells that send less than ``LOOP_FIT_MIN_BUCKETS`` buckets per node are checked but
     not fitted (``fit_overlap``). The wire is returned at its nominal rate (``wire_scale`` 1)."""
     emulated = cells[cells["network"].ne(HOST) & cells["algorithm"].eq("default") & cells["seconds"].gt(0)]
@@ -116,10 +114,8 @@ def emulated_parts(
 
 
 #: Cells a benchmark loop sends fewer bytes per node than this many token buckets of
-#: (``tc tbf``'s, 256 KiB) are not fitted: how full the loop's gaps leave the bucket decides
-#: their time (measured: Open MPI's 64 KiB all-reduce on emulated 1 Gbit/s nodes passes at
-#: loopback speed every repeat, 0.07 ms; at 100 Mbit/s it falls to the rate by the third).
-#: At 8 buckets a full and an empty bucket differ by at most an eighth of the wire time.
+#: (``tc tbf``'s) are not fitted: how full the loop's gaps leave the bucket decides their
+#: time. At 8 buckets a full and an empty bucket differ by at most an eighth of the wire time.
 LOOP_FIT_MIN_BUCKETS = 8.0
 #: Bounds of the fitted wire scale (``fit_overlap``): a library cannot beat the link's
 #: rate by more than the bucket lets it, nor is a 5x slowdown a rate any more.
@@ -135,15 +131,11 @@ def fit_overlap(cells: pd.DataFrame, fits: Fits) -> dict[FitKey, Fit]:
     the rest of the model never sees them, and the training runs on emulated networks (the
     validation's held-out set) are never fitted.
 
-    Why a scale: on the same shaped links raw TCP and gloo move 4 MiB at 1.00-1.04x the
-    rate, Open MPI at 1.5-1.9x (its all-reduce and Caffe's per-blob pattern alike). The
-    cause is Open MPI's rendezvous protocol for messages above the TCP BTL's 64 KiB eager
-    limit: the sender waits for the receiver's reply, which queues behind the receiver's
-    own data in its shaped egress queue (``tc tbf`` holds up to 100 ms). Measured, 2
-    emulated 100 Mbit/s nodes, 4 MiB all-reduce, medians of 7, interleaved: 654-717 ms
-    as shipped, 348-374 ms with the rendezvous off (``btl_tcp_eager_limit``, ``_rndv_eager_
-    limit`` and ``_max_send_size`` at 16 MiB), the rate being 336 ms. It is the emulator's
-    deep queue, not the network's rate: a projection to a real network uses 1.
+    Why a scale: through the same shaped links some libraries move their bytes slower
+    than the rate (Open MPI: its rendezvous for messages above the TCP BTL's eager limit
+    waits for a reply queued behind the peer's own data in ``tc tbf``'s deep egress queue;
+    measured in ``docs/perfmodel.md``). That is the emulator's queue, not the network's
+    rate: a projection to a real network uses 1.
     """
     out = dict(fits)
     by_library: dict[tuple[str, str], list[tuple[float, ...]]] = {}

@@ -66,9 +66,9 @@ def validate(
       ``compute_error`` is that compute against the run's own);
     * ``predicted_given_compute_s`` (``error_given_compute``): the run's own measured
       compute plus the predicted communication, for runs that synchronise (a one-rank
-      ring run's step is its compute: no prediction). On a shared host compute varies between
-      runs (up to 3x seen), which says nothing about the model, whose job is the
-      communication and the scaling: this is the model's error.
+      ring run's step is its compute: no prediction). On a shared host compute varies
+      between runs, which says nothing about the model, whose job is the communication and
+      the scaling: this is the model's error.
 
     The link's bucket holds what the compute before the synchronisation refilled
     (``Link.refilled``: the predicted compute, resp. the measured one). A run that cannot be
