@@ -13,14 +13,15 @@ import argparse
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from dlscale import atomic, figures, roofline, verdicts
-from dlscale.tables import add_roofline, load_events
+from dlscale import atomic, convergence, figures, roofline, verdicts
+from dlscale.evals import Target, parse_target
+from dlscale.tables import add_roofline, load_study
 
 
 def findings(runs: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -37,6 +38,8 @@ OUTPUT_FILES: Mapping[str, str] = {
     "cells_csv": "cells.csv",
     "findings_csv": "findings.csv",
     "claims_csv": "claims.csv",
+    "evals_csv": "evals.csv",
+    "time_to_target_csv": "time_to_target.csv",
 }
 
 
@@ -49,16 +52,33 @@ class Tables:
     cells: pd.DataFrame
     findings: pd.DataFrame
     claims: pd.DataFrame
+    #: One row per eval event (held-out quality during and after training).
+    evals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Per model, set-up and node count with a quality target: who trains to it fastest.
+    time_to_target: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def aggregate(paths: Iterable[str | os.PathLike[str]], peak: Mapping[str, Any] | None = None) -> Tables:
+def aggregate(
+    paths: Iterable[str | os.PathLike[str]],
+    peak: Mapping[str, Any] | None = None,
+    targets: Mapping[str, Target] | None = None,
+) -> Tables:
     """Events files -> every table. Files are read in sorted order, so the tables do not
     depend on the order the paths come in (a rule's input list, a directory walk).
-    ``peak``: the host's matmul peak (dlscale.roofline) for the roofline fraction."""
-    runs, iterations = load_events(sorted(paths, key=str))
+    ``peak``: the host's matmul peak (dlscale.roofline) for the roofline fraction;
+    ``targets``: model -> quality target, over what the runs' specs carry (dlscale.evals)."""
+    runs, iterations, evals = load_study(sorted(paths, key=str), targets)
     runs = add_roofline(runs, peak)
     cells = verdicts.cells(runs)
-    return Tables(runs, iterations, cells, verdicts.findings(cells), verdicts.claims(cells, runs=runs))
+    return Tables(
+        runs,
+        iterations,
+        cells,
+        verdicts.findings(cells),
+        verdicts.claims(cells, runs=runs),
+        evals,
+        convergence.fastest_to_target(cells),
+    )
 
 
 def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]]) -> list[Path]:
@@ -73,6 +93,8 @@ def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]])
         "cells_csv": lambda tmp: tables.cells.to_csv(tmp, index=False),
         "findings_csv": lambda tmp: tables.findings.to_csv(tmp, index=False),
         "claims_csv": lambda tmp: tables.claims.to_csv(tmp, index=False),
+        "evals_csv": lambda tmp: tables.evals.to_csv(tmp, index=False),
+        "time_to_target_csv": lambda tmp: tables.time_to_target.to_csv(tmp, index=False),
     }
     return [atomic.replace_with(target, writers[name]) for name, target in targets.items()]
 
@@ -136,12 +158,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--peak",
         help="the host's matmul peak (results/host/matmul_peak.json) for the roofline fraction",
     )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="MODEL=METRIC:VALUE",
+        help="judge MODEL's runs by time to this held-out quality (e.g. lenet=top1:0.98; repeatable),"
+        " over the target their specs carry",
+    )
     args = parser.parse_args(argv)
+    try:
+        targets = dict(parse_target(text) for text in args.target)
+    except ValueError as err:
+        parser.error(str(err))
     paths = find_events(args.runs_dir)
     if not paths:
         print(f"{args.runs_dir}: no events.jsonl found", file=sys.stderr)
         return 2
-    tables = aggregate(paths, roofline.read_peak(args.peak))
+    tables = aggregate(paths, roofline.read_peak(args.peak), targets)
     out = Path(args.out)
     written = write_outputs(tables, {name: out / filename for name, filename in OUTPUT_FILES.items()})
     print(summary(tables.runs))

@@ -1,7 +1,8 @@
 """The event schema shared by every runner, parser and the analysis.
 
 A run's events live in one JSON Lines file (``events.jsonl``), one object a line:
-``run_start``, then ``iteration`` events (one per rank and iteration), then ``run_end``.
+``run_start``, then ``iteration`` events (one per rank and iteration) and ``eval`` events
+(rank 0's held-out quality, between iterations), then ``run_end``.
 The file is written atomically (temporary file + rename), so a reader never sees half a
 run: a file that exists is a whole record, ok or failed. Ranks stream their own events
 into part files while they train (so that a crash still leaves evidence of where it
@@ -28,7 +29,10 @@ from typing import IO, Any
 
 from dlscale import atomic
 
-EVENT_TYPES = ("run_start", "iteration", "run_end")
+EVENT_TYPES = ("run_start", "iteration", "eval", "run_end")
+
+#: Held-out quality metrics an eval event may carry (dlscale.quality holds their rules).
+EVAL_METRICS = ("top1", "top5", "mse")
 
 RUN_ID_FIELDS = ("framework", "model", "nodes", "ranks_per_node", "batch", "repeat")
 
@@ -54,6 +58,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
         "loss",
         "time",
     ),
+    "eval": ("rank", "iteration", "split", "metric", "value", "samples", "eval_s", "train_s", "time"),
     "run_end": ("status", "reason", "time"),
 }
 
@@ -148,6 +153,25 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
             "time": {"type": ["number", "null"], "finite": True},
         },
     },
+    # Held-out quality after ``iteration`` training iterations (warm-up included), measured
+    # outside every timed step: ``eval_s`` is the evaluation's own wall time, ``train_s`` the
+    # timed training seconds so far (warm-up excluded), the clock of time to target.
+    "eval": {
+        "type": "object",
+        "required": list(REQUIRED_FIELDS["eval"]),
+        "properties": {
+            "event": {"const": "eval"},
+            "rank": {"type": "integer", "minimum": 0},
+            "iteration": {"type": "integer", "minimum": 0},
+            "split": {"enum": ["test"]},
+            "metric": {"enum": list(EVAL_METRICS)},
+            "value": {"type": "number", "minimum": 0, "finite": True},
+            "samples": {"type": "integer", "minimum": 1},
+            "eval_s": _SECONDS,
+            "train_s": _SECONDS,
+            "time": _FINITE_NUMBER,
+        },
+    },
     "run_end": {
         "type": "object",
         "required": list(REQUIRED_FIELDS["run_end"]),
@@ -207,6 +231,18 @@ def validate_event(event: Any) -> dict[str, Any]:
             raise EventError(f"iteration event: time={when!r} is not a finite number or null")
         if "warmup" in event and not isinstance(event["warmup"], bool):
             raise EventError(f"iteration event: warmup={event['warmup']!r} is not true or false")
+    elif kind == "eval":
+        for key in ("rank", "iteration", "samples"):
+            if not isinstance(event[key], int) or isinstance(event[key], bool) or event[key] < 0:
+                raise EventError(f"eval event: {key}={event[key]!r} is not an integer >= 0")
+        if event["metric"] not in EVAL_METRICS:
+            raise EventError(
+                f"eval event: metric={event['metric']!r} is not one of {', '.join(EVAL_METRICS)}"
+            )
+        for key in ("value", "eval_s", "train_s"):
+            value = event[key]
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise EventError(f"eval event: {key}={value!r} is not a finite number >= 0")
     elif kind == "run_end":
         if event["status"] not in STATUSES:
             raise EventError(f"run_end event: status={event['status']!r} is not ok or failed")

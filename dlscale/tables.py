@@ -77,7 +77,9 @@ import jsonschema
 import numpy as np
 import pandas as pd
 
+from dlscale import evals as dlevals
 from dlscale import roofline
+from dlscale.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
 from dlscale.events import EVENT_SCHEMAS, EventError, read_numbered
 from dlscale.networks import HOST
 from dlscale.study import RUN_ID_PATTERN, Run
@@ -123,6 +125,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "roofline_fraction",
     "loss_first",
     "loss_last",
+    *QUALITY_COLUMNS,
     "startup_s",
     "wall_s",
     "threads_per_rank",
@@ -160,6 +163,7 @@ MEASURED_COLUMNS: tuple[str, ...] = (
     "efficiency",
     "loss_first",
     "loss_last",
+    *MEASURED_QUALITY_COLUMNS,
     "startup_s",
     "wall_s",
 )
@@ -254,6 +258,12 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
     }
 
 
+def _tristate(value: Any) -> bool | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return bool(value)
+
+
 def _number(value: Any) -> float:
     try:
         return float(value) if value is not None else float("nan")
@@ -266,7 +276,19 @@ def _empty_iterations() -> pd.DataFrame:
 
 
 def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Read events files and return ``(runs, iterations)``.
+    """Read events files and return ``(runs, iterations)`` (``load_study`` without the evals)."""
+    runs, iterations, _ = load_study(paths)
+    return runs, iterations
+
+
+def load_study(
+    paths: Iterable[str | os.PathLike[str]], targets: Mapping[str, Target] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Read events files and return ``(runs, iterations, evals)``.
+
+    ``targets``: model -> the quality target to judge its runs by, over what their specs
+    carry (``python -m dlscale.analysis --target``); see ``dlscale.evals``. ``evals`` has one
+    row per eval event, columns ``dlscale.evals.EVAL_COLUMNS``.
 
     ``runs`` has one row per file, columns ``RUN_COLUMNS`` (see the module docstring for
     how each number is made). ``iterations`` has one row per rank x iteration event of
@@ -303,9 +325,20 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
             )
         seen[run_id] = (str(path), start_line)
         iterations = [(n, e) for n, e in numbered[1:-1] if e["event"] == "iteration"]
+        run_evals = [(n, e) for n, e in numbered[1:-1] if e["event"] == "eval"]
+        for line, event in run_evals:
+            check_schema(path, line, event)
+        dlevals.check_evals(str(path), start, run_evals)
         record = _run_record(start, end, str(path))
-        record["_stray_events"] = len(numbered) - 2 - len(iterations)
-        record["_spec_iterations"] = _spec_iterations(start)
+        record["_stray_events"] = len(numbered) - 2 - len(iterations) - len(run_evals)
+        target = (targets or {}).get(start["model"]) or dlevals.spec_target(start)
+        stop = dlevals.target_stop([e for _, e in run_evals], dlevals.spec_target(start))
+        # A run that trained to its target stopped at the first evaluation that met it.
+        record["_spec_iterations"] = float(stop) if stop is not None else _spec_iterations(start)
+        record.update(
+            dlevals.summarise([e for _, e in run_evals], start["model"], start.get("dataset"), target)
+        )
+        record["_evals"] = run_evals
         records.append(record)
         iteration_events.extend(e for _, e in iterations)
         lines.extend(n for n, _ in iterations)
@@ -314,7 +347,7 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
     log.info("read %d events files, %d iteration events", len(records), len(iteration_events))
     if not records:
         runs = pd.DataFrame({name: pd.Series(dtype="float64") for name in RUN_COLUMNS})
-        return runs, _empty_iterations()
+        return runs, _empty_iterations(), _empty_evals()
     run_info = pd.DataFrame.from_records(records)
     run_info.index.name = "_run"
 
@@ -323,6 +356,9 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
     iterations.insert(1, "_line", np.asarray(lines, dtype="int64"))
     iterations = _typed_iterations(iterations)
     run_info["_global_shape"] = check_iterations(iterations, run_info)
+    reported = iterations.groupby("_run")["iteration"].max().reindex(run_info.index).fillna(-1)
+    for run, record in enumerate(records):
+        dlevals.check_evals_within(record["events_path"], record["_evals"], int(reported.iat[run]) + 1)
     run_info["_missing"] = missing_reports(iterations, run_info)
     hosts = _hosts_table(run_info)
     iterations = iterations.merge(hosts, on=["_run", "rank"], how="left")
@@ -331,6 +367,8 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
     runs = run_info.join(stats)
     runs["iteration_events"] = np.asarray(counts, dtype="int64")
     runs = _decide_status(runs)
+    for name in ("learned", "reached_target"):  # true, false or unknown (None), never 0.0
+        runs[name] = runs[name].map(_tristate).astype(object)
     runs = add_speedup(runs)
     runs["flag"] = run_flags(runs)
     runs = add_roofline(runs, None)
@@ -340,7 +378,37 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
     run_cols = run_info[list(ITERATION_RUN_COLUMNS)]
     iterations = iterations.merge(run_cols, left_on="_run", right_index=True, how="left")
     iterations = iterations.reset_index(drop=True)[list(ITERATION_COLUMNS)]
-    return runs, iterations
+    return runs, iterations, _evals_table(records)
+
+
+def _empty_evals() -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype="float64") for name in EVAL_COLUMNS})
+
+
+_EVAL_RUN_FIELDS = (
+    "run_id",
+    "framework",
+    "model",
+    "dataset",
+    "nodes",
+    "ranks_per_node",
+    "network",
+    "batch_per_rank",
+    "repeat",
+)
+_EVAL_FIELDS = ("iteration", "metric", "value", "samples", "eval_s", "train_s", "heldout")
+
+
+def _evals_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per eval event of every run (failed runs' too: they are evidence)."""
+    rows = [
+        {**{k: record[k] for k in _EVAL_RUN_FIELDS}, **{k: event.get(k) for k in _EVAL_FIELDS}}
+        for record in records
+        for _, event in record["_evals"]
+    ]
+    if not rows:
+        return _empty_evals()
+    return pd.DataFrame.from_records(rows, columns=list(EVAL_COLUMNS))
 
 
 def _strict_integer(checker: Any, instance: Any) -> bool:

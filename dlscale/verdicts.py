@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from dlscale import catalog
+from dlscale.convergence import CELL_QUALITY_COLUMNS, cell_quality
 from dlscale.networks import HOST
 from dlscale.stats import (
     BASELINE,
@@ -105,6 +106,7 @@ CELL_COLUMNS: tuple[str, ...] = (
     "efficiency_low",
     "efficiency_high",
     "ratio_interval",
+    *CELL_QUALITY_COLUMNS,
     "other_busy_share",
     "excluded",
     "flag",
@@ -288,6 +290,7 @@ def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
             exposed_comm_share_high=share.high,
             other_busy_share=_max(value["other_busy_share"][where]),
         )
+        row.update(cell_quality(table.iloc[used]))
         rows.append(row)
         samples.append(value["throughput"][used])
     _add_ratios(rows, samples, confidence)
@@ -357,6 +360,13 @@ def _add_flags(rows: list[dict[str, Any]]) -> None:
             blocks.update(QUESTIONS)
         elif row["contended_runs"] > 0:
             notes.append(f"{row['contended_runs']} contended repeat(s) left out")
+        if row["learned"] is False and not row["excluded"]:
+            row["excluded"] = True
+            flags.append(
+                f"did not learn: final held-out {row['quality_metric']} {_fmt(row['final_quality'])} is no better"
+                " than chance; its speed is not comparable work, excluded from the findings"
+            )
+            blocks.update(QUESTIONS)
         if row["failed_runs"] > 0:
             notes.append(f"{row['failed_runs']} failed run(s)")
         if row["interval"] in (RANGE_LOW_N, SINGLE_RUN):

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dlscale import envs, networks
+from dlscale import envs, networks, quality
 from dlscale.runners.plan import Plan
 from dlscale.runspec import RunSpec, SpecError, run_id_fields
 from dlscale.sysutil import git_sha
@@ -130,6 +130,21 @@ def environment_record(env: Mapping[str, str]) -> dict[str, Any]:
     return record
 
 
+def trained_iterations(spec: RunSpec, evals: list[dict[str, Any]]) -> int:
+    """How many iterations the run's ranks must have trained: every one of the spec's, or,
+    with a quality target, those up to the first evaluation that met it (where it stopped)."""
+    target = spec.quality_target
+    if target is None:
+        return spec.total_iterations
+    met = [
+        int(e["iteration"])
+        for e in evals
+        if e.get("metric") == target["metric"]
+        and quality.meets(target["metric"], float(e["value"]), target["value"])
+    ]
+    return min(met) if met else spec.total_iterations
+
+
 def merge(
     parts: Mapping[int, list[dict[str, Any]]],
     *,
@@ -161,6 +176,8 @@ def merge(
     hosts = [(starts.get(r) or {}).get("host") for r in range(world)]
     rank0 = starts.get(0) or {}
     iterations = [e for r in sorted(parts) for e in parts[r] if e.get("event") == "iteration"]
+    # Held-out quality: rank 0 evaluates (dlscale.runners.common.RunContext.evaluate).
+    evals = [e for e in parts.get(0, []) if e.get("event") == "eval"]
     timed0 = [e for e in parts.get(0, []) if e.get("event") == "iteration" and not e.get("warmup")]
     startup_s = (timed0[0]["time"] - timed0[0]["step_s"] - started) if timed0 else None
     status = "ok"
@@ -168,7 +185,7 @@ def merge(
     if failure or spec is None:
         status, reason = "failed", failure
     else:
-        expected = reporting_ranks * spec.total_iterations
+        expected = reporting_ranks * trained_iterations(spec, evals)
         if len(iterations) != expected:
             status, reason = "failed", f"expected {expected} iteration events, found {len(iterations)}"
     run_start = {
@@ -212,4 +229,4 @@ def merge(
         ),
         "time": time.time(),
     }
-    return [run_start, *iterations, run_end]
+    return [run_start, *iterations, *evals, run_end]

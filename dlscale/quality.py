@@ -1,0 +1,109 @@
+"""Held-out quality: the metrics a run is judged by, which way is better, and what chance is.
+
+Throughput alone can be bought by doing less or different work (MLPerf's reason for time to
+train to a target quality), so every run ends with an evaluation on a held-out split and
+the verdicts never crown a framework whose model did not learn. This module is the one
+list of metrics and their rules; the runners measure, ``dlscale.tables`` reads the eval
+events, ``dlscale.verdicts`` decides. Standard library only: runners' venvs import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from dlscale import catalog
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A held-out quality measure: its name, its direction and how to read it."""
+
+    name: str
+    higher_is_better: bool
+    meaning: str
+
+
+METRICS: Mapping[str, Metric] = MappingProxyType(
+    {
+        m.name: m
+        for m in (
+            Metric("top1", True, "share of held-out samples whose highest-scored class is the label"),
+            Metric("top5", True, "share of held-out samples whose label is among the five highest-scored"),
+            Metric("mse", False, "mean squared error of the reconstruction, pixels on [0, 1]"),
+        )
+    }
+)
+METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
+
+#: Classes per dataset (top-k chance is k / classes).
+NUM_CLASSES: Mapping[str, int] = MappingProxyType({"mnist": 10, "fashion-mnist": 10, "imagenet": 1000})
+
+#: Per-pixel variance of each greyscale dataset on [0, 1]: the reconstruction error of a model
+#: that outputs the dataset's mean pixel everywhere, which has learned nothing of the image.
+#: MNIST's std 0.3081078039 is canonical (STACK.md); Fashion-MNIST's 0.3530242 is its
+#: training set's (same computation, Debian's dataset-fashion-mnist).
+PIXEL_VARIANCE: Mapping[str, float] = MappingProxyType(
+    {"mnist": 0.3081078039**2, "fashion-mnist": 0.3530242**2}
+)
+
+#: Metrics each model is evaluated with; the first is the one a target and a verdict use.
+MODEL_METRICS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"lenet": ("top1",), "autoencoder": ("mse",), "alexnet": ("top1", "top5"), "resnet50": ("top1", "top5")}
+)
+
+#: How far from chance a model must be to count as having learned: top-k at least this
+#: many times chance (k / classes); reconstruction error at most the mean-pixel predictor's.
+LEARNED_FACTOR = 2.0
+
+
+def metrics_of(model: str) -> tuple[str, ...]:
+    """The metrics ``model`` is evaluated with (KeyError naming an unknown model)."""
+    catalog.model(model)
+    return MODEL_METRICS[model]
+
+
+def primary_metric(model: str) -> str:
+    return metrics_of(model)[0]
+
+
+def metric(name: str) -> Metric:
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise KeyError(f"unknown quality metric {name!r} (known: {', '.join(METRIC_NAMES)})") from None
+
+
+def meets(name: str, value: float, target: float) -> bool:
+    """Whether ``value`` of metric ``name`` reaches ``target`` (NaN never does)."""
+    if value != value:
+        return False
+    return value >= target if metric(name).higher_is_better else value <= target
+
+
+def chance_level(name: str, dataset: str) -> float:
+    """The quality of a model that learned nothing: k / classes for top-k, the per-pixel
+    variance for reconstruction MSE; NaN where the dataset has no known level (synthetic
+    data, whose labels are drawn at random)."""
+    if dataset.endswith("synthetic"):
+        return float("nan")  # random labels: nothing to learn, no level to beat
+    if name in ("top1", "top5"):
+        classes = NUM_CLASSES.get(dataset)
+        if not classes:
+            return float("nan")
+        return min(1.0, (1 if name == "top1" else 5) / classes)
+    if name == "mse":
+        return PIXEL_VARIANCE.get(dataset, float("nan"))
+    raise KeyError(f"unknown quality metric {name!r} (known: {', '.join(METRIC_NAMES)})")
+
+
+def learned(name: str, value: float, dataset: str) -> bool | None:
+    """Whether a held-out ``value`` shows the model learned: top-k at least
+    ``LEARNED_FACTOR`` x chance, MSE below the mean-pixel predictor's. None where unknown."""
+    chance = chance_level(name, dataset)
+    if value != value or chance != chance:
+        return None
+    if metric(name).higher_is_better:
+        return value >= min(1.0, LEARNED_FACTOR * chance)
+    return value < chance

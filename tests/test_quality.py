@@ -1,0 +1,260 @@
+"""Held-out quality in the tables and the verdicts: eval events checked against their run,
+final quality and "learned" per run, time to a target quality, and the fastest-to-target
+finding (a winner only when intervals separate; never a framework that did not converge or
+did not learn). Hand-written events files: no framework needed."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dlscale import analysis, convergence, quality, tables
+from dlscale.events import EventError, write_atomic
+from dlscale.evals import Target, parse_target
+
+
+def run_events(
+    root: Path,
+    *,
+    framework: str = "torch",
+    model: str = "lenet",
+    nodes: int = 1,
+    repeat: int = 0,
+    step_s: float = 0.01,
+    iterations: int = 6,
+    warmup: int = 1,
+    evals: list[tuple[int, float]] | None = None,
+    metric: str | None = None,
+    target: dict[str, Any] | None = None,
+    eval_overrides: dict[str, Any] | None = None,
+) -> Path:
+    """One run: ``iterations`` training iterations (the first ``warmup`` of them warm-up) and
+    rank 0's evaluations ``(iterations completed, value)`` with the training clock they had."""
+    run_id = f"{framework}/{model}/n{nodes}x1/b64/r{repeat}"
+    spec: dict[str, Any] = {"run_id": run_id, "iterations": iterations - warmup, "warmup": warmup}
+    if target is not None:
+        spec["quality_target"] = target
+    start = {
+        "event": "run_start", "run_id": run_id, "framework": framework, "model": model, "dataset": "mnist",
+        "nodes": nodes, "ranks_per_node": 1, "batch": 64, "global_batch": 64 * nodes, "repeat": repeat,
+        "scaling": "weak", "world_size": nodes, "hosts": [f"cn{r}" for r in range(nodes)],
+        "threads_per_rank": 1, "versions": {}, "config_sha256": "c0ffee", "git_sha": "deadbeef",
+        "time": 1000.0, "spec": spec,
+    }  # fmt: skip
+    events: list[dict[str, Any]] = [start]
+    for index in range(iterations):
+        for rank in range(nodes):
+            events.append(
+                {
+                    "event": "iteration", "rank": rank, "iteration": index, "samples": 64, "step_s": step_s,
+                    "compute_s": step_s, "comm_s": 0.0, "loss": 1.0, "time": 1001.0 + index,
+                    "warmup": index < warmup,
+                }  # fmt: skip
+            )
+    name = metric or quality.primary_metric(model)
+    for done, value in evals or []:
+        event = {
+            "event": "eval", "rank": 0, "iteration": done, "split": "test", "metric": name, "value": value,
+            "samples": 10000, "eval_s": 0.5, "train_s": step_s * max(0, done - warmup), "time": 1050.0 + done,
+        }  # fmt: skip
+        event.update(eval_overrides or {})
+        events.append(event)
+    events.append({"event": "run_end", "status": "ok", "reason": None, "time": 1100.0})
+    return write_atomic(root / run_id / "events.jsonl", events)
+
+
+# --- eval events against their run ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"rank": 1}, "only rank 0 evaluates"),
+        ({"metric": "mse"}, "is not one lenet is evaluated with"),
+        ({"value": 1.5}, "above 1"),
+        ({"iteration": 99}, "the run reported 6"),
+    ],
+)
+def test_an_eval_event_no_run_can_write_is_an_error_naming_the_line(
+    tmp_path: Path, overrides: dict[str, Any], message: str
+) -> None:
+    path = run_events(tmp_path, evals=[(6, 0.9)], eval_overrides=overrides)
+    with pytest.raises(EventError, match=message) as err:
+        tables.load_events([path])
+    assert str(err.value).startswith(f"{path}:")
+
+
+def test_a_training_clock_that_runs_backwards_is_an_error(tmp_path: Path) -> None:
+    path = run_events(tmp_path, evals=[(3, 0.5), (6, 0.9)])
+    lines = path.read_text().splitlines()
+    lines[-2] = lines[-2].replace('"train_s":0.05', '"train_s":0.001')
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(EventError, match="training clock ran backwards"):
+        tables.load_events([path])
+
+
+def test_a_second_evaluation_of_one_metric_at_one_iteration_is_an_error(tmp_path: Path) -> None:
+    path = run_events(tmp_path, evals=[(6, 0.9), (6, 0.91)])
+    with pytest.raises(EventError, match="a second top1 evaluation at iteration 6"):
+        tables.load_events([path])
+
+
+def test_eval_events_are_not_stray_events_and_keep_eval_time_apart(tmp_path: Path) -> None:
+    path = run_events(tmp_path, evals=[(3, 0.5), (6, 0.9)], step_s=0.01)
+    runs, _, evals = tables.load_study([path])
+    row = runs.iloc[0]
+    assert row["status"] == "ok"
+    assert row["final_quality"] == 0.9 and row["quality_metric"] == "top1"
+    assert row["evals"] == 2 and row["eval_s"] == 1.0  # 2 x 0.5 s, none of it in any step
+    assert row["learned"] is True or row["learned"] == 1
+    assert list(evals["value"]) == [0.5, 0.9]
+    # The training clock of an evaluation counts timed steps only (warm-up excluded).
+    assert evals["train_s"].tolist() == pytest.approx([0.02, 0.05])
+
+
+# --- learned / not learned --------------------------------------------------------------------
+
+
+def test_chance_level_quality_is_not_learned_and_never_crowned(tmp_path: Path) -> None:
+    for repeat in range(3):
+        # torch's steps are faster, but its model sits at chance (lr 0): it is never crowned.
+        run_events(tmp_path, framework="torch", repeat=repeat, step_s=0.005, evals=[(6, 0.098)])
+        run_events(tmp_path, framework="tensorflow", repeat=repeat, step_s=0.01 + 1e-4 * repeat, evals=[(6, 0.93)])
+    built = analysis.aggregate(analysis.find_events(tmp_path))
+    runs = built.runs.set_index("framework")
+    assert not runs.loc["torch", "learned"].any()
+    cell = built.cells.set_index("framework").loc["torch"]
+    assert cell["excluded"] and "did not learn" in cell["flag"]
+    finding = built.findings.iloc[0]
+    assert finding["fastest_compute"] == "tensorflow"
+    assert "torch left out: did not learn" in finding["fastest_compute_note"]
+
+
+def test_mse_is_learned_below_the_mean_pixel_predictor() -> None:
+    chance = quality.chance_level("mse", "mnist")
+    assert chance == pytest.approx(0.3081078039**2)
+    assert quality.learned("mse", 0.03, "mnist") is True
+    assert quality.learned("mse", 0.2, "mnist") is False
+    assert quality.learned("top1", 0.2, "mnist") is True and quality.learned("top1", 0.15, "mnist") is False
+    assert quality.learned("top1", 0.001, "imagenet-synthetic") is None  # random labels: nothing to learn
+
+
+# --- time to target -------------------------------------------------------------------------
+
+
+def test_time_to_target_is_the_training_clock_of_the_first_evaluation_that_met_it(tmp_path: Path) -> None:
+    target = {"metric": "top1", "value": 0.9}
+    reached = run_events(tmp_path, repeat=0, target=target, evals=[(2, 0.5), (4, 0.92), (6, 0.95)])
+    missed = run_events(tmp_path, repeat=1, target=target, evals=[(2, 0.5), (4, 0.6), (6, 0.7)])
+    runs = tables.load_events([reached, missed])[0].set_index("repeat")
+    assert runs.loc[0, "reached_target"] and runs.loc[0, "time_to_target_s"] == pytest.approx(0.03)
+    assert runs.loc[0, "iterations_to_target"] == 4
+    assert not runs.loc[1, "reached_target"] and math.isnan(runs.loc[1, "time_to_target_s"])
+
+
+def test_a_run_that_stopped_at_its_target_is_ok_not_missing_iterations(tmp_path: Path) -> None:
+    path = run_events(tmp_path, iterations=4, target={"metric": "top1", "value": 0.9}, evals=[(4, 0.95)])
+    # The spec asked for up to 20 timed iterations; it stopped after 4, at the target.
+    lines = path.read_text().replace('"iterations":3', '"iterations":19').splitlines()
+    path.write_text("\n".join(lines) + "\n")
+    runs = tables.load_events([path])[0]
+    assert runs.iloc[0]["status"] == "ok", runs.iloc[0]["reason"]
+
+
+def test_the_target_option_on_copied_runs_gives_the_workflows_tables(tmp_path: Path) -> None:
+    target = {"metric": "top1", "value": 0.9}
+    with_spec, copied = tmp_path / "with-spec" / "runs", tmp_path / "copied" / "runs"
+    for root, spec_target in ((with_spec, target), (copied, None)):
+        for framework, step in (("torch", 0.01), ("tensorflow", 0.02)):
+            for repeat in range(6):
+                run_events(
+                    root, framework=framework, repeat=repeat, step_s=step * (1 + 0.01 * repeat),
+                    target=spec_target, evals=[(3, 0.5), (6, 0.95)],
+                )  # fmt: skip
+    outputs = []
+    for root, extra in ((with_spec, []), (copied, ["--target", "lenet=top1:0.9"])):
+        out = root.parent / "tables"
+        proc = subprocess.run(
+            [sys.executable, "-m", "dlscale.analysis", "runs", "--out", str(out), *extra],
+            cwd=root.parent, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(out)
+    for name in ("time_to_target.csv", "cells.csv", "findings.csv"):
+        assert (outputs[0] / name).read_bytes() == (outputs[1] / name).read_bytes(), name
+    made = pd.read_csv(outputs[0] / "time_to_target.csv")
+    assert made.iloc[0]["fastest_to_target"] == "torch"
+    runs = pd.read_csv(outputs[1] / "runs.csv")
+    assert runs["time_to_target_s"].notna().all()
+
+
+def test_a_bad_target_option_names_what_is_wrong() -> None:
+    assert parse_target("lenet=top1:0.98") == ("lenet", Target("top1", 0.98))
+    for text, message in (
+        ("lenet:0.9", "expected MODEL=METRIC:VALUE"),
+        ("lenet=mse:0.1", "lenet is evaluated with top1"),
+        ("vgg=top1:0.9", "unknown model"),
+        ("lenet=top1:1.5", "is not a top1 value"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            parse_target(text)
+
+
+# --- the fastest-to-target finding -------------------------------------------------------------
+
+
+def _cells_with_targets(tmp_path: Path, times: dict[str, list[float | None]]) -> pd.DataFrame:
+    """Cells of runs whose time to target (None: not converged) is given per framework."""
+    for framework, per_repeat in times.items():
+        for repeat, seconds in enumerate(per_repeat):
+            step = 0.01
+            done = 6 if seconds is None else 1 + round(seconds / step)
+            run_events(
+                tmp_path, framework=framework, repeat=repeat, step_s=step, iterations=max(done, 6),
+                target={"metric": "top1", "value": 0.9},
+                evals=[(done, 0.5 if seconds is None else 0.95)],
+            )  # fmt: skip
+    return analysis.aggregate(analysis.find_events(tmp_path)).time_to_target
+
+
+def test_separated_times_to_target_name_a_winner(tmp_path: Path) -> None:
+    found = _cells_with_targets(tmp_path, {"torch": [0.05] * 6, "tensorflow": [0.2, 0.21, 0.22, 0.23, 0.24, 0.25]})
+    row = found.iloc[0]
+    assert row["fastest_to_target"] == "torch" and row["leader"] == "torch"
+    assert row["time_to_target_s"] == pytest.approx(0.05)
+
+
+def test_overlapping_times_to_target_have_no_clear_winner(tmp_path: Path) -> None:
+    found = _cells_with_targets(tmp_path, {"torch": [0.05, 0.3], "tensorflow": [0.1, 0.2]})
+    assert found.iloc[0]["fastest_to_target"] == convergence.NO_CLEAR_WINNER
+    assert "intervals overlap" in found.iloc[0]["note"]
+
+
+def test_a_framework_that_does_not_converge_is_never_crowned(tmp_path: Path) -> None:
+    found = _cells_with_targets(tmp_path, {"torch": [None, None, 0.01], "tensorflow": [0.2, 0.21, 0.22]})
+    row = found.iloc[0]
+    assert row["fastest_to_target"] == "tensorflow"
+    assert row["not_converged"] == "torch" and "torch did not converge: 1 of 3" in row["note"]
+
+
+def test_a_target_no_run_reaches_gives_no_time_and_no_winner(tmp_path: Path) -> None:
+    found = _cells_with_targets(tmp_path, {"torch": [None] * 3, "tensorflow": [None] * 3})
+    row = found.iloc[0]
+    assert row["fastest_to_target"] == "n/a (no framework reached the target)"
+    assert row["leader"] is None or (isinstance(row["leader"], float) and math.isnan(row["leader"]))
+    assert math.isnan(row["time_to_target_s"])
+
+
+def test_non_converged_repeats_count_as_infinitely_slow() -> None:
+    iv = convergence.time_to_target_interval([1.0, 2.0, 3.0, np.inf, np.inf, np.inf, np.inf])
+    assert math.isnan(iv.value) and iv.method == convergence.CENSORED
+    iv = convergence.time_to_target_interval([1.0, 2.0, 3.0, 4.0, 5.0, np.inf])
+    assert iv.value == 3.5 and iv.low == 1.0 and math.isinf(iv.high)
+    assert convergence.time_to_target_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).high == 6.0
