@@ -41,30 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlscale import thresholds
+
 #: A run is contended when other work (plus steal) took at least this share of the
-#: capacity of the CPUs it may use. Calibration: ``python -m dlscale.contention 10 3`` (a
-#: one-thread busy loop as "the run", 10 s, alone and beside a second busy loop).
-#:
-#: * By the arithmetic, a quiet host gives ~0 for the run alone (its own CPU time is
-#:   subtracted; what remains is the kernel's and the shell's few ticks) and 0.5 for one
-#:   intruding busy loop on 2 cores (one of two cores taken).
-#: * Measured on the project's 2-core machine while other sessions' test suites kept both
-#:   cores 99-103 % busy the whole time (load average 7-90; no quiet second to be had):
-#:   alone 0.70, 0.73, 0.79, 0.82, 0.83, 0.87; with the intruder 0.83, 0.86, 0.87, 0.87,
-#:   0.91, 0.92; steal 0.001-0.016. Every one of these runs is contended and flagged, as
-#:   it should be: the busy loop got a quarter to half of a core instead of one.
-#:
-#: * Measured on a quiet host, every training run of two default-study demos (84 runs, all
-#:   four frameworks, 1 and 2 emulated nodes, 2026-11-30): other work median 0.016, 90th
-#:   percentile 0.026, max 0.031; steal at most 0.010. The same demo's runs while helper
-#:   jobs ran beside it: 0.43-0.63.
-#:
-#: 0.2 sits between the quiet ~0 and the one-intruder 0.5 with margin on both sides: a
-#: fifth of the machine taken by something else is already a larger slowdown than a quiet
-#: host's run-to-run spread. On a 16-core node one stray process is 1/16 = 0.06 and passes
-#: unflagged: it costs a run that uses every core about that much. Re-measure on the
-#: target node before trusting a different value.
-CONTENDED_SHARE = 0.2
+#: capacity of the CPUs it may use (the calibration and its dated measurements:
+#: docs/thresholds.md).
+CONTENDED_SHARE = thresholds.CONTENDED_SHARE
 
 #: The busy fields of a ``/proc/stat`` cpu line (guest and guest_nice are already in user
 #: and nice, so they are not added again).

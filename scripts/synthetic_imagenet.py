@@ -1,7 +1,8 @@
 """Snakemake glue: write a seeded synthetic ImageNet-shaped shard set.
 
-Output ``shards`` (directory); params ``num_samples``, ``seed``, ``shard_size``,
-``image_size``, ``num_classes``.
+Outputs ``shards`` (directory) and ``heldout`` (the held-out split: ``heldout_samples``
+samples after the training set's in the same seeded sequence); params ``num_samples``,
+``heldout_samples``, ``seed``, ``shard_size``, ``image_size``, ``num_classes``.
 """
 
 import logging
@@ -20,6 +21,11 @@ def main(smk) -> None:
         }
         out = make_synthetic_imagenet(smk.output.shards, **params)
         logging.info("wrote %r with %s", ShardSet(out), params)
+        held = {**params, "num_samples": int(smk.params.heldout_samples)}
+        out = make_synthetic_imagenet(
+            smk.output.heldout, **held, first_index=params["num_samples"], split="heldout"
+        )
+        logging.info("wrote the held-out %r", ShardSet(out))
     except Exception:
         logging.exception("synthetic_imagenet failed")
         raise

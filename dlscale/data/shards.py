@@ -52,6 +52,16 @@ INDEX_NAME = "index.json"
 _HIST_CHUNK = 1 << 22  # elements per bincount call: bounds the temporary intp copy to 32 MiB
 
 
+#: The held-out split of a dataset lives beside its training shard set, in this folder:
+#: runners evaluate on ``heldout_dir(<their --data>)`` (dlscale.runners.common).
+HELDOUT = "heldout"
+
+
+def heldout_dir(train_dir: str | os.PathLike[str]) -> Path:
+    """Where the held-out shard set of the training set at ``train_dir`` lies."""
+    return Path(train_dir).parent / HELDOUT
+
+
 class DatasetError(ValueError):
     """A dataset file that is missing, malformed, corrupted or not the data it claims to be.
 

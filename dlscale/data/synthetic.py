@@ -34,27 +34,33 @@ def make_synthetic_imagenet(
     shard_size: int,
     image_size: int = 224,
     num_classes: int = 1000,
+    first_index: int = 0,
+    split: str = "train",
 ) -> Path:
     """Write ``num_samples`` synthetic samples as a shard set at ``out_dir`` (atomically).
 
-    Same seed, same bytes. Memory use is one shard. Returns ``out_dir``.
+    Same seed, same bytes. Memory use is one shard. Returns ``out_dir``. ``first_index``
+    starts the samples further along the same sequence: the held-out split takes the
+    samples after the training set's, so the two never share one.
     """
     if num_samples < 1 or shard_size < 1 or image_size < 1 or num_classes < 1:
         raise ValueError(
             f"num_samples ({num_samples}), shard_size ({shard_size}), image_size ({image_size}) and "
             f"num_classes ({num_classes}) must all be >= 1"
         )
+    if first_index < 0:
+        raise ValueError(f"first_index {first_index} must be >= 0")
     if seed < 0:
         raise ValueError(f"seed {seed} must be >= 0 (numpy seed sequences take no negative entropy)")
     source = f"synthetic: numpy default_rng([seed={seed}, sample index]), uniform pixels and labels"
-    with ShardWriter(
-        out_dir, dataset=DATASET, split="train", num_classes=num_classes, source=source
-    ) as writer:
+    with ShardWriter(out_dir, dataset=DATASET, split=split, num_classes=num_classes, source=source) as writer:
         for start in range(0, num_samples, shard_size):
             count = min(shard_size, num_samples - start)
             images = np.empty((count, image_size, image_size, 3), dtype=np.uint8)
             labels = np.empty(count, dtype=np.int64)
             for i in range(count):
-                images[i], labels[i] = synthetic_sample(seed, start + i, image_size, num_classes)
+                images[i], labels[i] = synthetic_sample(
+                    seed, first_index + start + i, image_size, num_classes
+                )
             writer.add(images, labels)
         return writer.commit()
