@@ -13,11 +13,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from dlscale import catalog
+from dlscale import catalog, study
 from dlscale import perfmodel as pm
 from dlscale.commbench.blobs import blob_bytes
 from dlscale.networks import PRESETS
 from dlscale.perfmodel import figures as perfmodel_figures
+from dlscale.perfmodel import pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1e6
@@ -964,3 +965,143 @@ def test_contended_runs_take_no_part_in_calibration_or_validation(exact_fits) ->
     cal = pm.calibrate(with_busy, exact_fits)["torch"]
     assert cal.host_runs == clean.host_runs and cal.offset_s == pytest.approx(clean.offset_s)
     assert pm.validate(with_busy, {"torch": cal}, exact_fits).empty
+
+
+# --- the pipeline: every table from a study's tables ------------------------------------------------
+
+
+def small_study() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A hand-made study of torch's LeNet: host runs at 1, 2 and 4 nodes (two repeats each),
+    two held-out runs on an emulated 1 Gbit/s network, their iterations, and gloo's and
+    TCP's micro-benchmarks as the model says (no noise)."""
+    raw = synthetic_bench()
+    raw = raw[raw["library"].isin(["gloo", "tcp"])].reset_index(drop=True)
+    rows = []
+    for nodes, exposed in ((1, 0.0), (2, 0.004), (4, 0.012)):
+        for r in range(2):
+            row = run_row(
+                "torch", "lenet", nodes, compute=0.016 * max(1, nodes / 2), exposed=exposed + 0.001 * r
+            )
+            rows.append(dict(row, run_id=row["run_id"].replace("/r0", f"/r{r}")))
+    for nodes in (2, 4):
+        rows.append(
+            run_row(
+                "torch",
+                "lenet",
+                nodes,
+                compute=0.016 * max(1, nodes / 2),
+                exposed=0.02,
+                network="emulated-1gbe",
+            )
+        )
+    runs = pd.DataFrame(rows)
+    iterations = pd.DataFrame(
+        [
+            {"run_id": run.run_id, "rank": 0, "iteration": i, "warmup": i == 0, "step_s": run.step_s,
+             "compute_s": run.compute_s * (1 + 0.01 * i)}
+            for run in runs.itertuples() for i in range(5)
+        ]
+    )  # fmt: skip
+    return runs, iterations, raw
+
+
+def test_settings_take_the_schema_defaults_and_the_study_s_values() -> None:
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["properties"]
+    projection = {k: v["default"] for k, v in schema["projection"]["properties"].items()}
+    defaults = pipeline.Settings.of()
+    assert (defaults.network, defaults.max_nodes, defaults.bootstrap, defaults.seed) == (
+        projection["network"], projection["max_nodes"], projection["bootstrap"], projection["seed"]
+    )  # fmt: skip
+    assert (defaults.ranks_per_node, defaults.num_ps) == (schema["ranks_per_node"]["default"], 1)
+    assert pipeline.Settings.of({"network": "1gbe"}, num_ps=3) == dataclasses.replace(
+        defaults, network="1gbe", num_ps=3
+    )
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    validated = study.validate_config(
+        config, study.load_schema(REPO / "schemas" / "config.schema.yaml"), REPO
+    )
+    settings = pipeline.Settings.from_study(validated)
+    assert settings.network == validated["projection"]["network"]
+    assert settings.bootstrap == validated["projection"]["bootstrap"]
+    assert settings.ranks_per_node == validated["ranks_per_node"]
+    assert settings.num_ps == validated["tensorflow"]["num_ps"]
+
+
+def test_pipeline_run_gives_every_table_as_the_model_s_functions_do() -> None:
+    runs, iterations, raw = small_study()
+    settings = pipeline.Settings.of({"network": "1gbe", "max_nodes": 16, "bootstrap": 4, "seed": 1})
+    tables = pipeline.run(runs, iterations, raw, settings)
+    columns = {
+        "calibration": pm.CALIBRATION_COLUMNS, "validation": pm.VALIDATION_COLUMNS,
+        "validation_summary": pm.SUMMARY_COLUMNS, "projection": pm.PROJECTION_COLUMNS,
+        "efficiency50": pm.EFFICIENCY50_COLUMNS, "commbench_fits": pm.FIT_COLUMNS,
+        "commbench_checks": pm.CHECK_COLUMNS, "latency_sensitivity": pm.SENSITIVITY_COLUMNS,
+    }  # fmt: skip
+    written = tables.csv()
+    assert list(written) == list(pipeline.TABLES)
+    for name, expected in columns.items():
+        assert list(written[name].columns) == list(expected), name
+    # torch is calibrated from gloo's micro-benchmarks; the held-out runs are the emulated ones
+    assert tables.calibration.set_index("setup").loc["torch", "source"] == "commbench"
+    assert set(tables.validation["run_id"]) == set(runs.loc[runs["network"].ne("host"), "run_id"])
+    assert tables.validation_summary.set_index("setup").loc["torch", "cells"] == 2
+    # the projection: 1..16 nodes on 1 GbE, each with its bootstrap band
+    torch = tables.projection[tables.projection["setup"].eq("torch")]
+    assert torch["nodes"].tolist() == [1, 2, 4, 8, 16] and set(torch["network"]) == {"1gbe"}
+    assert torch["step_lo"].notna().all() and (torch["step_lo"] <= torch["step_hi"]).all()
+    assert tables.host_model["nodes"].max() == 4 and set(tables.host_model["network"]) == {pm.LOOPBACK}
+    # the same numbers as the model's functions called one by one
+    fits = pm.fit_commbench(pm.commbench_cells(raw))
+    cals = pm.calibrate(runs, fits)
+    reps, curves = pm.bootstrap(runs, raw, 4, 1, 1, iterations)
+    by_hand = pm.project(runs, cals, PRESETS["1gbe"], 16, 1, 1, reps, curves)
+    pd.testing.assert_frame_equal(tables.projection, by_hand.table)
+    pd.testing.assert_frame_equal(tables.efficiency50, by_hand.efficiency50)
+    pd.testing.assert_frame_equal(tables.validation, pm.validate(runs, cals, fits))
+    pd.testing.assert_frame_equal(tables.calibration, pm.calibration_table(cals))
+    # and the same again: the seed makes the band reproducible
+    again = pipeline.run(runs, iterations, raw, settings)
+    for name in pipeline.TABLES:
+        pd.testing.assert_frame_equal(getattr(again, name), getattr(tables, name))
+
+
+def test_pipeline_run_without_bootstrap_or_benchmarks() -> None:
+    """No replicates: no band. No micro-benchmarks: the runs calibrate the library. Nothing
+    at all: every table, empty, with its columns."""
+    runs, iterations, _ = small_study()
+    settings = pipeline.Settings.of({"network": "10gbe", "max_nodes": 8, "bootstrap": 0})
+    tables = pipeline.run(runs, None, pd.DataFrame(), settings)
+    assert tables.calibration.set_index("setup").loc["torch", "source"] == "runs"
+    assert tables.projection["step_lo"].isna().all() and len(tables.projection) == 4
+    assert tables.commbench_fits.empty and tables.commbench_checks.empty and tables.fit_curves.empty
+    nothing = pipeline.run(pd.DataFrame(), None, pd.DataFrame(), settings)
+    for name, table in nothing.csv().items():
+        assert table.empty, name
+    assert list(nothing.projection.columns) == list(pm.PROJECTION_COLUMNS)
+    assert list(nothing.validation_summary.columns) == list(pm.SUMMARY_COLUMNS)
+
+
+def test_pipeline_pools_studies_and_reads_benchmark_files(tmp_path: Path) -> None:
+    runs, iterations, raw = small_study()
+    other = pd.DataFrame(
+        [
+            run_row("torch", "lenet", 2, compute=0.016, exposed=0.005),
+            run_row("caffe", "lenet", 2, compute=0.016, exposed=0.005),  # not this study's framework
+        ]
+    )
+    other_iterations = pd.DataFrame(
+        [
+            {"run_id": r, "rank": 0, "iteration": 0, "step_s": 0.02, "compute_s": 0.016}
+            for r in other["run_id"]
+        ]
+    )
+    pooled, pooled_iterations = pipeline.pool(runs, iterations, ["../other/"], [other], [other_iterations])
+    assert len(pooled) == len(runs) + 1 and "other:torch/lenet/n2x1/b64/r0" in set(pooled["run_id"])
+    assert set(pooled_iterations["run_id"]) == set(pooled["run_id"])
+    assert pipeline.pool(runs, None, [], []) == (runs, None)
+    (tmp_path / "empty.csv").write_text("")
+    raw.iloc[:10].to_csv(tmp_path / "a.csv", index=False)
+    raw.iloc[10:].to_csv(tmp_path / "b.csv", index=False)
+    read = pipeline.read_commbench([tmp_path / "a.csv", tmp_path / "empty.csv", tmp_path / "b.csv"])
+    assert len(read) == len(raw) and list(read.columns) == list(raw.columns)
+    assert pipeline.read_commbench([]).empty

@@ -164,7 +164,7 @@ def host_node_count(runs: pd.DataFrame) -> int:
     host is drawn over the measured node counts)."""
     ok = runs[runs["status"].eq("ok")] if "status" in runs else runs
     network = ok.get("network", pd.Series(HOST, index=ok.index)).fillna(HOST)
-    nodes = ok.loc[network.eq(HOST), "nodes"]
+    nodes = ok.loc[network.eq(HOST), "nodes"] if "nodes" in ok else pd.Series(dtype="int64")
     return max(int(nodes.max()) if len(nodes) else 1, 2)
 
 
