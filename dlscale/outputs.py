@@ -1,12 +1,13 @@
 """The study's figures and tables by name: what the rules declare and the report groups.
 
-One list, read by the rules (outputs and report categories) and by dlscale.figures (what
-it can draw); standard library only, since Snakemake imports it when it builds the DAG.
+One list, read by the rules (outputs, report captions and categories, rule all's targets)
+and by dlscale.figures (what it can draw); standard library only, since Snakemake imports
+it when it builds the DAG.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 #: Every figure is written in each of these formats (svg goes into the report).
@@ -37,6 +38,24 @@ PERFMODEL_CAPTIONS: Mapping[str, str] = MappingProxyType(
         "efficiency50": "projection.rst",
     }
 )
+#: The scaling model's tables the report leaves out (rule perfmodel writes them too).
+PERFMODEL_DATA_TABLES: tuple[str, ...] = (
+    "commbench", "commbench_fits", "commbench_checks", "latency_sensitivity",
+)  # fmt: skip
+#: Every figure rule perfmodel draws, with its report caption (PERFMODEL_FIGURES first: those
+#: are rule all's targets; drawing them draws the others).
+PERFMODEL_FIGURE_CAPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "projection": "projection.rst",
+        "validation": "validation.rst",
+        "latency_sensitivity": "projection.rst",
+        "commbench": "calibration.rst",
+    }
+)
+PERFMODEL_ALL_FIGURES: tuple[str, ...] = tuple(PERFMODEL_FIGURE_CAPTIONS)
+
+#: The tuning stage's table (rule tune_report).
+TUNING_TABLE = "results/tune/tuning.csv"
 
 #: Report categories, numbered in the order the report shows them (each number once).
 CATEGORY_FINDINGS = "1. Findings"
@@ -45,3 +64,23 @@ CATEGORY_PERFMODEL = "6. Scaling model"
 CATEGORY_CAFFE_LAYERS = "7. Caffe per-layer time"
 #: The tuning stage's table (rules/tune.smk) and the host's matmul peak (roofline).
 CATEGORY_TUNING = "8. Tuning: each framework at its best"
+
+
+def figure_paths(names: Iterable[str]) -> list[str]:
+    """``results/figures/<name>.<format>`` of each figure in ``names``, in every format."""
+    return [f"results/figures/{name}.{fmt}" for name in names for fmt in FIGURE_FORMATS]
+
+
+def figure_files() -> list[str]:
+    """The study's figures (rule figures), every format."""
+    return figure_paths(FIGURES)
+
+
+def perfmodel_files() -> list[str]:
+    """The scaling model's tables and rule all's figures of it (targets of rule all)."""
+    return [f"results/perfmodel/{name}.csv" for name in PERFMODEL_TABLES] + figure_paths(PERFMODEL_FIGURES)
+
+
+def caffe_layer_files(models: Iterable[str]) -> list[str]:
+    """The per-layer time figure of each model inside Caffe (rule caffe_layer_figure)."""
+    return figure_paths(f"caffe_layers_{model}" for model in models)
