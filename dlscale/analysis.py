@@ -21,6 +21,7 @@ import pandas as pd
 
 from dlscale import atomic, convergence, figures, roofline, verdicts
 from dlscale.evals import Target, parse_target
+from dlscale.quality_figures import QUALITY_FIGURES, make_quality_figures
 from dlscale.tables import add_roofline, load_study
 
 
@@ -182,12 +183,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     for row in tables.runs[tables.runs["status"].eq("failed")].itertuples():
         print(f"failed run {row.run_id}: {row.reason}", file=sys.stderr)
     if args.figures:
-        targets = {
-            name: {fmt: str(out / "figures" / f"{name}.{fmt}") for fmt in figures.FORMATS}
-            for name in figures.FIGURES
-        }
-        figures.make_figures(tables.runs, tables.iterations, targets)
-        written += [Path(p) for paths in targets.values() for p in paths.values()]
+
+        def paths_of(names: Iterable[str]) -> dict[str, dict[str, str]]:
+            return {
+                name: {fmt: str(out / "figures" / f"{name}.{fmt}") for fmt in figures.FORMATS}
+                for name in names
+            }
+
+        study_figures = paths_of(name for name in figures.FIGURES if name not in QUALITY_FIGURES)
+        figures.make_figures(tables.runs, tables.iterations, study_figures)
+        learned_figures = paths_of(QUALITY_FIGURES)
+        make_quality_figures(tables.runs, tables.cells, tables.evals, learned_figures)
+        for drawn in (study_figures, learned_figures):
+            written += [Path(p) for paths in drawn.values() for p in paths.values()]
     for path in written:
         print(path)
     return 0

@@ -253,3 +253,71 @@ def fastest_to_target(cell_table: pd.DataFrame) -> pd.DataFrame:
         row["note"] = "; ".join(notes) or None
         rows.append(row)
     return pd.DataFrame(rows, columns=list(TIME_TO_TARGET_COLUMNS))
+
+
+#: The two efficiencies the figure puts side by side.
+EFFICIENCY_KINDS: tuple[str, ...] = ("throughput efficiency", "time-to-target efficiency")
+
+
+def efficiencies(cell_table: pd.DataFrame) -> pd.DataFrame:
+    """Per cell beyond its set-up's baseline: throughput efficiency (the cells' own, with its
+    interval) and time-to-target efficiency ``T_base / (N / N_base x T_N)``.
+
+    The time-to-target interval is the conservative one from the two cells' intervals,
+    ``[T_base_low / (r T_N_high), T_base_high / (r T_N_low)]``: both cells' repeats are
+    independent, and a non-converged repeat (an infinite time) only widens it.
+    """
+    columns = [
+        "framework",
+        "model",
+        "network",
+        "dataset",
+        "scaling",
+        "ranks_per_node",
+        "batch",
+        "nodes",
+        "kind",
+        "value",
+        "low",
+        "high",
+    ]
+    if cell_table.empty:
+        return pd.DataFrame(columns=columns)
+    setup = ["framework", "model", "network", "dataset", "scaling", "ranks_per_node", "batch"]
+    rows: list[dict[str, Any]] = []
+    for _, group in cell_table.groupby(setup, sort=False, dropna=False):
+        base = group[group["nodes"].eq(group["baseline_nodes"])]
+        base_row = base.iloc[0] if len(base) else None
+        for _, cell in group.iterrows():
+            if base_row is None or cell["nodes"] <= base_row["nodes"] or pd.isna(cell["efficiency"]):
+                if not (base_row is not None and cell["nodes"] == base_row["nodes"]):
+                    continue
+            keys = {k: cell[k] for k in setup} | {"nodes": int(cell["nodes"])}
+            rows.append(
+                keys
+                | {
+                    "kind": EFFICIENCY_KINDS[0],
+                    "value": cell["efficiency"],
+                    "low": cell["efficiency_low"],
+                    "high": cell["efficiency_high"],
+                }
+            )
+            ratio = cell["nodes"] / base_row["nodes"]
+            t_base = (
+                base_row["time_to_target_s"],
+                base_row["time_to_target_low"],
+                base_row["time_to_target_high"],
+            )
+            t_cell = (cell["time_to_target_s"], cell["time_to_target_low"], cell["time_to_target_high"])
+            if any(pd.isna(v) for v in (*t_base, *t_cell)) or t_cell[0] <= 0:
+                continue
+            rows.append(
+                keys
+                | {
+                    "kind": EFFICIENCY_KINDS[1],
+                    "value": t_base[0] / (ratio * t_cell[0]),
+                    "low": t_base[1] / (ratio * t_cell[2]) if t_cell[2] > 0 else math.nan,
+                    "high": t_base[2] / (ratio * t_cell[1]) if t_cell[1] > 0 else math.nan,
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)

@@ -47,7 +47,7 @@ _PANEL_WIDTH = 200
 _PANEL_HEIGHT = 160
 
 
-def _ordered(values: pd.Series, preferred: tuple[str, ...]) -> list[str]:
+def ordered(values: pd.Series, preferred: tuple[str, ...]) -> list[str]:
     present = [str(v) for v in pd.unique(values.dropna())]
     return [v for v in preferred if v in present] + sorted(v for v in present if v not in preferred)
 
@@ -87,11 +87,11 @@ def _series(ok: pd.DataFrame) -> pd.Series:
     return ok["framework"].astype(str).where(setups.le(1), ok["framework"].astype(str) + " (" + setup + ")")
 
 
-def _colour(frameworks: list[str]) -> alt.Color:
+def framework_colour(frameworks: list[str]) -> alt.Color:
     return alt.Color("framework:N", title="framework", scale=alt.Scale(domain=frameworks, scheme="tableau10"))
 
 
-def _nodes_axis(ok: pd.DataFrame) -> alt.X:
+def nodes_axis(ok: pd.DataFrame) -> alt.X:
     """Nodes on a log2 axis, ticks at the node counts that were run."""
     counts = sorted(int(n) for n in ok["nodes"].unique())
     low, high = counts[0], counts[-1]
@@ -184,9 +184,9 @@ def _scaling_layers(
     data: pd.DataFrame, ok: pd.DataFrame, title: str, number: str, extra: list[alt.Chart] | None = None
 ) -> alt.LayerChart:
     """Repeats as small points, cells as medians with interval bars, a line per series."""
-    frameworks = _ordered(ok["framework"], FRAMEWORK_ORDER)
-    x = _nodes_axis(ok)
-    colour = _colour(frameworks)
+    frameworks = ordered(ok["framework"], FRAMEWORK_ORDER)
+    x = nodes_axis(ok)
+    colour = framework_colour(frameworks)
     y = alt.Y("value:Q", title=title)
     shape = alt.Shape("marker:N", title="point", scale=_SHAPES)
     runs = (
@@ -241,7 +241,7 @@ def throughput_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
     layers = _scaling_layers(data, ok, "throughput (samples/s)", ",.1f")
     return (
         layers.properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
-        .facet(facet=alt.Facet("model:N", title=None, sort=_ordered(ok["model"], MODEL_ORDER)), columns=4)
+        .facet(facet=alt.Facet("model:N", title=None, sort=ordered(ok["model"], MODEL_ORDER)), columns=4)
         .resolve_scale(y="independent")
         .properties(
             title="Throughput vs nodes (small points: repeats; large: medians over repeats with their "
@@ -260,12 +260,12 @@ def speedup_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
         alt.Chart()
         .transform_filter(alt.datum.kind == "cell")
         .mark_line(color="gray", strokeDash=[4, 4], strokeWidth=1.5)
-        .encode(x=_nodes_axis(ok), y=alt.Y("ideal:Q", title=title), detail="series:N")
+        .encode(x=nodes_axis(ok), y=alt.Y("ideal:Q", title=title), detail="series:N")
     )
     layers = _scaling_layers(data, ok, title, ".2f", extra=[ideal])
     return (
         layers.properties(width=_PANEL_WIDTH, height=_PANEL_HEIGHT)
-        .facet(facet=alt.Facet("model:N", title=None, sort=_ordered(ok["model"], MODEL_ORDER)), columns=4)
+        .facet(facet=alt.Facet("model:N", title=None, sort=ordered(ok["model"], MODEL_ORDER)), columns=4)
         .properties(
             title="Speedup vs nodes (dashed: ideal = nodes / baseline nodes; bars: intervals; "
             "triangles: flagged, e.g. superlinear)"
@@ -330,9 +330,9 @@ def breakdown_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
         legend=alt.Legend(values=components),
     )
     rows = []
-    for model in _ordered(table["model"], MODEL_ORDER):
+    for model in ordered(table["model"], MODEL_ORDER):
         mine = table[table["model"].eq(model)]
-        series = _ordered(mine["series"], FRAMEWORK_ORDER)
+        series = ordered(mine["series"], FRAMEWORK_ORDER)
         chart = (
             alt.Chart(mine)
             .mark_bar()
@@ -394,9 +394,9 @@ def loss_chart(runs: pd.DataFrame, iterations: pd.DataFrame) -> alt.TopLevelMixi
         why = "no successful runs" if ok.empty else "no loss recorded"
         return empty_chart(f"Loss: {why} to plot")
     rows = []
-    for model in _ordered(table["model"], MODEL_ORDER):
+    for model in ordered(table["model"], MODEL_ORDER):
         mine = table[table["model"].eq(model)]
-        series = _ordered(mine["series"], FRAMEWORK_ORDER)
+        series = ordered(mine["series"], FRAMEWORK_ORDER)
         chart = (
             alt.Chart(mine)
             .mark_line(strokeWidth=1.5)

@@ -18,6 +18,7 @@ import pytest
 from dlscale import analysis, convergence, quality, tables
 from dlscale.events import EventError, write_atomic
 from dlscale.evals import Target, parse_target
+from dlscale.quality_figures import make_quality_figures
 
 
 def run_events(
@@ -258,3 +259,24 @@ def test_non_converged_repeats_count_as_infinitely_slow() -> None:
     iv = convergence.time_to_target_interval([1.0, 2.0, 3.0, 4.0, 5.0, np.inf])
     assert iv.value == 3.5 and iv.low == 1.0 and math.isinf(iv.high)
     assert convergence.time_to_target_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).high == 6.0
+
+
+def test_the_quality_figures_draw_every_run_and_both_efficiencies(tmp_path: Path) -> None:
+    for framework, step in (("torch", 0.01), ("tensorflow", 0.02)):
+        for nodes in (1, 2):
+            for repeat in range(2):
+                run_events(
+                    tmp_path / "runs", framework=framework, nodes=nodes, repeat=repeat, iterations=12,
+                    step_s=step * (1 + 0.02 * repeat) * nodes, target={"metric": "top1", "value": 0.9},
+                    evals=[(4, 0.5), (8, 0.85), (12, 0.93)],
+                )  # fmt: skip
+    built = analysis.aggregate(analysis.find_events(tmp_path / "runs"))
+    both = convergence.efficiencies(built.cells)
+    tt = both[both["kind"].eq(convergence.EFFICIENCY_KINDS[1]) & both["nodes"].eq(2)]
+    # Twice the step time at twice the nodes to the same target: time-to-target efficiency 1/4.
+    assert tt["value"].tolist() == pytest.approx([0.25, 0.25], rel=0.05)
+    out = {name: {"html": str(tmp_path / f"{name}.html")} for name in ("quality", "efficiencies")}
+    make_quality_figures(built.runs, built.cells, built.evals, out)
+    html = (tmp_path / "quality.html").read_text()
+    assert "torch/lenet/n2x1/b64/r1" in html and "tensorflow" in html
+    assert "time-to-target efficiency" in (tmp_path / "efficiencies.html").read_text()
