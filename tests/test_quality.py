@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from dlscale import analysis, convergence, quality, tables
-from dlscale.events import EventError, write_atomic
 from dlscale.evals import Target, parse_target
+from dlscale.events import EventError, write_atomic
 from dlscale.quality_figures import make_quality_figures
 
 
@@ -54,8 +54,15 @@ def run_events(
         for rank in range(nodes):
             events.append(
                 {
-                    "event": "iteration", "rank": rank, "iteration": index, "samples": 64, "step_s": step_s,
-                    "compute_s": step_s, "comm_s": 0.0, "loss": 1.0, "time": 1001.0 + index,
+                    "event": "iteration",
+                    "rank": rank,
+                    "iteration": index,
+                    "samples": 64,
+                    "step_s": step_s,
+                    "compute_s": step_s,
+                    "comm_s": 0.0,
+                    "loss": 1.0,
+                    "time": 1001.0 + index,
                     "warmup": index < warmup,
                 }  # fmt: skip
             )
@@ -127,7 +134,9 @@ def test_chance_level_quality_is_not_learned_and_never_crowned(tmp_path: Path) -
     for repeat in range(3):
         # torch's steps are faster, but its model sits at chance (lr 0): it is never crowned.
         run_events(tmp_path, framework="torch", repeat=repeat, step_s=0.005, evals=[(6, 0.098)])
-        run_events(tmp_path, framework="tensorflow", repeat=repeat, step_s=0.01 + 1e-4 * repeat, evals=[(6, 0.93)])
+        run_events(
+            tmp_path, framework="tensorflow", repeat=repeat, step_s=0.01 + 1e-4 * repeat, evals=[(6, 0.93)]
+        )
     built = analysis.aggregate(analysis.find_events(tmp_path))
     runs = built.runs.set_index("framework")
     assert not runs.loc["torch", "learned"].any()
@@ -226,7 +235,9 @@ def _cells_with_targets(tmp_path: Path, times: dict[str, list[float | None]]) ->
 
 
 def test_separated_times_to_target_name_a_winner(tmp_path: Path) -> None:
-    found = _cells_with_targets(tmp_path, {"torch": [0.05] * 6, "tensorflow": [0.2, 0.21, 0.22, 0.23, 0.24, 0.25]})
+    found = _cells_with_targets(
+        tmp_path, {"torch": [0.05] * 6, "tensorflow": [0.2, 0.21, 0.22, 0.23, 0.24, 0.25]}
+    )
     row = found.iloc[0]
     assert row["fastest_to_target"] == "torch" and row["leader"] == "torch"
     assert row["time_to_target_s"] == pytest.approx(0.05)
