@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from dlscale import atomic, convergence, figures, roofline, verdicts
+from dlscale import atomic, convergence, figures, roofline, target_claims, verdicts
 from dlscale.evals import Target, parse_target
 from dlscale.quality_figures import QUALITY_FIGURES, make_quality_figures
 from dlscale.tables import add_roofline, load_study
@@ -76,7 +76,7 @@ def aggregate(
         iterations,
         cells,
         verdicts.findings(cells),
-        verdicts.claims(cells, runs=runs),
+        target_claims.add_time_to_target(verdicts.claims(cells, runs=runs), cells),
         evals,
         convergence.fastest_to_target(cells),
     )

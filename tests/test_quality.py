@@ -291,3 +291,25 @@ def test_the_quality_figures_draw_every_run_and_both_efficiencies(tmp_path: Path
     html = (tmp_path / "quality.html").read_text()
     assert "torch/lenet/n2x1/b64/r1" in html and "tensorflow" in html
     assert "time-to-target efficiency" in (tmp_path / "efficiencies.html").read_text()
+
+
+def test_the_seed_claims_are_judged_again_as_time_to_target(tmp_path: Path) -> None:
+    # BigDL's steps are faster, but its model needs twice the iterations to reach the target.
+    for repeat in range(6):
+        jitter = 1 + 0.01 * repeat
+        run_events(
+            tmp_path, framework="bigdl", repeat=repeat, step_s=0.01 * jitter, iterations=13,
+            target={"metric": "top1", "value": 0.9}, evals=[(7, 0.6), (13, 0.92)],
+        )  # fmt: skip
+        run_events(
+            tmp_path, framework="caffe", repeat=repeat, step_s=0.015 * jitter, iterations=7,
+            target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)],
+        )  # fmt: skip
+    claims = analysis.aggregate(analysis.find_events(tmp_path)).claims.set_index("claim")
+    fastest = claims.loc["BigDL computes fastest"]
+    assert fastest["verdict"] == "reproduced"  # samples/s
+    assert fastest["verdict_time_to_target"] == "contradicted", fastest["reason_time_to_target"]
+    assert "clearly beaten by caffe" in fastest["reason_time_to_target"]
+    assert (
+        "does not split out communication" in claims.loc["Caffe communicates best", "reason_time_to_target"]
+    )
