@@ -1,3 +1,11 @@
+# Events -> tables, findings, figures, the scaling model; the repeat checks of
+# `repeats: auto`. Helpers: rules/helpers/analysis.smk; outputs and captions:
+# dlscale.outputs.
+
+
+include: "helpers/analysis.smk"
+
+
 rule aggregate:
     """Every run's events -> the runs and iterations tables and the findings."""
     input:
@@ -69,8 +77,8 @@ rule perfmodel:
         runs="results/runs.parquet",
         iterations="results/iterations.parquet",
         commbench=commbench_files(),
-        pooled_runs=pooled_study_files("runs"),
-        pooled_iterations=pooled_study_files("iterations"),
+        pooled_runs=jobs.pooled_study_files(STUDY, "runs"),
+        pooled_iterations=jobs.pooled_study_files(STUDY, "iterations"),
     output:
         **{
             name: report(
@@ -80,11 +88,7 @@ rule perfmodel:
             )
             for name in PERFMODEL_TABLES
         },
-        **{
-            name: f"results/perfmodel/{name}.csv"
-            for name in PERFMODEL_EXTRA_TABLES
-            if name not in PERFMODEL_TABLES
-        },
+        **{name: f"results/perfmodel/{name}.csv" for name in PERFMODEL_DATA_TABLES},
         **{
             f"{name}_{fmt}": (
                 report(
@@ -111,9 +115,9 @@ rule perfmodel:
         bootstrap=STUDY["projection"]["bootstrap"],
         seed=STUDY["projection"]["seed"],
         pool_studies=STUDY["projection"]["pool_studies"],
-        latency_us=projection_preset("latency_us"),
-        bandwidth_gbit=projection_preset("bandwidth_gbit"),
-        source=projection_preset("source"),
+        latency_us=jobs.projection_preset(STUDY, "latency_us"),
+        bandwidth_gbit=jobs.projection_preset(STUDY, "bandwidth_gbit"),
+        source=jobs.projection_preset(STUDY, "source"),
     script:
         "../scripts/perfmodel.py"
 

@@ -1,6 +1,8 @@
 # Caffe: the build (or a user's install), `caffe time` per model, the per-layer figures.
 # Training runs are in train.smk (train_caffe); they take the build marker as input.
 
+from dlscale.outputs import CATEGORY_CAFFE_LAYERS, caffe_layer_files
+
 CAFFE = STUDY["caffe"]
 CAFFE_BUILD_MARKER = EXTRA_INPUTS["caffe"]
 #: The build of the study's BLAS (caffe.blas): what `caffe time` runs.
@@ -9,13 +11,7 @@ CAFFE_STUDY_BUILD_MARKER = CAFFE_BUILD_MARKERS[CAFFE["blas"]]
 
 # The per-layer time figures (in rule all and the report) when the study includes Caffe.
 CAFFE_FIGURE_FILES = (
-    [
-        f"results/figures/caffe_layers_{model}.{fmt}"
-        for model in STUDY["models"]
-        for fmt in FIGURE_FORMATS
-    ]
-    if "caffe" in STUDY["frameworks"]
-    else []
+    caffe_layer_files(STUDY["models"]) if "caffe" in STUDY["frameworks"] else []
 )
 
 

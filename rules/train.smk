@@ -2,7 +2,10 @@
 # constrained to its names). Everything framework-specific is in the runner folder,
 # reached through dlscale.launch. The job always writes events.jsonl: a failed run is a
 # record with status failed, and its attempt count (a parameter) makes the next invocation
-# redo it.
+# redo it. Its inputs, spec and resources: rules/helpers/train.smk and dlscale.jobs.
+
+
+include: "helpers/train.smk"
 
 
 rule train:
@@ -17,7 +20,7 @@ rule train:
         "../envs/{framework}.yaml"
     threads: train_cpus
     resources:
-        **train_resources(),
+        **jobs.train_resources(STUDY),
     params:
         spec=train_spec,
         spec_sha=train_spec_sha,

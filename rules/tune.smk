@@ -3,7 +3,11 @@
 # `tune.repeats` times, with the training rule itself (same launcher, same events), under
 # results/tune/<framework>/<model>/<setting id>/r<k>/. A checkpoint per (framework, model)
 # chooses the setting; the study's runs of that framework and model wait for it and carry
-# the choice in their spec (rules/common.smk: train_input, run_spec).
+# the choice in their spec (rules/helpers/train.smk: train_input, run_spec). The stage's
+# helpers: rules/helpers/tune.smk.
+
+
+include: "helpers/tune.smk"
 
 
 use rule train as tune_run with:
@@ -15,7 +19,7 @@ use rule train as tune_run with:
         "results/tune/{framework}/{model}/{setting}/r{repeat}/run.log",
     threads: tune_cpus
     resources:
-        **tune_resources(),
+        **jobs.tune_resources(STUDY),
     params:
         spec=tune_run_spec,
         spec_sha=tune_run_spec_sha,
@@ -51,7 +55,7 @@ rule tune_report:
         choices=tune_choice_files(),
     output:
         table=report(
-            "results/tune/tuning.csv",
+            TUNING_TABLE,
             caption="../report/tuning.rst",
             category=CATEGORY_TUNING,
         ),

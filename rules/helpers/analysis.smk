@@ -1,0 +1,54 @@
+"""The analysis stage's helpers (rules/analysis.smk): which runs' events the tables read,
+and under ``repeats: auto`` how many repeats each cell has."""
+
+import dataclasses
+import json
+
+from dlscale.outputs import (
+    CATEGORY_FINDINGS,
+    CATEGORY_PERFMODEL,
+    CATEGORY_RUNS,
+    FIGURE_CATEGORIES,
+    FIGURE_FORMATS,
+    FIGURES,
+    PERFMODEL_ALL_FIGURES,
+    PERFMODEL_CAPTIONS,
+    PERFMODEL_DATA_TABLES,
+    PERFMODEL_FIGURE_CAPTIONS,
+    PERFMODEL_TABLES,
+)
+
+AUTO_REPEATS = STUDY["repeats"] == "auto"
+
+
+@inspected
+def all_run_events(wildcards):
+    """Every run's events file: the study's runs and, under ``repeats: auto``, each cell's
+    further repeats, as far as its repeat checks (checkpoint repeat_check) asked for."""
+    if not AUTO_REPEATS:
+        return run_events()
+    return jobs.run_events(
+        run for cell in RUNS if cell.repeat == 0 for run in cell_repeats(cell)
+    )
+
+
+def cell_repeats(cell):
+    """The runs of one cell under ``repeats: auto``: ``min`` repeats, then one more each
+    time the check of the repeats so far says the interval is still too wide."""
+    count = dlstudy.initial_repeats(STUDY)
+    while True:
+        check = checkpoints.repeat_check.get(
+            **jobs.cell_wildcards(cell), done=count
+        ).output[0]
+        with open(check, encoding="utf-8") as handle:
+            if not json.load(handle)["more"]:
+                break
+        count += 1
+    return [dataclasses.replace(cell, repeat=repeat) for repeat in range(count)]
+
+
+@inspected
+def repeat_check_input(wildcards):
+    """The events of a cell's first ``count`` repeats."""
+    cell = run_of({**dict(wildcards.items()), "repeat": 0})
+    return jobs.repeat_events(cell, int(wildcards.done))

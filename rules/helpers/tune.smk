@@ -1,0 +1,89 @@
+"""The tuning stage's helpers (rules/tune.smk, dlscale.tuning): each tuning run's spec, the
+choice a (framework, model) reads, and the stage's targets."""
+
+import functools
+import json
+import os
+
+from dlscale import tuning as dltuning
+from dlscale.outputs import CATEGORY_TUNING, TUNING_TABLE
+
+#: The study's frameworks that have a tuning grid (tune.enabled, more than one setting).
+TUNED = {fw: dltuning.is_tuned(STUDY, fw) for fw in STUDY["frameworks"]}
+
+
+def tune_choice_file(framework, model):
+    """The choice file of a tuned (framework, model): read as is once it exists; before,
+    Snakemake's incomplete-checkpoint signal (the spec parameters are to be determined,
+    and the job is re-evaluated when the checkpoint has run). Not checkpoints...get()
+    when the file exists: in a parameter, get() is incomplete in the first pass of every
+    invocation's DAG, and that marked the tables to be redone each time."""
+    path = dltuning.choice_path(framework, model)
+    if os.path.exists(path):
+        return path
+    return checkpoints.tune_choice.get(framework=framework, model=model).output[0]
+
+
+def tuned_options(run):
+    """The options the tuning stage chose for a run's framework and model ({} untuned)."""
+    if not TUNED.get(run.framework):
+        return {}
+    return dltuning.read_choice(tune_choice_file(run.framework, run.model))
+
+
+def tune_run_of(wildcards):
+    """The RunSpec of one tuning run (a setting of the grid, one repeat)."""
+    return _tune_spec(
+        wildcards.framework, wildcards.model, wildcards.setting, int(wildcards.repeat)
+    )
+
+
+@functools.cache
+def _tune_spec(framework, model, setting, repeat):
+    try:
+        return dltuning.tune_spec(STUDY, framework, model, setting, repeat)
+    except dltuning.TuneError as err:
+        raise WorkflowError(str(err)) from None
+
+
+@inspected
+def tune_run_spec(wildcards):
+    return tune_run_of(wildcards).to_json()
+
+
+@inspected
+def tune_run_spec_sha(wildcards):
+    return tune_run_of(wildcards).sha256
+
+
+@inspected
+def tune_cpus(wildcards):
+    """Cores of a tuning run: one node's ranks x threads (at least all: it is timed)."""
+    return timed_threads(STUDY["ranks_per_node"] * STUDY["threads_per_rank"])
+
+
+@inspected
+def tune_choice_input(wildcards):
+    """Every tuning run of one (framework, model), interleaved (dlscale.tuning.tune_runs)."""
+    return dltuning.tune_runs(STUDY, wildcards.framework, wildcards.model)
+
+
+@inspected
+def tune_choice_settings(wildcards):
+    """setting id -> setting, the default first (JSON: a params change redoes the choice)."""
+    return json.dumps(dltuning.grid_ids(STUDY, wildcards.framework))
+
+
+def tune_choice_files():
+    """The choice file of every tuned (framework, model) of the study."""
+    return [
+        dltuning.choice_path(fw, model)
+        for fw in STUDY["frameworks"]
+        if TUNED.get(fw)
+        for model in dlstudy.models_of(STUDY, fw)
+    ]
+
+
+def tune_files():
+    """The tuning stage's targets: its table, when anything is tuned."""
+    return [TUNING_TABLE] if tune_choice_files() else []
