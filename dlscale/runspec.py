@@ -38,6 +38,7 @@ _OMITTED_AT_DEFAULT: Mapping[str, Any] = {
     "eval_every": 0,
     "quality_target": None,
     "max_iterations": 0,
+    "init": "framework",
 }
 
 
@@ -99,6 +100,11 @@ class RunSpec:
     quality_target: Mapping[str, Any] | None = None
     #: The cap on timed iterations of a run with a quality target.
     max_iterations: int = 0
+    #: ``framework``: each framework's own initialiser and per-rank data blocks. ``shared``:
+    #: the same initial weights in every framework (``dlscale.initweights``) and every rank's
+    #: slice of one global batch sequence (``dlscale.data.shards.GlobalBatchSlices``), so runs
+    #: compute the same optimisation step for step (the parity check, ``dlscale.parity``).
+    init: str = "framework"
     #: The framework's options, defaults filled (``dlscale/runners/<fw>/options.schema.json``).
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -125,6 +131,8 @@ class RunSpec:
             )
         if self.input not in ("memory", "pipeline"):
             raise SpecError(f"run spec field 'input': {self.input!r} is not 'memory' or 'pipeline'")
+        if self.init not in ("framework", "shared"):
+            raise SpecError(f"run spec field 'init': {self.init!r} is not 'framework' or 'shared'")
         if self.eval_every < 0:
             raise SpecError(f"run spec field 'eval_every': {self.eval_every!r} is below 0")
         if self.quality_target is not None:

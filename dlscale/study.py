@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dlscale import catalog, netns, networks, options, quality
+from dlscale import catalog, initweights, netns, networks, options, quality
 from dlscale.runspec import RUN_ID_PATTERN, RunSpec
 
 FRAMEWORKS = catalog.FRAMEWORK_NAMES
@@ -350,6 +350,13 @@ def _check_quality(study: dict[str, Any]) -> None:
                 f"config key 'eval_every': 0 with a quality_target for {model}: set how many"
                 " iterations apart the runs evaluate (time to target is read off those evaluations)"
             )
+    if study.get("init") == "shared":
+        for model in study["models"]:
+            if model not in initweights.LAYOUTS:
+                raise ConfigError(
+                    f"config key 'init': shared has no initialisation for {model}"
+                    f" (models: {', '.join(initweights.LAYOUTS)})"
+                )
     for model in study.get("max_iterations") or {}:
         if model not in (study.get("quality_target") or {}):
             raise ConfigError(
@@ -556,6 +563,8 @@ def quality_fields(study: dict[str, Any], model: str) -> dict[str, Any]:
     """The spec's evaluation fields for ``model``: left at their defaults (and out of the
     spec's JSON and hash) unless the study evaluates during training or sets a target."""
     fields: dict[str, Any] = {}
+    if study.get("init", "framework") != "framework":
+        fields["init"] = study["init"]
     if study.get("eval_every"):
         fields["eval_every"] = study["eval_every"]
     target = (study.get("quality_target") or {}).get(model)

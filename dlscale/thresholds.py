@@ -78,6 +78,12 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
                 "other work on the host while a run is timed; above it the run is contended",
             ),
             _at_most(
+                "parity_loss_rtol",
+                1.0e-3,
+                "relative loss difference",
+                "parity check: a shared-init run's first losses against the reference framework's",
+            ),
+            _at_most(
                 "roofline_fraction",
                 1.0,
                 "fraction of matmul peak",
@@ -102,3 +108,4 @@ VALIDATION_ERROR = THRESHOLDS["validation_error"].value
 FIXED_OVERHEAD_SHARE = THRESHOLDS["fixed_overhead_share"].value
 CONTENDED_SHARE = THRESHOLDS["contended_share"].value
 ROOFLINE_FRACTION = THRESHOLDS["roofline_fraction"].value
+PARITY_LOSS_RTOL = THRESHOLDS["parity_loss_rtol"].value

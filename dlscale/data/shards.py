@@ -543,3 +543,27 @@ class IndexBatches:
         index = np.sort(self.order[self.position : self.position + self.batch])
         self.position += self.batch
         return index
+
+
+class GlobalBatchSlices:
+    """Rank ``rank``'s slice of one global batch sequence over all ``n`` samples.
+
+    With the shared initialisation (run spec ``init: shared``) every rank draws the same
+    global batches (``IndexBatches`` over the whole set, batch x world, the run's seed) and
+    trains on its ``batch`` consecutive indices of each: N ranks of ``batch`` then see
+    exactly the samples that one rank of N x ``batch`` sees, which is what the parity check
+    compares. Indices are into the whole set (a rank loads it all: MNIST-sized data only).
+    """
+
+    def __init__(self, n: int, batch: int, world: int, rank: int, seed: int):
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is not within a world of {world}")
+        self.inner = IndexBatches(n, batch * world, seed)
+        self.batch = batch
+        self.start, self.stop = rank * batch, (rank + 1) * batch
+
+    def __iter__(self) -> GlobalBatchSlices:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        return next(self.inner)[self.start : self.stop]
