@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for name in names
             }
 
-        study_figures = paths_of(name for name in figures.FIGURES if name not in QUALITY_FIGURES)
+        study_figures = paths_of(figures.STUDY_FIGURES)
         figures.make_figures(tables.runs, tables.iterations, study_figures)
         learned_figures = paths_of(QUALITY_FIGURES)
         make_quality_figures(tables.runs, tables.cells, tables.evals, learned_figures)

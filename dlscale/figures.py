@@ -30,7 +30,9 @@ from dlscale.outputs import FIGURE_FORMATS, FIGURES
 from dlscale.tables import loss_curve
 
 FORMATS = FIGURE_FORMATS
-__all__ = ["FIGURES", "FORMATS", "draw", "make_figures", "save_chart"]
+#: The figures ``make_figures`` draws (the others of ``FIGURES``: dlscale.quality_figures).
+STUDY_FIGURES: tuple[str, ...] = ("throughput", "speedup", "breakdown", "loss")
+__all__ = ["FIGURES", "FORMATS", "STUDY_FIGURES", "draw", "make_figures", "save_chart"]
 
 #: How a point is marked: plain, or flagged (hover for the reason).
 MARKERS: tuple[str, ...] = ("ok", "flagged")

@@ -108,6 +108,16 @@ def dataset_dirs(study: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
+def heldout_dirs(study: Mapping[str, Any]) -> dict[str, str]:
+    """Each dataset's held-out shard folder beside its training shards
+    (``dlscale.data.shards.heldout_dir``), for the datasets the workflow makes one of: MNIST's
+    and Fashion-MNIST's test splits, the synthetic ImageNet's held-out part. Real ImageNet
+    shards from a user's listing have none yet: their runs record that they evaluated nothing."""
+    dirs = dataset_dirs(study)
+    names = ["mnist", "fashion-mnist"] + (["imagenet"] if study["data"]["imagenet"]["source"] == "synthetic" else [])
+    return {name: os.path.join(os.path.dirname(dirs[name]), "heldout") for name in names}
+
+
 def marker_variables(markers: Mapping[str, str], names: Iterable[str]) -> str:
     """``DLSCALE_<NAME>_MARKER=<absolute path>`` for each of ``names``: how the launcher
     finds the extra inputs (the Caffe build, Java) a framework's runs need."""

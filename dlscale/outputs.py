@@ -20,6 +20,8 @@ FIGURE_CATEGORIES: Mapping[str, str] = MappingProxyType(
         "speedup": "2. Computing speed and scaling",
         "breakdown": "3. Communication",
         "loss": "4. Training",
+        "quality": "4. Training",
+        "efficiencies": "2. Computing speed and scaling",
     }
 )
 FIGURES: tuple[str, ...] = tuple(FIGURE_CATEGORIES)

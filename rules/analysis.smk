@@ -33,6 +33,12 @@ rule aggregate:
             caption="../report/claims.rst",
             category=CATEGORY_FINDINGS,
         ),
+        time_to_target_csv=report(
+            "results/time_to_target.csv",
+            caption="../report/time_to_target.rst",
+            category=CATEGORY_FINDINGS,
+        ),
+        evals_csv="results/evals.csv",
     log:
         "results/logs/aggregate.log",
     localrule: True
@@ -43,10 +49,12 @@ rule aggregate:
 
 
 rule figures:
-    """Throughput, speedup, time breakdown and loss curves (html, svg, png)."""
+    """Throughput, speedup, time breakdown, loss curves, held-out quality and the two
+    efficiencies (html, svg, png)."""
     input:
         runs="results/runs.parquet",
         iterations="results/iterations.parquet",
+        evals="results/evals.csv",
     output:
         **{
             f"{name}_{fmt}": (

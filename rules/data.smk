@@ -1,10 +1,12 @@
 # The datasets: real MNIST and Fashion-MNIST, synthetic ImageNet (real ImageNet:
 # rules/imagenet.smk), each as framework-neutral shards under DATASET_DIRS.
 
-from dlscale.jobs import dataset_dirs
+from dlscale.jobs import dataset_dirs, heldout_dirs
 
 #: Each dataset's shard folder (a training run's ``data`` input, rules/helpers/train.smk).
 DATASET_DIRS = dataset_dirs(STUDY)
+#: Each dataset's held-out shard folder, where the workflow makes one (runs evaluate on it).
+HELDOUT_DIRS = heldout_dirs(STUDY)
 
 
 rule fetch_mnist:
@@ -45,10 +47,29 @@ rule mnist_shards:
         "../scripts/mnist_shards.py"
 
 
+rule mnist_heldout:
+    """MNIST's 10,000 test images as the held-out shards every run evaluates on."""
+    input:
+        test_images="results/data/mnist/idx/t10k-images-idx3-ubyte",
+        test_labels="results/data/mnist/idx/t10k-labels-idx1-ubyte",
+    output:
+        shards=directory(HELDOUT_DIRS["mnist"]),
+    log:
+        "results/logs/data/mnist_heldout.log",
+    localrule: True
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        shard_size=STUDY["data"]["mnist"]["shard_size"],
+    script:
+        "../scripts/mnist_heldout.py"
+
+
 rule synthetic_imagenet:
     """Seeded ImageNet-shaped shards (image_size squared x 3 uint8, 1000 classes) sized by config."""
     output:
         shards=directory("results/data/imagenet/shards"),
+        heldout=directory("results/data/imagenet/heldout"),
     log:
         "results/logs/data/synthetic_imagenet.log",
     localrule: True
@@ -56,6 +77,7 @@ rule synthetic_imagenet:
         "../envs/workflow.yaml"
     params:
         num_samples=STUDY["data"]["imagenet"]["num_samples"],
+        heldout_samples=STUDY["data"]["imagenet"]["heldout_samples"],
         seed=STUDY["data"]["imagenet"]["seed"],
         shard_size=STUDY["data"]["imagenet"]["shard_size"],
         image_size=STUDY["data"]["imagenet"]["image_size"],
@@ -70,6 +92,7 @@ rule fashion_mnist:
         summary="results/data/fashion-mnist/verification.json",
         idx=directory("results/data/fashion-mnist/idx"),
         shards=directory(DATASET_DIRS["fashion-mnist"]),
+        heldout=directory(HELDOUT_DIRS["fashion-mnist"]),
     log:
         "results/logs/data/fashion_mnist.log",
     localrule: True

@@ -1,8 +1,8 @@
 """Snakemake glue: Fashion-MNIST (Debian package or a user directory), verified, as shards.
 
 Outputs ``summary`` (JSON of ``verify_fashion_mnist``), ``idx`` (directory of the four
-uncompressed idx files) and ``shards`` (the training set as a shard set, images NHWC with one
-channel); params ``source`` ("debian" or a directory) and ``shard_size``. Fails, with the
+uncompressed idx files), ``shards`` (the training set as a shard set, images NHWC with one
+channel) and ``heldout`` (the test split, the held-out set runs evaluate on); params ``source`` ("debian" or a directory) and ``shard_size``. Fails, with the
 reason in the log, unless the files are byte-identical to canonical Fashion-MNIST.
 """
 
@@ -34,6 +34,16 @@ def main(smk) -> None:
             num_classes=10,
             shard_size=int(smk.params.shard_size),
             source=f"Fashion-MNIST train idx ({summary['source']}, MD5-verified)",
+        )
+        write_shards(
+            smk.output.heldout,
+            read_idx(idx["test_images"])[..., None],
+            read_idx(idx["test_labels"]),
+            dataset="fashion-mnist",
+            split="test",
+            num_classes=10,
+            shard_size=int(smk.params.shard_size),
+            source=f"Fashion-MNIST t10k idx ({summary['source']}, MD5-verified): the held-out set",
         )
         atomic.write_bytes(smk.output.summary, (json.dumps(summary, indent=1) + "\n").encode())
         logging.info("Fashion-MNIST verified: %s; wrote %r", summary, ShardSet(out, verify=True))

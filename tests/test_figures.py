@@ -82,7 +82,9 @@ def write_run(
 
 
 def outputs(root: Path) -> dict[str, dict[str, str]]:
-    return {name: {fmt: str(root / f"{name}.{fmt}") for fmt in figures.FORMATS} for name in figures.FIGURES}
+    return {
+        name: {fmt: str(root / f"{name}.{fmt}") for fmt in figures.FORMATS} for name in figures.STUDY_FIGURES
+    }
 
 
 def check_files(root: Path, out: dict[str, dict[str, str]]) -> dict[str, str]:

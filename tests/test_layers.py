@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from dlscale import figures, outputs, quality_figures
+
 PACKAGE = Path(__file__).resolve().parent.parent / "dlscale"
 MAX_LINES = 1000
 
@@ -61,13 +63,20 @@ def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+            ]
         for target in targets:
             if not target.startswith("dlscale"):
                 continue
             resolved = resolve(target)
             # The root package and a module's own package __init__ are not edges of a circle.
-            if resolved and resolved != "dlscale" and resolved != name and not name.startswith(resolved + "."):
+            if (
+                resolved
+                and resolved != "dlscale"
+                and resolved != name
+                and not name.startswith(resolved + ".")
+            ):
                 found.add(resolved)
     return found
 
@@ -127,3 +136,10 @@ def test_the_ground_floor_imports_only_the_ground_floor() -> None:
         assert name in graph, f"{name} is listed as ground floor but does not exist"
         above = sorted(graph[name] - set(GROUND_FLOOR))
         assert not above, f"{name} (ground floor) imports {above}, which are above it"
+
+
+def test_every_figure_has_one_drawer() -> None:
+    """The one list of figures (dlscale.outputs.FIGURES) is exactly what the two drawing
+    modules draw, each figure by one of them."""
+    drawn = [*figures.STUDY_FIGURES, *quality_figures.QUALITY_FIGURES]
+    assert sorted(drawn) == sorted(outputs.FIGURES) and len(set(drawn)) == len(drawn)

@@ -26,9 +26,12 @@ def run_input(wildcards):
         extra["caffe"] = [
             CAFFE_BUILD_MARKERS[blas] for blas in caffe_blas_of(wildcards)
         ]
+    dataset = dlstudy.dataset_of(STUDY, wildcards.model)
+    heldout = {"heldout": HELDOUT_DIRS[dataset]} if dataset in HELDOUT_DIRS else {}
     return {
         "env": env_marker(framework.name),
-        "data": DATASET_DIRS[dlstudy.dataset_of(STUDY, wildcards.model)],
+        "data": DATASET_DIRS[dataset],
+        **heldout,
         **extra,
     }
 
