@@ -71,7 +71,18 @@ def stream_rate(net: netns.RunNetwork, size: int) -> float:
     )
     try:
         client = subprocess.run(
-            [*prefix, "--node", "0", "--", sys.executable, "-c", STREAM, "client", net.addresses[1], str(size)],
+            [
+                *prefix,
+                "--node",
+                "0",
+                "--",
+                sys.executable,
+                "-c",
+                STREAM,
+                "client",
+                net.addresses[1],
+                str(size),
+            ],
             env=env,
             capture_output=True,
             text=True,

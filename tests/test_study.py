@@ -210,7 +210,10 @@ def test_networks_multiply_the_matrix_and_mark_emulated_run_ids(schema, monkeypa
     host, emulated = run_spec(study, runs[1]), run_spec(study, runs[3])
     # The host network adds nothing to a spec, so adding the option redid no existing run.
     assert "network" not in host.to_dict() and emulated.to_dict()["network"] == "emulated-1gbe"
-    assert host.sha256 == run_spec(validate_config({"frameworks": ["torch"], "models": ["lenet"]}, schema), runs[1]).sha256
+    assert (
+        host.sha256
+        == run_spec(validate_config({"frameworks": ["torch"], "models": ["lenet"]}, schema), runs[1]).sha256
+    )
 
 
 @pytest.mark.parametrize(
@@ -292,14 +295,30 @@ def test_a_local_study_too_big_for_the_host_fails_before_any_job(tmp_path, repo)
     import subprocess
     import sys
 
-    study = {"frameworks": ["torch"], "models": ["lenet"], "nodes": [1, 100000], "envs_dir": str(tmp_path / "envs")}
+    study = {
+        "frameworks": ["torch"],
+        "models": ["lenet"],
+        "nodes": [1, 100000],
+        "envs_dir": str(tmp_path / "envs"),
+    }
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
     cmd = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(repo / "Snakefile"), "--directory", str(tmp_path),
-        "--configfile", str(tmp_path / "study.yaml"), "--cores", "2",
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(repo / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "--configfile",
+        str(tmp_path / "study.yaml"),
+        "--cores",
+        "2",
     ]
     # Its own session, so that a regression (jobs started after all) is stopped whole.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = proc.communicate(timeout=300)
     finally:

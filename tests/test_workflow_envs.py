@@ -94,7 +94,14 @@ def test_changed_requirements_rebuild_and_rerun_in_one_invocation(copied_workflo
         jobs = planned_jobs(dry.stdout + dry.stderr)
         # The whole plan, at once: torch's venv, torch's run, the tables and figures;
         # nothing of TensorFlow.
-        assert jobs == {"framework_env": 1, "train": 1, "aggregate": 1, "figures": 1, "perfmodel": 1, "all": 1}
+        assert jobs == {
+            "framework_env": 1,
+            "train": 1,
+            "aggregate": 1,
+            "figures": 1,
+            "perfmodel": 1,
+            "all": 1,
+        }
         assert "framework=tensorflow" not in dry.stdout  # no TensorFlow training job
 
         proc = snakemake(workflow, workdir)

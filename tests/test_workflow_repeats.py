@@ -39,9 +39,7 @@ def test_auto_repeats_add_runs_until_the_cap(tmp_path, torch_py):
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = pd.read_csv(tmp_path / "results" / "runs.csv")
-    assert sorted(runs["run_id"]) == sorted(
-        f"torch/lenet/n{n}x1/b64/r{r}" for n in (1, 2) for r in range(3)
-    )
+    assert sorted(runs["run_id"]) == sorted(f"torch/lenet/n{n}x1/b64/r{r}" for n in (1, 2) for r in range(3))
     assert (runs["status"] == "ok").all()
     for nodes in (1, 2):
         cell = tmp_path / "results" / "repeats" / "torch" / "lenet" / f"n{nodes}x1" / "b64"
