@@ -114,7 +114,9 @@ def heldout_dirs(study: Mapping[str, Any]) -> dict[str, str]:
     and Fashion-MNIST's test splits, the synthetic ImageNet's held-out part. Real ImageNet
     shards from a user's listing have none yet: their runs record that they evaluated nothing."""
     dirs = dataset_dirs(study)
-    names = ["mnist", "fashion-mnist"] + (["imagenet"] if study["data"]["imagenet"]["source"] == "synthetic" else [])
+    names = ["mnist", "fashion-mnist"] + (
+        ["imagenet"] if study["data"]["imagenet"]["source"] == "synthetic" else []
+    )
     return {name: os.path.join(os.path.dirname(dirs[name]), "heldout") for name in names}
 
 

@@ -307,12 +307,23 @@ def bridged(
         for i, name in enumerate(names):
             _add_namespace(net, name)
             port = f"p{i}"
-            run_ip("link", "add", port, "type", "veth", "peer", "name", NODE_INTERFACE, "netns", name, netns=hub)
+            run_ip(
+                "link", "add", port, "type", "veth", "peer", "name", NODE_INTERFACE, "netns", name, netns=hub
+            )
             run_ip("link", "set", port, "master", "br0", "up", netns=hub)
             run_ip("addr", "add", f"{nodes[name]}/{prefix_len}", "dev", NODE_INTERFACE, netns=name)
             run_ip("link", "set", NODE_INTERFACE, "up", netns=name)
             if preset is not None:
-                run_ip("qdisc", "add", "dev", NODE_INTERFACE, "root", *shaping_args(preset), netns=name, tool="tc")
+                run_ip(
+                    "qdisc",
+                    "add",
+                    "dev",
+                    NODE_INTERFACE,
+                    "root",
+                    *shaping_args(preset),
+                    netns=name,
+                    tool="tc",
+                )
     except NetnsError:
         net.close()
         raise

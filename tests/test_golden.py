@@ -39,7 +39,9 @@ def test_the_golden_study_gives_the_same_tables(made: Path, table: str) -> None:
     got = (made / table).read_bytes()
     if got != expected:
         old, new = expected.decode().splitlines(), got.decode().splitlines()
-        first = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+        first = next(
+            (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new))
+        )
         pytest.fail(
             f"{table} differs from tests/data/golden/expected/{table} at line {first + 1}:\n"
             f"expected: {old[first] if first < len(old) else '<end>'}\n"

@@ -26,12 +26,25 @@ def write(framework: str, model: str, nodes: int, repeat: int, rng: random.Rando
     comm = COMM[framework] * (nodes - 1) * (3.0 if network else 1.0)
     t0 = 1_700_000_000.0 + 1000 * rng.random()
     start = {
-        "event": "run_start", "run_id": run_id, "framework": framework, "model": model,
-        "nodes": nodes, "ranks_per_node": 1, "batch": 64, "repeat": repeat, "world_size": nodes,
-        "global_batch": 64 * nodes, "dataset": "mnist", "scaling": "weak",
-        "hosts": [f"host/node{i}" for i in range(nodes)], "threads_per_rank": 1,
-        "versions": {"python": "3.11.7", framework: "1.0"}, "config_sha256": "0" * 64,
-        "git_sha": "golden", "startup_s": round(2 + rng.random(), 3), "time": t0,
+        "event": "run_start",
+        "run_id": run_id,
+        "framework": framework,
+        "model": model,
+        "nodes": nodes,
+        "ranks_per_node": 1,
+        "batch": 64,
+        "repeat": repeat,
+        "world_size": nodes,
+        "global_batch": 64 * nodes,
+        "dataset": "mnist",
+        "scaling": "weak",
+        "hosts": [f"host/node{i}" for i in range(nodes)],
+        "threads_per_rank": 1,
+        "versions": {"python": "3.11.7", framework: "1.0"},
+        "config_sha256": "0" * 64,
+        "git_sha": "golden",
+        "startup_s": round(2 + rng.random(), 3),
+        "time": t0,
         "spec": {"run_id": run_id, "iterations": 5, "warmup": 1},
     }
     if network:
@@ -43,17 +56,26 @@ def write(framework: str, model: str, nodes: int, repeat: int, rng: random.Rando
             compute = base * (1 + 0.05 * rng.random())
             step = compute + comm * (1 + 0.1 * rng.random())
             event = {
-                "event": "iteration", "rank": rank, "iteration": it, "samples": 64,
-                "step_s": round(step, 6), "compute_s": round(compute, 6),
-                "comm_s": round(comm, 6), "loss": round(2.3 - 0.1 * it + 0.01 * rng.random(), 5),
+                "event": "iteration",
+                "rank": rank,
+                "iteration": it,
+                "samples": 64,
+                "step_s": round(step, 6),
+                "compute_s": round(compute, 6),
+                "comm_s": round(comm, 6),
+                "loss": round(2.3 - 0.1 * it + 0.01 * rng.random(), 5),
                 "time": round(now, 3),
             }
             if it < 1:
                 event["warmup"] = True
             lines.append(event)
         now += step
-    end = {"event": "run_end", "status": extra.get("status", "ok"), "reason": extra.get("reason"),
-           "time": round(now + 1, 3)}
+    end = {
+        "event": "run_end",
+        "status": extra.get("status", "ok"),
+        "reason": extra.get("reason"),
+        "time": round(now + 1, 3),
+    }
     if "contention" in extra:
         end["contention"] = extra["contention"]
     lines.append(end)
@@ -74,7 +96,14 @@ def main() -> None:
         write("torch", "lenet", 2, repeat, rng, network="emulated-1gbe")
         write("tensorflow", "lenet", 2, repeat, rng, network="emulated-1gbe")
     write("torch", "autoencoder", 4, 2, rng, status="failed", reason="rank 1 died (exit 9) at iteration 5")
-    write("tensorflow", "autoencoder", 2, 2, rng, contention={"other_busy_share": 0.5, "steal_share": 0.0, "contended": True})
+    write(
+        "tensorflow",
+        "autoencoder",
+        2,
+        2,
+        rng,
+        contention={"other_busy_share": 0.5, "steal_share": 0.0, "contended": True},
+    )
 
 
 if __name__ == "__main__":
