@@ -4,9 +4,9 @@ Everything that names a framework or a model reads it here: the config schema's 
 (filled in by ``dlscale.study.load_schema``), the training rule's wildcard constraint and
 extra inputs, the figures' order and labels, the scaling model's synchronisation patterns,
 the benchmarks and the tests. Adding a framework is one catalog entry, one runner folder
-(``dlscale/runners/<name>/`` with ``launcher.py``, ``train.py``, ``__main__.py`` and an
-``options.schema.json``) and one requirements file (``envs/<name>.txt``);
-``tests/test_catalog.py`` fails when any of them is missing.
+(``dlscale/runners/<name>/``, its files and modules as ``dlscale.runners.contract`` states
+them) and one requirements file (``envs/<name>.txt``); ``tests/test_catalog.py`` fails when
+any of them is missing.
 
 Standard library only: Snakemake imports this when it builds the DAG.
 """
@@ -54,7 +54,7 @@ class Framework:
 
     @property
     def launcher(self) -> str:
-        """The module that plans a run's processes (``plan(ctx) -> Plan``)."""
+        """The module that plans and describes a run (``dlscale.runners.contract.Launcher``)."""
         return f"dlscale.runners.{self.name}.launcher"
 
     @property
@@ -118,7 +118,7 @@ MODELS: Mapping[str, Model] = MappingProxyType(
             Model("resnet50", "ResNet-50", 25_557_032, ("imagenet",), batch_per_rank=8, iterations=8),
         )
     }
-)
+)  # fmt: skip
 
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
 MODEL_NAMES: tuple[str, ...] = tuple(MODELS)

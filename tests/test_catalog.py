@@ -1,12 +1,14 @@
 """The catalog is the only list of frameworks and models, and every entry is complete.
 
 A framework is one catalog entry, one runner folder and one requirements file: these tests
-fail when an entry lacks any of its parts, or when a list of frameworks or models appears
-somewhere else than the catalog.
+fail when an entry lacks any of its parts (the runner's as ``dlscale.runners.contract``
+states them), or when a list of frameworks or models appears somewhere else than the
+catalog.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -18,15 +20,19 @@ import pytest
 from conftest import REPO, SCHEMA
 
 from dlscale import catalog
+from dlscale.runners import contract
 from dlscale.study import WILDCARD_CONSTRAINTS, ConfigError, load_schema, validate_config
 
-RUNNER_FILES = ("launcher.py", "train.py", "models.py", "__main__.py", "options.schema.json")
+#: The runner modules that import no framework (checked by import), and the trainer's
+#: (checked by parsing: importing it needs the framework's venv).
+LIGHT_MODULES = ("launcher", "settings")
+TRAINER_MODULE = "train"
 
 
 @pytest.mark.parametrize("framework", catalog.FRAMEWORK_NAMES)
 def test_every_framework_has_its_runner_folder_env_file_and_options(framework):
     fw = catalog.framework(framework)
-    missing = [name for name in RUNNER_FILES if not (fw.runner_dir / name).is_file()]
+    missing = [name for name in contract.RUNNER_FILES if not (fw.runner_dir / name).is_file()]
     assert missing == [], f"dlscale/runners/{framework}/ lacks {missing}"
     assert fw.requirements.is_file(), f"envs/{framework}.txt is missing"
     options = json.loads(fw.options_schema.read_text())
@@ -36,17 +42,61 @@ def test_every_framework_has_its_runner_folder_env_file_and_options(framework):
     assert framework in fw.setups, "the framework's default set-up is named after it"
 
 
+def test_the_contract_names_every_file_the_runners_share():
+    """The contract's list of files is what every runner folder has, no more and no less:
+    a file all runners gain belongs in the contract, one it names must be in every folder."""
+    folders = [catalog.framework(name).runner_dir for name in catalog.FRAMEWORK_NAMES]
+    shared = set.intersection(*({p.name for p in folder.iterdir() if p.is_file()} for folder in folders))
+    assert shared == set(contract.RUNNER_FILES)
+    assert set(contract.MODULES) == {*LIGHT_MODULES, TRAINER_MODULE}
+    assert {f"{module}.py" for module in contract.MODULES} <= set(contract.RUNNER_FILES)
+
+
 @pytest.mark.parametrize("framework", catalog.FRAMEWORK_NAMES)
-def test_every_framework_launcher_plans_without_importing_its_framework(framework):
-    """The launcher module (imported by dlscale.launch in the workflow venv) has ``plan``."""
+def test_every_launcher_and_settings_module_keeps_the_contract_without_its_framework(framework):
+    """The launcher and settings modules (imported by dlscale.launch and the tuning stage in
+    the workflow venv) import no framework and have every member of their Protocol, with
+    its parameters."""
     probe = (
-        "import importlib, sys\n"
-        f"mod = importlib.import_module({catalog.framework(framework).launcher!r})\n"
+        "import importlib, inspect, json, sys\n"
+        "found = {}\n"
+        f"for name in {list(LIGHT_MODULES)!r}:\n"
+        f"    mod = importlib.import_module('dlscale.runners.{framework}.' + name)\n"
+        "    found[name] = {k: list(inspect.signature(v).parameters) for k, v in vars(mod).items()\n"
+        "                   if inspect.isfunction(v) and v.__module__ == mod.__name__}\n"
         "heavy = [m for m in ('torch', 'tensorflow', 'caffe', 'bigdl', 'pyspark') if m in sys.modules]\n"
-        "print(callable(getattr(mod, 'plan', None)), heavy)\n"
+        "print(json.dumps({'functions': found, 'heavy': heavy}))\n"
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert proc.stdout.strip() == "True []", proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["heavy"] == []
+    for name in LIGHT_MODULES:
+        assert _unkept(seen["functions"][name], contract.MODULES[name]) == [], f"{framework}/{name}.py"
+
+
+@pytest.mark.parametrize("framework", catalog.FRAMEWORK_NAMES)
+def test_every_trainer_module_keeps_the_contract(framework):
+    """The trainer's functions, read from its source (no framework needed)."""
+    path = catalog.framework(framework).runner_dir / f"{TRAINER_MODULE}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    functions = {
+        node.name: [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+    }
+    assert _unkept(functions, contract.MODULES[TRAINER_MODULE]) == [], f"{framework}/{TRAINER_MODULE}.py"
+
+
+def _unkept(functions: dict[str, list[str]], protocol: type) -> list[str]:
+    """What of ``protocol`` a module's top-level ``functions`` (name -> parameter names) lacks."""
+    problems = []
+    for name, parameters in contract.members(protocol).items():
+        if name not in functions:
+            problems.append(f"no {name}()")
+        elif tuple(functions[name]) != parameters:
+            problems.append(f"{name}({', '.join(functions[name])}), expected {name}({', '.join(parameters)})")
+    return problems
 
 
 def test_schema_enums_and_defaults_come_from_the_catalog():

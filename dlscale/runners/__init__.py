@@ -1,1 +1,1 @@
-"""Framework runners: one folder per framework, all of the same shape (see common.py)."""
+"""Framework runners: one folder per framework, all of the same shape (see contract.py)."""

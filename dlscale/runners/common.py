@@ -1,11 +1,11 @@
 """The rank-side harness every framework runner shares.
 
-A runner is a folder ``dlscale/runners/<framework>/`` with ``models.py`` (the study's
-models), ``train.py`` (``versions()`` and ``train(ctx)``: set-up and the timed loop) and
-``__main__.py`` (``raise SystemExit(main(train_module))``). This module does everything
-that is not framework-specific: argument parsing, placement, the rank's event stream,
-thread settings, loss checks, signal handling and the progress lines a person follows in
-``run.log``. Reading one runner therefore teaches the others.
+What a runner folder holds and what its ``train`` module offers is the runner contract
+(``dlscale.runners.contract``: ``Trainer``); a runner's ``__main__`` hands its ``train``
+module to ``main`` here. This module does everything that is not framework-specific:
+argument parsing, placement, the rank's event stream, thread settings, loss checks, signal
+handling and the progress lines a person follows in ``run.log``. Reading one runner
+therefore teaches the others.
 """
 
 from __future__ import annotations
@@ -18,12 +18,15 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from dlscale import placement as placement_mod
+from dlscale import quality
+from dlscale.data.shards import heldout_dir
 from dlscale.events import PartWriter
 from dlscale.runspec import RunSpec
 
@@ -51,6 +54,9 @@ class RunContext:
     writer: PartWriter
     started: float = field(default_factory=time.time)
     last_iteration: int = -1
+    #: Timed training seconds so far on this rank (the sum of its timed steps' step_s,
+    #: warm-up excluded): the clock an evaluation reports as ``train_s``.
+    train_s: float = 0.0
     # Things a person must see although the run succeeded (e.g. BigDL failing to gather the
     # trained model after every step was measured): they go into rank_end and run_end.
     warnings: list[str] = field(default_factory=list)
@@ -70,6 +76,52 @@ class RunContext:
     def is_warmup(self, iteration: int) -> bool:
         return iteration < self.spec.warmup
 
+    @property
+    def heldout_dir(self) -> Path:
+        """The held-out shard set beside the training one (``dlscale.data.shards.heldout_dir``)."""
+        return heldout_dir(self.data_dir)
+
+    def eval_due(self, iteration: int) -> bool:
+        """Whether to evaluate once ``iteration`` (0-based) has trained: every
+        ``spec.eval_every`` iterations and after the last one."""
+        return self.spec.eval_due(iteration + 1)
+
+    def record_eval(
+        self, iteration: int, results: Mapping[str, tuple[float, int]], eval_s: float, **extra: Any
+    ) -> bool:
+        """Emit rank 0's held-out quality after ``iteration`` (0-based) has trained, and say
+        whether the run's quality target is met (False without a target).
+
+        ``results``: metric -> (value, samples evaluated), from the framework's own
+        inference on ``heldout_dir``; ``eval_s``: the evaluation's wall time, which is
+        outside every timed step (``train_s`` does not include it). A runner evaluates on
+        rank 0 only and shares the stop decision with its other ranks its own way.
+        """
+        target = self.spec.quality_target
+        met = False
+        for metric, (value, samples) in results.items():
+            self.writer.emit(
+                "eval",
+                rank=self.rank,
+                iteration=iteration + 1,
+                split="test",
+                metric=metric,
+                value=float(value),
+                samples=int(samples),
+                eval_s=float(eval_s),
+                train_s=float(self.train_s),
+                **extra,
+            )
+            if target is not None and metric == target["metric"]:
+                met = quality.meets(metric, float(value), target["value"])
+        shown = ", ".join(f"{m} {v:.4f}" for m, (v, _) in results.items())
+        print(
+            f"[rank 0] held-out after {iteration + 1} iterations: {shown} ({eval_s:.1f} s to evaluate)"
+            + (" -- target met, training stops" if met else ""),
+            flush=True,
+        )
+        return met
+
     def record_iteration(
         self,
         iteration: int,
@@ -83,6 +135,8 @@ class RunContext:
     ) -> None:
         """Emit one iteration event; fail the run if the loss is not finite."""
         self.last_iteration = iteration
+        if not self.is_warmup(iteration):
+            self.train_s += step_s
         self.writer.emit(
             "iteration",
             rank=self.rank,
@@ -145,7 +199,7 @@ def placement_peers(where: placement_mod.Placement) -> list[tuple[str, str]]:
     Only addresses a framework really dials are checked: gloo and Open MPI exchange the
     ranks' interface addresses through the rendezvous, so the ranks' host names (SLURM
     node names, which need not resolve) are not. A framework that dials named peers adds
-    them (``runner.peers``: TensorFlow's cluster spec)."""
+    them (the trainer's ``peers``: TensorFlow's cluster spec)."""
     if where.world_size <= 1:
         return []
     return [("rank 0 (master)", f"{where.master_addr}:{where.master_port}")]
@@ -191,7 +245,9 @@ def parse_args(argv: list[str] | None = None) -> SimpleNamespace:
 
 
 def main(runner: ModuleType, argv: list[str] | None = None) -> int:
-    """Entry point of one rank: set up, train, and leave a rank_end event whatever happens."""
+    """Entry point of one rank: set up, train, and leave a rank_end event whatever happens.
+
+    ``runner`` is the framework's ``train`` module (``dlscale.runners.contract.Trainer``)."""
     args = parse_args(argv)
     for key, value in thread_environment(args.spec.threads_per_rank).items():
         os.environ.setdefault(key, value)
@@ -214,7 +270,7 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
         # Before any server starts: a peer whose name does not resolve fails the run now,
         # naming it, instead of after a start-up timeout (issue 22).
         peers = placement_peers(where)
-        if where.world_size > 1 and hasattr(runner, "peers"):
+        if where.world_size > 1:
             peers += runner.peers(ctx)
         check_peers_resolve(peers, where.rank)
         runner.train(ctx)

@@ -1,10 +1,11 @@
-"""How a run's processes are laid out: the contract between the launcher and a runner.
+"""How a run's processes are laid out: the ``Plan`` a runner's launcher returns.
 
 Frameworks start differently: PyTorch and Caffe want one process per rank; TensorFlow's
 parameter-server mode adds server processes; BigDL runs one driver that brings up its own
-Spark cluster. Each runner package therefore has a light ``launcher.py`` (no framework
-import) with ``plan(ctx) -> Plan``; ``dlscale.launch`` starts, watches and stops whatever
-the plan lists, and merges the part files of the ranks that report.
+Spark cluster. So each runner's launcher module plans its run (``plan(ctx) -> Plan``, see
+``dlscale.runners.contract.Launcher``) from the ``LaunchContext`` and helpers here;
+``dlscale.launch`` starts, watches and stops whatever the plan lists, and merges the part
+files of the ranks that report.
 """
 
 from __future__ import annotations

@@ -24,6 +24,12 @@ def settings(spec: RunSpec) -> dict[str, Any]:
         return {"error": str(err)}
 
 
+def listens_on_every_interface(spec: RunSpec) -> str | None:
+    """Nothing: every Spark daemon and the driver bind their node's address
+    (``dlscale.runners.bigdl.spark``)."""
+    return None
+
+
 def plan(ctx: LaunchContext) -> Plan:
     env = {**ctx.base_env(), "PYSPARK_PYTHON": ctx.python, "DLSCALE_SPARK_MODE": ctx.mode}
     try:  # the engine's variables, as the driver gets them (and records them: run_start)

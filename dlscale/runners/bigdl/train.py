@@ -403,6 +403,12 @@ def keep_executor_logs(cluster: SparkCluster, run_dir: Path) -> None:
             print(f"[bigdl] could not keep {path}: {err}", file=sys.stderr, flush=True)
 
 
+def peers(ctx: RunContext) -> list[tuple[str, str]]:
+    """None besides the master: the driver starts its own Spark daemons, and they register
+    with it."""
+    return []
+
+
 def train(ctx: RunContext) -> None:
     spec = ctx.spec
     java_version()  # a missing Java is said plainly, before any daemon starts

@@ -94,6 +94,12 @@ def feed(net: Any, x: np.ndarray, y: np.ndarray) -> None:
         net.blobs["label"].data[...] = y
 
 
+def peers(ctx: RunContext) -> list[tuple[str, str]]:
+    """None besides the master: Open MPI's ranks exchange their addresses through mpirun
+    (or srun's PMI), never by host name."""
+    return []
+
+
 def train(ctx: RunContext) -> None:
     from dlscale.runners.caffe.parallel import GradientAllreduce, finish, import_mpi
 

@@ -95,6 +95,12 @@ def leave(store: Any, rank: int, world_size: int) -> None:
         left = store.add("dlscale/left", 0)
 
 
+def peers(ctx: RunContext) -> list[tuple[str, str]]:
+    """None besides the master: the ranks meet at rank 0's store (``rendezvous``) and gloo
+    exchanges their addresses through it."""
+    return []
+
+
 def train(ctx: RunContext) -> None:
     import torch
     import torch.distributed as dist
