@@ -1,4 +1,5 @@
-"""Shared fixtures: paths of the repository and of its virtual environments."""
+"""Shared fixtures: paths of the repository and of its virtual environments, MNIST, and the
+session's one SLURM test cluster (tests/slurm_fixtures.py: ``slurm`` for a test, started once)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from slurm_fixtures import slurm, slurm_session  # noqa: F401  (the session's SLURM test cluster)
 
 REPO = Path(__file__).resolve().parent.parent
 

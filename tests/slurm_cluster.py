@@ -125,6 +125,7 @@ class SlurmCluster:
         self.base = Path(base or tempfile.mkdtemp(prefix="dlslurm-", dir="/tmp"))
         self.nodes, self.cpus, self.mem_mb = nodes, cpus, mem_mb
         self.network = network  # a dlscale.networks preset name for every node's link, or None
+        self.default_network = network  # what reset() restores
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.conf = self.base / "slurm.conf"
         self.bin = self.base / "bin"
@@ -349,10 +350,41 @@ class SlurmCluster:
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(cmd, 124, "", "timeout")
 
-    def _all_idle(self) -> bool:
+    def node_states(self) -> dict[str, str]:
+        """Node name -> SLURM state (``idle``, ``mixed``, ``drained``...), from sinfo."""
         out = self._run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout.split("\n")
-        states = dict(line.split() for line in out if line.strip())
+        return dict(line.split() for line in out if len(line.split()) == 2)
+
+    def _all_idle(self) -> bool:
+        states = self.node_states()
         return len(states) == self.nodes and all(s == "idle" for s in states.values())
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        """Wait until no job is queued and every node is idle (a finished job's nodes pass
+        through ``completing``); a node left drained or down is resumed, as an admin would."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if not self.jobs() and self._all_idle():
+                return
+            for node, state in self.node_states().items():
+                if state.startswith(("drain", "down")):
+                    self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+            time.sleep(0.5)
+        raise TimeoutError(
+            f"SLURM test cluster not idle after {timeout:.0f} s: jobs {self.jobs()}, nodes {self.node_states()}"
+        )
+
+    def reset(self, timeout: float = 60) -> list[str]:
+        """Back to how it started, between tests: every job cancelled, the links unshaped
+        (its starting ``network``), every node idle. The jobs it found, so that a caller can
+        say a test left some behind."""
+        left = self.jobs()
+        for job in left:
+            self._run(["scancel", job])
+        if self.network != self.default_network:
+            self.set_network(self.default_network)
+        self.wait_idle(timeout)
+        return left
 
     # --------------------------------------------------------------- tear-down
     def jobs(self) -> list[str]:
@@ -387,6 +419,9 @@ class SlurmCluster:
         if self.net is not None:
             self.net.close()
             self.net = None
+        for name in self.namespaces():  # made before an interruption left self.net unset
+            if (Path("/run/netns") / name).exists():
+                subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
 
     def sbatch_calls(self) -> list[str]:
         """Every sbatch command line submitted to this cluster (recorded by the wrapper)."""
@@ -394,6 +429,7 @@ class SlurmCluster:
         return path.read_text().splitlines() if path.exists() else []
 
     def pids(self) -> list[int]:
+        """Every daemon this cluster started (munged, slurmctld, each slurmd), alive or not."""
         return [p.pid for p in self.procs.values()]
 
     def __enter__(self) -> SlurmCluster:
