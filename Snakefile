@@ -47,4 +47,5 @@ rule all:
         CAFFE_FIGURE_FILES,
         perfmodel_files(),
         tune_files(),
+        PARITY_FILES,
     localrule: True

@@ -194,14 +194,30 @@ def check(
             row = {name: None for name in PARITY_COLUMNS}
             row.update(model=run.model, framework=run.framework, setup=run.setup, nodes=run.nodes,
                        ranks_per_node=run.ranks_per_node, world_size=run.world_size,
-                       global_batch=run.global_batch, seed=run.seed, run_id=run.run_id, passes=False,
-                       reason=f"no 1-rank {reference} run of {run.model} at global batch {run.global_batch}, seed {run.seed}")  # fmt: skip
+                       global_batch=run.global_batch, seed=run.seed, run_id=run.run_id, passes=None,
+                       reason=f"n/a: no 1-rank {reference} run of {run.model} at global batch {run.global_batch},"
+                       f" seed {run.seed} to compare with")  # fmt: skip
             rows.append(row)
             continue
         if run is ref:
             continue
         rows.append(compare(run, ref, iterations, tolerance))
     return pd.DataFrame(rows, columns=list(PARITY_COLUMNS))
+
+
+def parity_table(
+    paths: Iterable[str | Path],
+    iterations: int = DEFAULT_ITERATIONS,
+    tolerance: float = PARITY_LOSS_RTOL,
+    reference: str = REFERENCE,
+) -> pd.DataFrame:
+    """The parity table of the shared-initialisation runs among ``paths`` (events files)."""
+    runs = [r for r in (read_run(p) for p in sorted(paths, key=str)) if r is not None]
+    return check(runs, iterations, tolerance, reference)
+
+
+def write_table(table: pd.DataFrame, target: str | Path) -> Path:
+    return atomic.replace_with(target, lambda tmp: table.to_csv(tmp, index=False))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,18 +229,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, default=PARITY_LOSS_RTOL, help="relative loss tolerance")
     parser.add_argument("--reference", default=REFERENCE, help="the framework every other is compared with")
     args = parser.parse_args(argv)
-    paths = sorted(Path(args.runs_dir).rglob("events.jsonl"))
-    runs = [r for r in (read_run(p) for p in paths) if r is not None]
-    if not runs:
+    table = parity_table(
+        Path(args.runs_dir).rglob("events.jsonl"), args.iterations, args.tolerance, args.reference
+    )
+    if table.empty:
         print(f"{args.runs_dir}: no ok run with init: shared", file=sys.stderr)
         return 2
-    table = check(runs, args.iterations, args.tolerance, args.reference)
-    target = Path(args.out) / "parity.csv"
-    atomic.replace_with(target, lambda tmp: table.to_csv(tmp, index=False))
+    target = write_table(table, Path(args.out) / "parity.csv")
     for row in table.itertuples():
-        print(f"{'PASS' if row.passes else 'FAIL'} {row.run_id}: {row.reason}")
+        verdict = "n/a " if row.passes is None else ("PASS" if row.passes else "FAIL")
+        print(f"{verdict} {row.run_id}: {row.reason}")
     print(target)
-    return 0 if table["passes"].all() else 1
+    return 0 if not table["passes"].eq(False).any() else 1
 
 
 if __name__ == "__main__":

@@ -48,6 +48,26 @@ rule aggregate:
         "../scripts/aggregate.py"
 
 
+rule parity:
+    """The parity check (config init: shared): every framework's first losses against the
+    reference framework's at the same global batch (dlscale.parity)."""
+    input:
+        events=all_run_events,
+    output:
+        parity=report(
+            "results/parity.csv",
+            caption="../report/parity.rst",
+            category=CATEGORY_FINDINGS,
+        ),
+    log:
+        "results/logs/parity.log",
+    localrule: True
+    conda:
+        "../envs/workflow.yaml"
+    script:
+        "../scripts/parity.py"
+
+
 rule figures:
     """Throughput, speedup, time breakdown, loss curves, held-out quality and the two
     efficiencies (html, svg, png)."""

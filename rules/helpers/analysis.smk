@@ -19,6 +19,8 @@ from dlscale.outputs import (
 )
 
 AUTO_REPEATS = STUDY["repeats"] == "auto"
+#: The parity check's table, where the study runs the shared initialisation (rule parity).
+PARITY_FILES = ["results/parity.csv"] if STUDY["init"] == "shared" else []
 
 
 @inspected

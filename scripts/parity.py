@@ -1,0 +1,20 @@
+"""Snakemake glue: the study's runs -> results/parity.csv (``dlscale.parity``: every
+framework's first losses against the reference framework's, under ``init: shared``)."""
+
+import logging
+
+from dlscale import parity
+from dlscale.logsetup import log_to
+
+log_to(snakemake.log[0])
+log = logging.getLogger("parity")
+
+try:
+    events = snakemake.input.events
+    table = parity.parity_table([events] if isinstance(events, str) else list(events))
+    for row in table.itertuples():
+        log.info("%s %s: %s", {None: "n/a", True: "pass", False: "FAIL"}[row.passes], row.run_id, row.reason)
+    parity.write_table(table, snakemake.output.parity)
+except Exception:
+    log.exception("parity check failed")
+    raise
