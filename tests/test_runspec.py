@@ -151,7 +151,7 @@ def test_the_launcher_records_a_spec_that_is_not_a_run_as_a_failed_run(tmp_path)
     assert "'batch'" in proc.stderr
     # Its record is well typed (the run's fields come from its folder): the tables read
     # it as a failed row of that run.
-    from dlscale.analysis import load_events
+    from dlscale.tables import load_events
 
     runs, _ = load_events([events])
     assert runs.loc[0, "run_id"] == KNOWN["run_id"] and runs.loc[0, "status"] == "failed"

@@ -65,9 +65,8 @@ def isolation_options() -> dict[str, str | None]:
 
 def listens_on_every_interface(spec: RunSpec) -> str | None:
     """What of this run would listen on every interface whatever it is told (None: nothing);
-    each runner's launcher says it for its framework."""
-    says = getattr(runner_launcher(spec.framework), "listens_on_every_interface", None)
-    return says(spec) if says else None
+    each runner's launcher says it for its framework (``dlscale.runners.contract.Launcher``)."""
+    return runner_launcher(spec.framework).listens_on_every_interface(spec)
 
 
 def setup_network(

@@ -94,17 +94,15 @@ def identity_of_bad_spec(run_dir: Path, spec_data: Mapping[str, Any]) -> dict[st
 
 def run_settings(launcher: ModuleType, spec: RunSpec, plan: Plan) -> dict[str, Any]:
     """The CPU settings a run uses: the runner launcher's ``settings(spec)`` (engine, BLAS,
-    thread pools, ...) and the thread variables its first process is given (what the
-    ranks really get, not what the spec meant). A runner without the hook records the
-    variables only; a hook that fails is recorded with its error, never a crash.
+    thread pools, ...; every launcher has it: ``dlscale.runners.contract.Launcher``) and the
+    thread variables its first process is given (what the ranks really get, not what the
+    spec meant). A hook that fails is recorded with its error, never a crash.
     """
     record: dict[str, Any] = {}
-    describe = getattr(launcher, "settings", None)
-    if describe is not None:
-        try:
-            record.update(describe(spec))
-        except (KeyError, ValueError, TypeError) as err:
-            record["error"] = f"{type(err).__name__}: {err}"
+    try:
+        record.update(launcher.settings(spec))
+    except (KeyError, ValueError, TypeError) as err:
+        record["error"] = f"{type(err).__name__}: {err}"
     env = plan.processes[0].env if plan.processes else {}
     record["env"] = {name: env[name] for name in THREAD_VARIABLES if name in env}
     return record
