@@ -1,14 +1,34 @@
-"""Small host utilities shared by the launcher and the benchmarks: a free port, the git sha.
+"""Small host utilities shared by the launcher, the ranks and the benchmarks: a free port,
+the git sha, dying with the parent process.
 
-They sit on the ground floor (stdlib only) so that ``benchmarks/`` can use them without
-importing the launcher.
+They sit on the ground floor (stdlib only) so that ``benchmarks/``, a rank's agent and the
+namespace helpers can use them without importing the launcher.
 """
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import socket
 import subprocess
 from pathlib import Path
+
+#: prctl's option that signals a child when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child, before exec: get SIGTERM when the parent dies, however it dies.
+
+    The ranks run in their own sessions (so that stopping them reaches their whole process
+    group); without this, a launcher killed with SIGKILL (snakemake killed hard) would
+    leave them training as orphans.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port() -> int:

@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dlscale.netns import CLONE_NEWNET, RunNetwork
+from dlscale.sysutil import die_with_parent
 
 CLONE_NEWUSER = 0x10000000
-PR_SET_PDEATHSIG = 1
 READY_TIMEOUT_S = 20.0
 UNSHARE_ARGS = ("--user", "--map-root-user", "--net")
 
@@ -64,13 +64,6 @@ REMEDY = (
 
 class UsernsError(RuntimeError):
     """The user+network namespace could not be made; the message says why."""
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 15)
-    except (OSError, AttributeError):
-        pass
 
 
 _probed: dict[str, str | None] = {}
@@ -176,7 +169,7 @@ def isolated(python: str = sys.executable) -> UserRunNetwork:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
         )
     except OSError as err:
         raise UsernsError(f"`{' '.join(argv[:5])}` could not start: {err}") from None

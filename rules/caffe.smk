@@ -126,6 +126,6 @@ rule caffe_layer_figure:
     params:
         python="python" if USE_CONDA else sys.executable,
     shell:
-        "{params.python:q} -m dlscale.runners.caffe.layers"
+        "{params.python:q} -m dlscale.layer_figures"
         " --events {input.events:q} --model {wildcards.model}"
         " --out {output.html:q} {output.svg:q} {output.png:q} > {log:q} 2>&1"

@@ -33,6 +33,45 @@ GROUND_FLOOR = (
 )
 
 
+#: The floors of the house (docs/architecture.md), lowest first: a module may import only
+#: modules on its own floor or below. A package is named by its prefix.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    # ground: the catalog and what the DAG and every runner's venv import
+    ("dlscale", "dlscale.atomic", "dlscale.catalog", "dlscale.networks", "dlscale.options", "dlscale.outputs",
+     "dlscale.placement", "dlscale.runspec", "dlscale.thresholds", "dlscale.quality", "dlscale.initweights",
+     "dlscale.events", "dlscale.jobs", "dlscale.sysutil", "dlscale.logsetup", "dlscale.preflight",
+     "dlscale.netns", "dlscale.userns", "dlscale.contention", "dlscale.roofline", "dlscale.envs",
+     "dlscale.sitecheck", "dlscale.stats"),
+    # config -> runs; data; native logs
+    ("dlscale.study", "dlscale.tuning", "dlscale.data", "dlscale.parse"),
+    # one folder per framework behind one contract
+    ("dlscale.runners",),
+    # start, watch and record a run; the micro-benchmarks
+    ("dlscale.launch", "dlscale.commbench"),
+    # events -> tables
+    ("dlscale.evals", "dlscale.tables", "dlscale.parity", "dlscale.convergence"),
+    # tables -> cells, findings, claims; the tuning stage's choice
+    ("dlscale.verdicts", "dlscale.tunechoice"),
+    # what a person reads, and the scaling model
+    ("dlscale.figures", "dlscale.quality_figures", "dlscale.layer_figures", "dlscale.target_claims",
+     "dlscale.perfmodel"),
+    # the aggregation entry point
+    ("dlscale.analysis",),
+    # archives in and out
+    ("dlscale.artifact", "dlscale.verify"),
+)  # fmt: skip
+
+
+def floor_of(module: str) -> int | None:
+    """The floor of ``module`` (its own name or its package's prefix), None if unplaced."""
+    best: tuple[int, int] | None = None
+    for floor, names in enumerate(FLOORS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > best[1]):
+                best = (floor, len(name))
+    return None if best is None else best[0]
+
+
 def module_files() -> dict[str, Path]:
     modules = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -143,3 +182,16 @@ def test_every_figure_has_one_drawer() -> None:
     modules draw, each figure by one of them."""
     drawn = [*figures.STUDY_FIGURES, *quality_figures.QUALITY_FIGURES]
     assert sorted(drawn) == sorted(outputs.FIGURES) and len(set(drawn)) == len(drawn)
+
+
+def test_every_module_has_a_floor_and_imports_only_downward() -> None:
+    graph = import_graph()
+    unplaced = sorted(m for m in graph if floor_of(m) is None)
+    assert not unplaced, f"modules on no floor (add them to FLOORS and docs/architecture.md): {unplaced}"
+    upward = sorted(
+        f"{m} (floor {floor_of(m)}) imports {t} (floor {floor_of(t)})"
+        for m, targets in graph.items()
+        for t in targets
+        if floor_of(t) > floor_of(m)
+    )
+    assert not upward, "imports that run up the house:\n" + "\n".join(upward)

@@ -2,13 +2,11 @@
 
 The ranks run in sessions of their own, so that stopping one reaches its whole process
 group (mpirun's children, Spark's JVMs); each is told to die with the launcher, so that a
-launcher killed hard leaves no orphan training. Stdlib only: a rank (TensorFlow's SLURM
-agent) imports ``die_with_parent`` from here without the rest of the launcher.
+launcher killed hard leaves no orphan training (``sysutil.die_with_parent``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -18,23 +16,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO
 
-PR_SET_PDEATHSIG = 1
+from dlscale.sysutil import die_with_parent
+
 #: After SIGTERM, how long the ranks get to end before SIGKILL.
 GRACE_S = 10.0
-
-
-def die_with_parent() -> None:
-    """In a child, before exec: get SIGTERM when the launcher dies, however it dies.
-
-    The ranks run in their own sessions (so that stopping them reaches their whole process
-    group); without this, a launcher killed with SIGKILL (snakemake killed hard) would
-    leave them training as orphans.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 def child_setup(join: Callable[[], None] | None) -> Callable[[], None]:

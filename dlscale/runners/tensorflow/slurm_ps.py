@@ -51,6 +51,7 @@ from dlscale.events import PartWriter
 from dlscale.runners import common
 from dlscale.runners.plan import signal_name
 from dlscale.runners.tensorflow import cluster as cluster_mod
+from dlscale.sysutil import die_with_parent
 
 RUNNER = "dlscale.runners.tensorflow"
 SERVER = "dlscale.runners.tensorflow.server"
@@ -205,8 +206,6 @@ class Agent:
 
     def start(self) -> None:
         env = {**os.environ, cluster_mod.ENV_CLUSTER: json.dumps(self.cluster)}
-        from dlscale.launch.process import die_with_parent
-
         for task in self.tasks:
             if self.terminated:
                 break

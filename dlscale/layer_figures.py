@@ -6,7 +6,10 @@ first fully connected layer; for ResNet-50 the many 3x3 convolutions and the bat
 normalisations around them). Runs in the workflow environment (pandas, altair); the
 layer types come from the generated net (``models.layer_types``), so no caffe import.
 
-``python -m dlscale.runners.caffe.layers --events E --model M --out F.html F.svg F.png``
+It lives on the figures floor (it draws; the runner only measures) and reads the layer
+types from the Caffe runner's net writer, which is plain text generation.
+
+``python -m dlscale.layer_figures --events E --model M --out F.html F.svg F.png``
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import altair as alt
+import pandas as pd
+
 from dlscale.catalog import MODEL_NAMES
+from dlscale.figures import save_chart
 from dlscale.parse.caffe import layer_table
 from dlscale.runners.caffe.models import layer_types
 
@@ -27,10 +34,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def layer_frame(events: list[dict[str, Any]], model: str) -> Any:
+def layer_frame(events: list[dict[str, Any]], model: str) -> pd.DataFrame:
     """Long table: one row per layer and phase (forward/backward), with the layer's type."""
-    import pandas as pd
-
     types = layer_types(model)
     rows = []
     for row in layer_table(events):
@@ -49,10 +54,8 @@ def layer_frame(events: list[dict[str, Any]], model: str) -> Any:
     return pd.DataFrame(rows)
 
 
-def layer_chart(events: list[dict[str, Any]], model: str) -> Any:
+def layer_chart(events: list[dict[str, Any]], model: str) -> alt.TopLevelMixin:
     """Stacked forward/backward bars per layer, titled with the benchmark's setting."""
-    import altair as alt
-
     frame = layer_frame(events, model)
     bench = next((e for e in events if e.get("event") == "benchmark"), {})
     title = (
@@ -84,8 +87,6 @@ def layer_chart(events: list[dict[str, Any]], model: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dlscale.figures import save_chart  # atomic html/svg/png writer
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", required=True, type=Path)
     parser.add_argument("--model", required=True, choices=MODEL_NAMES)
