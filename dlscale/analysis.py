@@ -63,11 +63,14 @@ def aggregate(
     paths: Iterable[str | os.PathLike[str]],
     peak: Mapping[str, Any] | None = None,
     targets: Mapping[str, Target] | None = None,
+    same_work_only: bool = True,
 ) -> Tables:
     """Events files -> every table. Files are read in sorted order, so the tables do not
     depend on the order the paths come in (a rule's input list, a directory walk).
     ``peak``: the host's matmul peak (dlscale.roofline) for the roofline fraction;
-    ``targets``: model -> quality target, over what the runs' specs carry (dlscale.evals)."""
+    ``targets``: model -> quality target, over what the runs' specs carry (dlscale.evals);
+    ``same_work_only``: time to target compares only set-ups that run the reference
+    optimisation (dlscale.convergence)."""
     runs, iterations, evals = load_study(sorted(paths, key=str), targets)
     runs = add_roofline(runs, peak)
     cells = verdicts.cells(runs)
@@ -78,7 +81,7 @@ def aggregate(
         verdicts.findings(cells),
         target_claims.add_time_to_target(verdicts.claims(cells, runs=runs), cells),
         evals,
-        convergence.fastest_to_target(cells),
+        convergence.fastest_to_target(cells, same_work_only),
     )
 
 
@@ -167,6 +170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="judge MODEL's runs by time to this held-out quality (e.g. lenet=top1:0.98; repeatable),"
         " over the target their specs carry",
     )
+    parser.add_argument(
+        "--allow-designed-differences",
+        action="store_true",
+        help="let set-ups whose optimisation differs by design (BigDL's FP16 exchange, parameter"
+        " servers) compete for time to target (the study key same_work_only: false)",
+    )
     args = parser.parse_args(argv)
     try:
         targets = dict(parse_target(text) for text in args.target)
@@ -176,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not paths:
         print(f"{args.runs_dir}: no events.jsonl found", file=sys.stderr)
         return 2
-    tables = aggregate(paths, roofline.read_peak(args.peak), targets)
+    tables = aggregate(paths, roofline.read_peak(args.peak), targets, not args.allow_designed_differences)
     out = Path(args.out)
     written = write_outputs(tables, {name: out / filename for name, filename in OUTPUT_FILES.items()})
     print(summary(tables.runs))

@@ -14,7 +14,7 @@ Standard library only: Snakemake imports this when it builds the DAG.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
@@ -38,9 +38,12 @@ class Framework:
     #: ``<name>-<variant>`` -> pattern. Keys are the set-ups ``perfmodel.setup_of`` returns.
     setups: Mapping[str, str]
     #: What a run needs besides its venv and data, by the name of the rule output in
-    #: rules/common.smk (``caffe``: the Caffe build; ``java``: a Java runtime for Spark).
+    #: rules/envs.smk's EXTRA_INPUTS (``caffe``: the Caffe build; ``java``: a Java runtime for Spark).
     #: The training rule passes each to the launcher as ``DLSCALE_<NAME>_MARKER``.
     extra_inputs: tuple[str, ...] = ()
+    #: Set-ups whose optimisation differs from the reference on purpose (the parity check
+    #: measures it; the runs table and the report name it): set-up -> what differs.
+    differences: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def env(self) -> str:
@@ -101,8 +104,24 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(
                 "TensorFlow",
                 # MultiWorkerMirroredStrategy with CommunicationImplementation.RING; ps mode.
                 {"tensorflow": RING, "tensorflow-ps": PS},
+                differences=MappingProxyType(
+                    {
+                        "tensorflow-ps": "asynchronous updates: parameter servers apply each worker's gradient as it arrives"
+                    }
+                ),
             ),
-            Framework("bigdl", "BigDL", {"bigdl": BIGDL}, extra_inputs=("java",)),
+            Framework(
+                "bigdl",
+                "BigDL",
+                {"bigdl": BIGDL},
+                extra_inputs=("java",),
+                differences=MappingProxyType(
+                    {
+                        "bigdl": "FP16 parameter exchange (AllReduceParameter's FP16CompressedTensor) and"
+                        " batches drawn by its own optimizer from an RDD"
+                    }
+                ),
+            ),
             Framework("caffe", "Caffe", {"caffe": RING}, extra_inputs=("caffe",)),
         )
     }
@@ -126,6 +145,10 @@ MNIST_MODELS: tuple[str, ...] = tuple(m.name for m in MODELS.values() if m.mnist
 DATASETS: tuple[str, ...] = tuple(dict.fromkeys(d for m in MODELS.values() for d in m.datasets))
 #: Learnable parameters per model.
 PARAMETERS: Mapping[str, int] = MappingProxyType({m.name: m.parameters for m in MODELS.values()})
+#: Set-ups whose optimisation differs from the reference by design -> what differs.
+DIFFERENCES: Mapping[str, str] = MappingProxyType(
+    {setup: text for fw in FRAMEWORKS.values() for setup, text in fw.differences.items()}
+)
 #: Every set-up the scaling model knows -> its synchronisation pattern.
 SETUP_PATTERNS: Mapping[str, str] = MappingProxyType(
     {setup: pattern for fw in FRAMEWORKS.values() for setup, pattern in fw.setups.items()}

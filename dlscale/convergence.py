@@ -41,6 +41,7 @@ CELL_QUALITY_COLUMNS: tuple[str, ...] = (
     "time_to_target_low",
     "time_to_target_high",
     "time_to_target_interval",
+    "designed_difference",
 )
 
 #: Columns of the time-to-target findings (results/time_to_target.csv).
@@ -106,6 +107,7 @@ def cell_quality(runs: pd.DataFrame) -> dict[str, Any]:
     if learned_values:
         learned = bool(all(learned_values))
     target_metric = _first(runs, "target_metric")
+    difference = _first(runs, "designed_difference")
     row: dict[str, Any] = {
         "quality_metric": metric,
         "final_quality": final.value,
@@ -119,6 +121,7 @@ def cell_quality(runs: pd.DataFrame) -> dict[str, Any]:
         "time_to_target_low": math.nan,
         "time_to_target_high": math.nan,
         "time_to_target_interval": None,
+        "designed_difference": difference,
     }
     if target_metric is not None and len(runs):
         reached = runs["reached_target"].map(lambda v: _known(v) and bool(v))
@@ -171,12 +174,14 @@ def _framework_rank(name: str) -> int:
     return names.index(name) if name in names else len(names)
 
 
-def fastest_to_target(cell_table: pd.DataFrame) -> pd.DataFrame:
+def fastest_to_target(cell_table: pd.DataFrame, same_work_only: bool = True) -> pd.DataFrame:
     """Per model, set-up and node count with a target: which framework trains to it fastest.
 
     A winner only where its time-to-target interval lies wholly below every other
     converged framework's; a framework whose cell did not converge (no time to target),
-    did not learn, or was excluded (contended) is listed and never crowned.
+    did not learn, or was excluded (contended) is listed and never crowned. With
+    ``same_work_only`` (the study's default), a set-up whose optimisation differs from the
+    reference by design (``catalog.DIFFERENCES``) is listed but takes no part either.
     """
     if cell_table.empty or "target_metric" not in cell_table:
         return pd.DataFrame(columns=list(TIME_TO_TARGET_COLUMNS))
@@ -199,8 +204,13 @@ def fastest_to_target(cell_table: pd.DataFrame) -> pd.DataFrame:
                 float(cell["time_to_target_high"]),
                 str(cell["time_to_target_interval"]),
             )
+            difference = cell.get("designed_difference")
             if bool(cell["excluded"]):
                 notes.append(f"{framework} left out: {cell['flag']}")
+            elif same_work_only and isinstance(difference, str) and difference:
+                notes.append(
+                    f"{framework} left out (not the same work: {difference}; same_work_only: false lets it compete)"
+                )
             elif cell["learned"] is False or cell["learned"] == 0.0:
                 not_converged.append(framework)
                 notes.append(

@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from dlscale import atomic
+from dlscale import atomic, catalog
 from dlscale.events import read_events
 from dlscale.thresholds import PARITY_LOSS_RTOL
 
@@ -39,12 +39,8 @@ REFERENCE = "torch"
 #: Losses compared per run (the first iterations: float32 differences grow chaotically after).
 DEFAULT_ITERATIONS = 20
 
-#: Differences by design, measured by the check and named where a framework fails it.
-DESIGNED_DIFFERENCES: Mapping[str, str] = {
-    "bigdl": "BigDL's AllReduceParameter keeps and exchanges the weights in FP16 (FP16CompressedTensor),"
-    " and its optimizer draws its own batches from an RDD",
-    "tensorflow-ps": "parameter servers apply each worker's gradient as it arrives (asynchronous updates)",
-}
+#: Differences by design (the catalog's), measured by the check and named where a framework fails it.
+DESIGNED_DIFFERENCES: Mapping[str, str] = catalog.DIFFERENCES
 
 PARITY_COLUMNS: tuple[str, ...] = (
     "model",

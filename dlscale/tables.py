@@ -77,8 +77,8 @@ import jsonschema
 import numpy as np
 import pandas as pd
 
+from dlscale import catalog, roofline
 from dlscale import evals as dlevals
-from dlscale import roofline
 from dlscale.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
 from dlscale.events import EVENT_SCHEMAS, EventError, read_numbered
 from dlscale.networks import HOST
@@ -134,6 +134,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "steal_share",
     "contended",
     "flag",
+    "designed_difference",
     "hosts",
     "versions",
     "settings",
@@ -251,11 +252,22 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
         # The run's CPU settings (engine, thread pools and variables; dlscale.launch).
         "settings": json.dumps(start.get("settings") or {}, sort_keys=True),
         "flops_per_sample": roofline.flops_per_sample(start["model"]),
+        # Where the optimisation differs from the reference by design (catalog.DIFFERENCES):
+        # measured by the parity check, named here, never hidden in a number.
+        "designed_difference": catalog.DIFFERENCES.get(_setup(start)),
         "git_sha": start.get("git_sha"),
         "config_sha256": start.get("config_sha256"),
         "started": float(start["time"]),
         "events_path": str(path),
     }
+
+
+def _setup(start: dict[str, Any]) -> str:
+    """The run's set-up name (``catalog.Framework.setups``): TensorFlow's parameter servers
+    are ``tensorflow-ps``."""
+    options = (start.get("spec") or {}).get("options") or {}
+    strategy = options.get("strategy") if isinstance(options, dict) else None
+    return f"{start['framework']}-ps" if strategy == "ps" else str(start["framework"])
 
 
 def _tristate(value: Any) -> bool | None:

@@ -44,6 +44,8 @@ rule aggregate:
     localrule: True
     conda:
         "../envs/workflow.yaml"
+    params:
+        same_work_only=STUDY["same_work_only"],
     script:
         "../scripts/aggregate.py"
 

@@ -18,7 +18,7 @@ try:
     events = snakemake.input.events
     paths = [events] if isinstance(events, str) else list(events)
     peak = roofline.read_peak(snakemake.input.peak) if hasattr(snakemake.input, "peak") else None
-    tables = analysis.aggregate(paths, peak)
+    tables = analysis.aggregate(paths, peak, same_work_only=bool(snakemake.params.same_work_only))
     log.info("%s", analysis.summary(tables.runs))
     for row in tables.runs[tables.runs["status"].eq("failed")].itertuples():
         log.warning("failed run %s: %s", row.run_id, row.reason)

@@ -313,3 +313,17 @@ def test_the_seed_claims_are_judged_again_as_time_to_target(tmp_path: Path) -> N
     assert (
         "does not split out communication" in claims.loc["Caffe communicates best", "reason_time_to_target"]
     )
+
+
+def test_a_designed_difference_is_named_and_kept_out_of_time_to_target(tmp_path: Path) -> None:
+    for repeat in range(3):
+        run_events(tmp_path, framework="torch", repeat=repeat, step_s=0.02, iterations=7,
+                   target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)])  # fmt: skip
+        run_events(tmp_path, framework="bigdl", repeat=repeat, step_s=0.01, iterations=7,
+                   target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)])  # fmt: skip
+    built = analysis.aggregate(analysis.find_events(tmp_path))
+    assert built.runs.set_index("framework").loc["bigdl", "designed_difference"].str.contains("FP16").all()
+    row = built.time_to_target.iloc[0]
+    assert row["fastest_to_target"] == "torch" and "bigdl left out (not the same work" in row["note"]
+    opted_in = analysis.aggregate(analysis.find_events(tmp_path), same_work_only=False).time_to_target.iloc[0]
+    assert opted_in["fastest_to_target"] == "bigdl"

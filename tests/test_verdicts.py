@@ -441,7 +441,7 @@ events = sys.argv[2:]
 os.makedirs("results/logs", exist_ok=True)  # Snakemake makes a rule's log folder
 names = {names!r}
 output = SimpleNamespace(**{{name: "results/" + file for name, file in names.items()}})
-snakemake = SimpleNamespace(input=SimpleNamespace(events=events), output=output, log=["results/logs/aggregate.log"])
+snakemake = SimpleNamespace(input=SimpleNamespace(events=events), output=output, params=SimpleNamespace(same_work_only=True), log=["results/logs/aggregate.log"])
 runpy.run_path(sys.argv[1], init_globals={{"snakemake": snakemake}})
 """
 
