@@ -90,6 +90,8 @@ RUNNER_FILES: Mapping[str, str] = MappingProxyType(
         "settings.py": "``Settings``",
         "train.py": "``Trainer``",
         "models.py": "the catalog's models in this framework, their parameter counts the catalog's",
+        "evaluate.py": "held-out quality with the framework's own inference (rank 0, outside timed steps;"
+        " RunContext.record_eval)",
         "options.schema.json": "the framework's config options (key ``<framework>``), with x-tune rules",
     }
 )
