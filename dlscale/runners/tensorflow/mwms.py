@@ -21,6 +21,11 @@ loop, so no timed or warm-up iteration pays for them. ``setup_s`` on the first i
 event is the process's start-up (import, connection, tracing, broadcast) until its first
 step; the launcher's ``startup_s`` is the same for the whole run.
 
+Held-out quality (``evaluate.py``): after each iteration the spec's ``eval_due`` names,
+rank 0 evaluates its replica, between steps (nothing of it is timed in any iteration);
+with a quality target it shares its decision to stop through the same one-float all-reduce
+as the barrier, so every rank stops after the same iteration.
+
 A dead peer does not hang a worker: collectives carry ``timeout_seconds`` (the
 ``collective_timeout_s`` option), and MWMS's own health check aborts collectives when a
 peer stops answering; locally, the launcher also stops the run as soon as a process dies.
@@ -37,6 +42,7 @@ from dlscale.runners.common import RunContext
 from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import steps
+from dlscale.runners.tensorflow.evaluate import Evaluator
 
 
 class CollectiveFailed(RuntimeError):
@@ -120,6 +126,27 @@ def train(ctx: RunContext, tf: Any) -> None:
     setup_s = time.time() - ctx.started  # process start to first step: import, connect, trace
 
     comm_bytes = size * 4 if distributed else 0
+    last = ctx.total_iterations - 1
+    targeted = spec.quality_target is not None
+    evaluate = (
+        Evaluator(tf, ctx, model, batches.image_shape, batches.mean, batches.std) if ctx.rank == 0 else None
+    )
+
+    def stops(iteration: int) -> bool:
+        """Evaluate (rank 0) after ``iteration``; whether every rank stops training now.
+
+        Rank 0 alone decides, and with a target its decision reaches every rank through
+        a sum all-reduce of one float (1 from rank 0 when the target is met, 0 elsewhere),
+        outside every timed step: all ranks stop at the same iteration."""
+        met = evaluate(iteration) if evaluate is not None else False
+        if not (targeted and distributed and iteration < last):
+            return met
+        try:
+            flag = barrier_fn(tf.constant(1.0 if met else 0.0))
+        except tf.errors.OpError as err:
+            raise CollectiveFailed(iteration, err) from None
+        return float(strategy.experimental_local_results(flag)[0]) > 0.5
+
     try:
         for iteration in range(ctx.total_iterations):
             waited = time.perf_counter()
@@ -143,8 +170,9 @@ def train(ctx: RunContext, tf: Any) -> None:
                 apply(flat)
                 t4 = time.perf_counter()
             extra: dict[str, Any] = {"setup_s": setup_s} if iteration == 0 else {}
-            if iteration == ctx.total_iterations - 1:
-                # Evidence that the replicas stayed identical: equal on every worker.
+            if iteration == last or (targeted and ctx.eval_due(iteration)):
+                # Evidence that the replicas stayed identical: equal on every worker (also
+                # where a target run may stop: each of its evaluations).
                 extra["weights_sum"] = float(
                     sum(tf.reduce_sum(tf.cast(v.value, tf.float64)) for v in variables)
                 )
@@ -160,6 +188,8 @@ def train(ctx: RunContext, tf: Any) -> None:
                 input_s=input_s,
                 **extra,
             )
+            if ctx.eval_due(iteration) and stops(iteration):
+                break
         if distributed:
             barrier_fn(tf.constant(0.0))  # nobody leaves while a peer still talks to it
     finally:

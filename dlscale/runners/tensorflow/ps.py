@@ -27,6 +27,18 @@ Per iteration, measured apart with every worker idle at the start of each (skew-
 The chief's extra closures and local step make an iteration cost about two steps; only
 the step closures count in ``step_s``. A first push/pull round before the loop opens every
 connection, so set-up is not timed.
+
+The learning rate, as a rule: each worker applies its own update to the shared variables,
+so one iteration applies ``workers`` updates where a synchronous step applies one averaged
+gradient, and the effective rate grew with the workers (LeNet at 0.01 diverged with 4).
+Each worker's update is therefore scaled by ``1 / workers`` (``update_scale``: its SGD
+runs at ``learning_rate / workers``, momentum unchanged), recorded on every iteration event
+as ``update_scale``; the study's ``learning_rate`` means the same in both modes and no
+config divides it by hand. The updates stay asynchronous (by design: ``dlscale.parity``).
+
+Held-out quality: the chief evaluates the variables on the servers (``evaluate.py``)
+after the iterations the spec asks for, between iterations; with a quality target the loop
+stops at the first evaluation that meets it.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from dlscale.runners.common import RunContext
 from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import steps
+from dlscale.runners.tensorflow.evaluate import Evaluator
 from dlscale.runspec import RunSpec
 
 
@@ -60,15 +73,20 @@ def make_coordinator(tf: Any) -> tuple[Any, Any, dict[str, list[str]]]:
     return strategy, tf.distribute.coordinator.ClusterCoordinator(strategy), cluster
 
 
+def update_scale(workers: int) -> float:
+    """What each worker's update is scaled by: 1 / workers (see the module's docstring)."""
+    return 1.0 / workers
+
+
 class Replica:
     """A model, its variables, its SGD and its loss, built under whatever scope is active."""
 
-    def __init__(self, tf: Any, spec: RunSpec, shape: tuple[int, ...]):
+    def __init__(self, tf: Any, spec: RunSpec, shape: tuple[int, ...], learning_rate: float):
         from dlscale.runners.tensorflow.models import build_model
 
         self.model = build_model(spec.model, shape)
         self.variables = list(self.model.trainable_variables)
-        self.sgd = steps.SGD(tf, self.variables, spec.learning_rate, spec.momentum)
+        self.sgd = steps.SGD(tf, self.variables, learning_rate, spec.momentum)
         self.loss_of = steps.loss_function(tf, spec.model)
         self.size = sum(steps.size_of(v.shape) for v in self.variables)
 
@@ -93,9 +111,12 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
     ]
     mean, std, model_name = parts[0].mean, parts[0].std, spec.model
     tf.keras.utils.set_random_seed(spec.seed)
+    scale = update_scale(workers)
+    worker_lr = spec.learning_rate * scale  # each worker's own update, scaled: the rule above
     with strategy.scope():
-        shared = Replica(tf, spec, parts[0].image_shape)  # variables on the parameter servers
-    local = Replica(tf, spec, parts[0].image_shape)  # the chief's own replica, for compute_s
+        shared = Replica(tf, spec, parts[0].image_shape, worker_lr)  # variables on the parameter servers
+    local = Replica(tf, spec, parts[0].image_shape, worker_lr)  # the chief's own replica, for compute_s
+    evaluate = Evaluator(tf, ctx, shared.model, parts[0].image_shape, mean, std)
     x_spec = tf.TensorSpec([batch, *parts[0].image_shape], tf.uint8)
     y_spec = tf.TensorSpec([batch], tf.int64)
 
@@ -161,8 +182,13 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
             comm_bytes=shared.size * 4,
             workers=workers,
             parameter_servers=len(cluster["ps"]),
+            update_scale=scale,
             input_s=input_s,
             **extra,
         )
+        # The chief evaluates the servers' variables between iterations; with a target,
+        # its decision to stop is the loop's (the workers only run what it schedules).
+        if ctx.eval_due(iteration) and evaluate(iteration):
+            break
     for part in parts:
         part.close()  # stop the pipelines' threads before the servers are told to leave
