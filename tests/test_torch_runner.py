@@ -48,7 +48,7 @@ def spec(model="lenet", nodes=1, rpn=1, batch=32, iterations=20, warmup=2, lr=0.
     }
 
 
-def launch(python, run_spec, data, events, env=None, wait=True, rank_python=None):
+def launch(python, run_spec, data, events, env=None, wait=True, rank_python=None, args=()):
     cmd = [
         str(python),
         "-m",
@@ -61,6 +61,7 @@ def launch(python, run_spec, data, events, env=None, wait=True, rank_python=None
         str(events),
         "--python",
         str(rank_python or python),
+        *args,
     ]
     full_env = {**os.environ, **(env or {})}
     if not wait:

@@ -82,6 +82,9 @@ class Batches:
         return x.sub_(self.mean).div_(self.std)
 
     def convert(self, images: np.ndarray, labels: np.ndarray) -> tuple[Any, Any]:
+        """Uint8 images and their labels as the step takes them: input normalised with the
+        training set's mean and std, and the loss's target (the autoencoder's: its [0, 1]
+        input, flattened). The held-out evaluation converts its batches here too."""
         x = self._tensor(images)
         if self.model == "autoencoder":
             return x, x.flatten(1)

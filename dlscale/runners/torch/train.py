@@ -9,6 +9,10 @@ DDP's bucketed all-reduce would overlap communication with backward; it is delib
 not used for the timed step, so that compute and communication can be measured apart, as
 Caffe-MPI and TensorFlow's collectives expose them on CPU. DDP still broadcasts rank 0's
 initial weights, so every replica starts identical.
+
+Between steps, where ``RunContext.eval_due``, rank 0 measures held-out quality
+(``dlscale.runners.torch.evaluate``), outside every timed step; with a quality target the
+ranks stop together after the first evaluation that meets it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 from dlscale.runners.common import RunContext
 from dlscale.runners.torch import settings as torch_settings
 from dlscale.runners.torch.data import Batches
+from dlscale.runners.torch.evaluate import HeldOut, evaluate_and_decide
 
 
 def versions() -> dict[str, str]:
@@ -115,6 +120,9 @@ def train(ctx: RunContext) -> None:
     torch.manual_seed(spec.seed)
     distributed = ctx.world_size > 1
     batches = Batches(ctx, torch)
+    # Rank 0's held-out set, opened before the ranks meet (DDP's first broadcast), so that
+    # no rank's first step waits for it.
+    heldout = HeldOut(ctx, batches, torch) if ctx.rank == 0 else None
 
     model = build_model(spec.model)
     if batches.channels_last:
@@ -190,6 +198,10 @@ def train(ctx: RunContext) -> None:
                 comm_bytes=flat_grad.numel() * flat_grad.element_size() if distributed else 0,
                 input_s=input_s,
             )
+            if ctx.eval_due(iteration) and evaluate_and_decide(
+                ctx, iteration, heldout, model, torch, dist if distributed else None
+            ):
+                break  # the quality target is met: every rank stops here
         if distributed:
             dist.barrier()  # nobody tears gloo down while a peer still talks to it
             dist.destroy_process_group()
