@@ -28,7 +28,9 @@ LOOPBACK = {"OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": 
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "GLOG_minloglevel": "2"}
 
 
-def spec(model="lenet", nodes=1, rpn=1, batch=32, iterations=20, warmup=2, lr=0.01, timeout_s=300):
+def spec(
+    model="lenet", nodes=1, rpn=1, batch=32, iterations=20, warmup=2, lr=0.01, timeout_s=300, seed=7, **extra
+):
     world = nodes * rpn
     return {
         "framework": "caffe",
@@ -47,9 +49,10 @@ def spec(model="lenet", nodes=1, rpn=1, batch=32, iterations=20, warmup=2, lr=0.
         "threads_per_rank": 1,
         "learning_rate": lr,
         "momentum": 0.9,
-        "seed": 7,
+        "seed": seed,
         "timeout_s": timeout_s,
         "options": {"log_every": 0},
+        **extra,
     }
 
 
@@ -175,9 +178,13 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def launch(python, run_spec, data, events, wait=True):
+def launch(python, run_spec, data, events, wait=True, retries=None):
+    """``retries``: the launcher's --contended-retries (its default when None); 0 records a
+    run on the busy test host at once instead of redoing it."""
     cmd = [str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(run_spec), "--data", str(data),
            "--events", str(events), "--python", str(python)]  # fmt: skip
+    if retries is not None:
+        cmd += ["--contended-retries", str(retries)]
     env = dict(os.environ)
     if not wait:
         return subprocess.Popen(
@@ -206,6 +213,9 @@ def test_two_rank_lenet_learns_on_real_mnist(caffe_py, mnist_shards, tmp_path):
     first, last = sum(losses[0][:5]) / 5, sum(losses[0][-5:]) / 5
     assert first > 1.5 and last < 0.6 * first, (first, last)
     assert losses[0] != losses[1]  # each rank trains on its own part of the data
+    evals = [e for e in events if e["event"] == "eval"]  # eval_every 0: once, after the last, rank 0 only
+    assert [(e["rank"], e["iteration"], e["metric"], e["samples"]) for e in evals] == [(0, 62, "top1", 10000)]
+    assert evals[0]["value"] > 0.5, evals
     assert not (tmp_path / ".work").exists()
 
 
@@ -224,6 +234,10 @@ def test_autoencoder_loss_is_the_per_pixel_mean_as_in_torch(caffe_py, mnist_shar
     losses = [e["loss"] for e in events if e["event"] == "iteration"]
     assert 0.5 < losses[0] < 1.0, losses[:3]
     assert sum(losses[-5:]) / 5 < 0.9 * losses[0], (losses[0], losses[-5:])
+    # Held-out reconstruction error of sigmoid(output) against the input pixels on [0, 1].
+    evals = [e for e in events if e["event"] == "eval"]
+    assert [(e["metric"], e["samples"]) for e in evals] == [("mse", 10000)]
+    assert 0.0 < evals[0]["value"] < 0.25, evals
 
 
 def test_nan_loss_fails_the_run_with_reason(caffe_py, mnist_shards, tmp_path):

@@ -239,6 +239,28 @@ _BUILDERS = {"lenet": lenet, "autoencoder": autoencoder, "alexnet": alexnet, "re
 
 DATA_LAYERS = ("Input", "MemoryData")
 
+#: Each model's output for inference: the blob its loss layer reads (the classifiers'
+#: logits; the autoencoder's reconstruction logits, before the sigmoid).
+OUTPUT_BLOBS: dict[str, str] = {
+    "lenet": "ip2",
+    "autoencoder": "decode1",
+    "alexnet": "fc8",
+    "resnet50": "fc1000",
+}
+
+#: Layer types that compute a loss: left out of the inference net.
+LOSS_LAYERS = ("SoftmaxWithLoss", "SigmoidCrossEntropyLoss")
+
+
+def _build(model: str, batch: int) -> NetBuilder:
+    try:
+        builder = _BUILDERS[model]
+    except KeyError:
+        raise KeyError(f"unknown model {model!r}; known: {', '.join(_BUILDERS)}") from None
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    return builder(batch)
+
 
 def net_prototxt(model: str, batch: int, data_layer: str = "Input") -> str:
     """The training net of ``model`` for a per-rank mini-batch of ``batch``, as prototxt.
@@ -246,17 +268,37 @@ def net_prototxt(model: str, batch: int, data_layer: str = "Input") -> str:
     ``data_layer``: ``Input`` (blobs the runner writes) or ``MemoryData`` (Caffe's data
     layer over arrays the runner hands it, see ``memory_data``).
     """
-    try:
-        builder = _BUILDERS[model]
-    except KeyError:
-        raise KeyError(f"unknown model {model!r}; known: {', '.join(_BUILDERS)}") from None
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
     if data_layer not in DATA_LAYERS:
         raise ValueError(f"data_layer must be one of {', '.join(DATA_LAYERS)}, got {data_layer!r}")
-    net = builder(batch)
+    net = _build(model, batch)
     if data_layer == "MemoryData":
         memory_data(net)
+    return net.text()
+
+
+def inference_prototxt(model: str, batch: int) -> str:
+    """``model``'s net for held-out evaluation: an ``Input`` of ``data`` only, no loss layer,
+    so its one output is ``OUTPUT_BLOBS[model]``; run in Caffe's TEST phase (``evaluate.py``).
+
+    The layers keep the training net's names and shapes, so ``Net.share_with`` can hand it
+    the training net's parameter blobs. Its fillers are dropped (constant zero): the weights
+    are shared, never drawn, and drawing them would advance Caffe's random generator, which
+    the training net's Dropout layers use.
+    """
+    net = _build(model, batch)
+    layers = []
+    for layer in net.layers:
+        if layer["type"] in LOSS_LAYERS:
+            continue
+        layer = dict(layer)
+        if layer["type"] == "Input":
+            layer["top"] = ["data"]
+            layer["input_param"] = {"shape": layer["input_param"]["shape"][:1]}
+        for key in ("convolution_param", "inner_product_param"):
+            if key in layer:
+                layer[key] = {k: v for k, v in layer[key].items() if not k.endswith("_filler")}
+        layers.append(layer)
+    net.layers = layers
     return net.text()
 
 

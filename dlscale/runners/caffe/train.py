@@ -13,6 +13,10 @@ study compares frameworks:
               thread's next slot of the MemoryData layer (``input: pipeline``, ``data.py``)
 The solver's update is Caffe's SGD (v = m v + lr g; w -= v), which equals torch's
 (v = m v + g; w -= lr v) at a fixed learning rate; weight decay is 0 in both.
+
+After each iteration where ``ctx.eval_due``, outside the timed step, rank 0 evaluates the
+model on the held-out set (``evaluate.py``); with a quality target every rank stops after
+the first evaluation that met it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 
 from dlscale.runners.caffe.data import Batches, PrefetchFeed
 from dlscale.runners.caffe.data import preprocess as preprocess  # re-exported: tests and captures use it
+from dlscale.runners.caffe.evaluate import Evaluator, evaluate_due
 from dlscale.runners.caffe.models import LOSS_SCALE, net_prototxt
 from dlscale.runners.common import RunContext
 from dlscale.runspec import RunSpec
@@ -129,6 +134,12 @@ def train(ctx: RunContext) -> None:
     inputs = (net.blobs["data"].data, net.blobs["label"].data if "label" in net.blobs else None)
 
     try:
+        # Rank 0 only, before training: the held-out net shares the training net's weights
+        # and normalises with the training set's statistics.
+        stats = prefetch if prefetch is not None else batches
+        evaluator = (
+            Evaluator(model, batch, net, ctx.heldout_dir, stats.mean, stats.std) if ctx.rank == 0 else None
+        )
         for iteration in range(ctx.total_iterations):
             waited = time.perf_counter()
             if prefetch is not None:
@@ -153,6 +164,8 @@ def train(ctx: RunContext) -> None:
                 comm_bytes=sync.comm_bytes,
                 input_s=input_s,
             )
+            if ctx.eval_due(iteration) and evaluate_due(ctx, evaluator, iteration, comm):
+                break
     finally:
         if prefetch is not None:
             prefetch.close()
