@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import IndexBatches, ShardSet
+from dlscale.data.shards import GlobalBatchSlices, IndexBatches, ShardSet
 from dlscale.runners.common import RunContext
 from dlscale.runners.prepared import prepare_whole
 from dlscale.runners.torch import settings as torch_settings
@@ -27,23 +27,34 @@ class Batches:
     shards (memory maps) and converts it, overlapped with training, which is how a real
     job feeds a large set. Both modes draw the same index sequence (same seed), so they
     train on the same batches and only the time the step waits for input differs.
+
+    ``init: shared`` (the parity check): the rank's part is the whole set, and it trains on
+    its slice of one global batch sequence (``GlobalBatchSlices``), so N ranks of b see the
+    samples one rank of N x b sees.
     """
 
     def __init__(self, ctx: RunContext, torch: Any):
         self.torch = torch
         shards = ShardSet(ctx.data_dir, verify=True)  # a corrupted shard fails the run, loudly
-        start, stop = shards.rank_range(ctx.rank, ctx.world_size)
-        self.mean, self.std = float(shards.mean), float(shards.std)
         spec = ctx.spec
+        shared = spec.init == "shared"
+        start, stop = (0, shards.num_samples) if shared else shards.rank_range(ctx.rank, ctx.world_size)
+        self.mean, self.std = float(shards.mean), float(shards.std)
         self.batch = spec.batch
         self.model = spec.model
         self.channels_last = torch_settings.channels_last(spec)
-        if stop - start < self.batch:
+        needed = self.batch * ctx.world_size if shared else self.batch
+        if stop - start < needed:
             raise ValueError(
-                f"rank {ctx.rank} holds {stop - start} samples, fewer than its batch of {self.batch}:"
-                " make the dataset larger or the batch smaller"
+                f"rank {ctx.rank} holds {stop - start} samples, fewer than its batch of {self.batch}"
+                + (f" x {ctx.world_size} ranks (init: shared)" if shared else "")
+                + ": make the dataset larger or the batch smaller"
             )
-        self.indices = IndexBatches(stop - start, self.batch, spec.seed + ctx.rank)
+        self.indices: IndexBatches | GlobalBatchSlices = (
+            GlobalBatchSlices(stop, self.batch, ctx.world_size, ctx.rank, spec.seed)
+            if shared
+            else IndexBatches(stop - start, self.batch, spec.seed + ctx.rank)
+        )
         self.loader: Any = None
         self.x_all: Any = None  # the whole part, normalised (memory mode, when it fits)
         if spec.input == "pipeline":
@@ -61,7 +72,9 @@ class Batches:
             )
             self.loader = iter(loader)  # forks the workers now, before any collective starts
         else:
-            self.images, self.labels = shards.load_part(ctx.rank, ctx.world_size)
+            self.images, self.labels = (
+                shards.load_all() if shared else shards.load_part(ctx.rank, ctx.world_size)
+            )
             if prepare_whole(self.images):
                 # Before training: the steps gather rows of these tensors, nothing else.
                 self.x_all = self._tensor(self.images)

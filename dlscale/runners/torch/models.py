@@ -9,8 +9,12 @@ torchvision; LeNet and the AutoEncoder match Caffe's MNIST examples).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
+
+from dlscale import initweights
 
 
 class LeNet(nn.Module):
@@ -174,3 +178,46 @@ def build_model(name: str) -> nn.Module:
 
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+#: Where each canonical parameter of ``dlscale.initweights.LAYOUTS`` lives in these modules
+#: (torch's layout is the canonical one: conv (out, in, kh, kw), linear (out, in), LeNet's
+#: features flattened in (C, H, W) order by nn.Flatten).
+SHARED_NAMES: Mapping[str, Mapping[str, str]] = {
+    "lenet": {
+        "conv1.weight": "features.0.weight",
+        "conv1.bias": "features.0.bias",
+        "conv2.weight": "features.2.weight",
+        "conv2.bias": "features.2.bias",
+        "fc1.weight": "classifier.1.weight",
+        "fc1.bias": "classifier.1.bias",
+        "fc2.weight": "classifier.3.weight",
+        "fc2.bias": "classifier.3.bias",
+    },
+    "autoencoder": {
+        f"{part}{i + 1}.{kind}": f"{'encoder' if part == 'enc' else 'decoder'}.{index}.{kind}"
+        for part, indices in (("enc", (1, 3, 5, 7)), ("dec", (0, 2, 4, 6)))
+        for i, index in enumerate(indices)
+        for kind in ("weight", "bias")
+    },
+}
+
+
+def load_shared(model: nn.Module, name: str, seed: int) -> str:
+    """Overwrite every parameter of ``model`` (the study model ``name``) with the shared
+    initialisation of ``seed`` (``init: shared``) and return its digest, which the run
+    records so that the parity check sees the same starting bytes in every framework."""
+    weights = initweights.initial_weights(name, seed)
+    names = SHARED_NAMES[name]
+    params = dict(model.named_parameters())
+    if sorted(names.values()) != sorted(params):
+        raise ValueError(
+            f"{name}: parameters {sorted(params)} are not the shared ones {sorted(names.values())}"
+        )
+    with torch.no_grad():
+        for canonical, array in weights.items():
+            param = params[names[canonical]]
+            if tuple(param.shape) != array.shape:
+                raise ValueError(f"{name}: {canonical} is {array.shape}, the model's {tuple(param.shape)}")
+            param.copy_(torch.from_numpy(array))
+    return initweights.digest(weights)

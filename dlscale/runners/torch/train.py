@@ -12,7 +12,9 @@ initial weights, so every replica starts identical.
 
 Between steps, where ``RunContext.eval_due``, rank 0 measures held-out quality
 (``dlscale.runners.torch.evaluate``), outside every timed step; with a quality target the
-ranks stop together after the first evaluation that meets it.
+ranks stop together after the first evaluation that meets it. ``init: shared`` starts from
+``dlscale.initweights`` and trains on slices of one global batch sequence; torch's SGD
+(v = m v + g; w -= lr v) and mean losses are the reference semantics as they are.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def train(ctx: RunContext) -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from dlscale.runners.torch.models import build_model
+    from dlscale.runners.torch.models import build_model, load_shared
 
     spec = ctx.spec
     tune_allocator()
@@ -125,6 +127,8 @@ def train(ctx: RunContext) -> None:
     heldout = HeldOut(ctx, batches, torch) if ctx.rank == 0 else None
 
     model = build_model(spec.model)
+    # init: shared: the parity check's weights, the same bytes as every other framework's.
+    init_sha256 = load_shared(model, spec.model, spec.seed) if spec.init == "shared" else None
     if batches.channels_last:
         model = model.to(memory_format=torch.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -197,6 +201,7 @@ def train(ctx: RunContext) -> None:
                 barrier_s=t2 - t1,
                 comm_bytes=flat_grad.numel() * flat_grad.element_size() if distributed else 0,
                 input_s=input_s,
+                **({"init_sha256": init_sha256} if init_sha256 and iteration == 0 else {}),
             )
             if ctx.eval_due(iteration) and evaluate_and_decide(
                 ctx, iteration, heldout, model, torch, dist if distributed else None
