@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from slurm_fixtures import slurm, slurm_session  # noqa: F401  (the session's SLURM test cluster)
+from slurm_fixtures import slurm, slurm_guard  # noqa: F401  (the session's SLURM test cluster)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -2,14 +2,14 @@
 
 Starting the cluster (munged, slurmctld, a slurmd per node, their network namespaces) is
 the same work for every test that submits jobs, so the session starts it once
-(``slurm_session``) and each test borrows it through ``slurm``, which finds it idle and
+(``slurm_guard``) and each test borrows it through ``slurm``, which finds it idle and
 hands it back idle: no job queued, every node idle, the links unshaped (``reset``). A test
 that needs shaped links sets them with ``set_network`` and puts them back; ``slurm``
 restores them if the test could not.
 
 pytest tears fixtures down on a normal end and on KeyboardInterrupt, but SIGTERM (what
 ``timeout`` and CI runners send) kills the interpreter outright, leaving the daemons
-running and their namespaces behind. ``stopped_on_exit`` turns SIGTERM and SIGINT into
+running and their namespaces behind. ``StopOnExit`` turns SIGTERM and SIGINT into
 KeyboardInterrupt, so pytest runs every teardown, and registers an atexit fallback;
 both stop only what the cluster started (its daemons' PIDs, their descendants, its own
 namespaces). tests/test_slurm_teardown.py proves it on a session killed by each signal.
@@ -23,7 +23,6 @@ import atexit
 import signal
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,43 +36,59 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 INTERRUPTED: list[str] = []
 
 
-@contextmanager
-def stopped_on_exit(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    """Start ``cluster`` and stop it when the block ends, on SIGTERM or SIGINT, or at exit.
+class StopOnExit:
+    """Start a cluster and stop it when the block ends, on SIGTERM or SIGINT, or at exit.
 
     A signal during the start is held until the start is over (a half-made network or a
     daemon between fork and record would escape the stop); a signal during the stop is
-    ignored, so that a second Ctrl-C cannot leave half the cluster running.
+    ignored, so that a second Ctrl-C cannot leave half the cluster running. Code under
+    test may install its own SIGTERM handler (a launcher, an agent): ``rearm`` puts ours
+    back, and the atexit fallback covers a handler that exits.
     """
-    state = {"phase": "starting", "pending": None}
 
-    def interrupt(signum: int, frame: object) -> None:
+    def __init__(self, cluster: SlurmCluster):
+        self.cluster = cluster
+        self.phase = "starting"
+        self.pending: str | None = None
+        self.previous: dict[int, object] = {}
+
+    def _interrupt(self, signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
-        if state["phase"] == "starting":
-            state["pending"] = name
-        elif state["phase"] == "running":
+        if self.phase == "starting":
+            self.pending = name
+        elif self.phase == "running":
             INTERRUPTED.append(name)
             raise KeyboardInterrupt(f"{name}: stopping the SLURM test cluster")
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in SIGNALS}
-    atexit.register(cluster.stop)
-    try:
+    def rearm(self) -> None:
+        for sig in SIGNALS:
+            if signal.getsignal(sig) is not self._interrupt:
+                signal.signal(sig, self._interrupt)
+
+    def __enter__(self) -> StopOnExit:
+        self.previous = {sig: signal.signal(sig, self._interrupt) for sig in SIGNALS}
+        atexit.register(self.cluster.stop)
         try:
-            cluster.start()
-        finally:
-            state["phase"] = "running"
-        if state["pending"]:
-            INTERRUPTED.append(state["pending"])
-            raise KeyboardInterrupt(f"{state['pending']} during the start of the SLURM test cluster")
-        yield cluster
-    finally:
-        state["phase"] = "stopping"
+            try:
+                self.cluster.start()
+            finally:
+                self.phase = "running"
+            if self.pending:
+                INTERRUPTED.append(self.pending)
+                raise KeyboardInterrupt(f"{self.pending}: stopping the SLURM test cluster during its start")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.phase = "stopping"
         try:
-            cluster.stop()
+            self.cluster.stop()
         finally:
-            for sig, handler in previous.items():
+            for sig, handler in self.previous.items():
                 signal.signal(sig, handler)
-            atexit.unregister(cluster.stop)
+            atexit.unregister(self.cluster.stop)
 
 
 def leftovers(cluster: SlurmCluster) -> list[str]:
@@ -86,21 +101,23 @@ def leftovers(cluster: SlurmCluster) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def slurm_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """The session's SLURM test cluster (``SHAPE``); tests take ``slurm`` instead."""
+def slurm_guard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StopOnExit]:
+    """The session's SLURM test cluster (``SHAPE``) under its guard; tests take ``slurm``."""
     cluster = SlurmCluster(base=Path(tmp_path_factory.mktemp("slurm")) / "cluster", **SHAPE)
-    with stopped_on_exit(cluster):
-        yield cluster
+    with StopOnExit(cluster) as guard:
+        yield guard
     left = leftovers(cluster)
     assert not left, f"the SLURM test cluster left {left}"
 
 
 @pytest.fixture
-def slurm(slurm_session: SlurmCluster) -> Iterator[SlurmCluster]:
+def slurm(slurm_guard: StopOnExit) -> Iterator[SlurmCluster]:
     """The session's cluster for one test: idle when it starts, put back idle and unshaped
     after; a test that leaves a job queued fails here (the job is cancelled first), unless
     a signal cut it short."""
-    slurm_session.wait_idle()
-    yield slurm_session
-    left = slurm_session.reset()
+    slurm_guard.rearm()
+    cluster = slurm_guard.cluster
+    cluster.wait_idle()
+    yield cluster
+    left = cluster.reset()
     assert not left or INTERRUPTED, f"the test left jobs {left} on the shared SLURM cluster (cancelled)"
