@@ -5,6 +5,10 @@ contiguous block), reshuffled every epoch with ``seed + part``, sorted indices f
 friendly reads (``IndexBatches``). Batches stay uint8 until ``normalise``: in ps mode they
 travel to the workers as uint8 (4x less traffic) and are normalised there.
 
+With ``init: shared`` (the parity check) a part is instead its slice of one global batch
+sequence over the whole set (``GlobalBatchSlices``): N parts of ``batch`` see exactly the
+samples one part of N x ``batch`` sees.
+
 Two feeds, chosen by the run spec's ``input`` (``feed``):
 - ``memory`` (default, ``MemoryFeed``): the part is loaded before training
   (``ShardSet.load_part``) and, when it fits (``dlscale.runners.prepared``), normalised
@@ -29,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import IndexBatches, ShardSet
+from dlscale.data.shards import GlobalBatchSlices, IndexBatches, ShardSet
 from dlscale.runners.prepared import prepare_whole
 from dlscale.runspec import RunSpec
 
@@ -42,16 +46,27 @@ def _check_part(size: int, part: int, parts: int, batch: int) -> None:
         )
 
 
-class Batches:
-    """Endless mini-batches of one part (``part`` of ``parts``) of a shard set, in memory."""
+def index_stream(n: int, part: int, parts: int, batch: int, seed: int, shared: bool) -> Any:
+    """The part's index batches: over its own block of ``n`` (``IndexBatches``, seed + part),
+    or with ``shared`` its slice of one global batch sequence over the whole set of ``n``."""
+    if shared:
+        return GlobalBatchSlices(n, batch, parts, part, seed)
+    return IndexBatches(n, batch, seed + part)
 
-    def __init__(self, data_dir: str, part: int, parts: int, batch: int, seed: int):
+
+class Batches:
+    """Endless mini-batches of one part (``part`` of ``parts``) of a shard set, in memory.
+
+    ``shared`` (``init: shared``): the whole set is loaded and the part trains on its slice
+    of each global batch (``GlobalBatchSlices``)."""
+
+    def __init__(self, data_dir: str, part: int, parts: int, batch: int, seed: int, shared: bool = False):
         shards = ShardSet(data_dir, verify=True)  # a corrupted shard fails the run, loudly
-        self.images, self.labels = shards.load_part(part, parts)
+        self.images, self.labels = shards.load_all() if shared else shards.load_part(part, parts)
         self.mean, self.std = float(shards.mean), float(shards.std)
         self.batch = batch
-        _check_part(len(self.labels), part, parts, batch)
-        self.indices = IndexBatches(len(self.labels), batch, seed + part)
+        _check_part(len(self.labels), part, parts, batch * parts if shared else batch)
+        self.indices = index_stream(len(self.labels), part, parts, batch, seed, shared)
 
     @property
     def image_shape(self) -> tuple[int, ...]:
@@ -122,14 +137,15 @@ class PipelineFeed:
         model: str,
         workers: int,
         normalised: bool = True,
+        shared: bool = False,
     ):
         shards = ShardSet(data_dir, verify=True)  # a corrupted shard fails the run, loudly
-        start, stop = shards.rank_range(part, parts)
-        _check_part(stop - start, part, parts, batch)
+        start, stop = (0, shards.num_samples) if shared else shards.rank_range(part, parts)
+        _check_part(stop - start, part, parts, batch * parts if shared else batch)
         self.tf, self.model, self.normalised = tf, model, normalised
         self.image_shape: tuple[int, ...] = tuple(shards.image_shape)
         self.mean, self.std = float(shards.mean), float(shards.std)
-        indices = IndexBatches(stop - start, batch, seed + part)
+        indices = index_stream(stop - start, part, parts, batch, seed, shared)
 
         def index_batches() -> Any:
             for index in indices:
@@ -172,8 +188,11 @@ def feed(
     tf: Any, spec: RunSpec, data_dir: str, part: int, parts: int, normalised: bool = True
 ) -> MemoryFeed | PipelineFeed:
     """The feed the run spec asks for (``input``: memory, the default, or pipeline)."""
+    shared = spec.init == "shared"
     if spec.input == "pipeline":
+        workers = spec.input_workers
         return PipelineFeed(
-            tf, data_dir, part, parts, spec.batch, spec.seed, spec.model, spec.input_workers, normalised
+            tf, data_dir, part, parts, spec.batch, spec.seed, spec.model, workers, normalised, shared
         )
-    return MemoryFeed(tf, Batches(data_dir, part, parts, spec.batch, spec.seed), spec.model, normalised)
+    batches = Batches(data_dir, part, parts, spec.batch, spec.seed, shared)
+    return MemoryFeed(tf, batches, spec.model, normalised)

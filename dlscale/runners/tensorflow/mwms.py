@@ -41,7 +41,7 @@ from typing import Any
 from dlscale.runners.common import RunContext
 from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
-from dlscale.runners.tensorflow import steps
+from dlscale.runners.tensorflow import sharedinit, steps
 from dlscale.runners.tensorflow.evaluate import Evaluator
 
 
@@ -81,6 +81,8 @@ def train(ctx: RunContext, tf: Any) -> None:
     batches = batches_mod.feed(tf, spec, str(ctx.data_dir), ctx.rank, world)
 
     model = build_model(spec.model, batches.image_shape)
+    # init: shared: every rank loads the one seeded initialisation (then broadcast anyway).
+    init_sha256 = sharedinit.load(model, spec.model, spec.seed) if spec.init == "shared" else None
     variables = list(model.trainable_variables)
     sgd = steps.SGD(tf, variables, spec.learning_rate, spec.momentum)
     loss_of = steps.loss_function(tf, spec.model)
@@ -170,6 +172,8 @@ def train(ctx: RunContext, tf: Any) -> None:
                 apply(flat)
                 t4 = time.perf_counter()
             extra: dict[str, Any] = {"setup_s": setup_s} if iteration == 0 else {}
+            if iteration == 0 and init_sha256 is not None:
+                extra["init_sha256"] = init_sha256
             if iteration == last or (targeted and ctx.eval_due(iteration)):
                 # Evidence that the replicas stayed identical: equal on every worker (also
                 # where a target run may stop: each of its evaluations).

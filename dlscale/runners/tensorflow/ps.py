@@ -52,7 +52,7 @@ from typing import Any
 from dlscale.runners.common import RunContext
 from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
-from dlscale.runners.tensorflow import steps
+from dlscale.runners.tensorflow import sharedinit, steps
 from dlscale.runners.tensorflow.evaluate import Evaluator
 from dlscale.runspec import RunSpec
 
@@ -116,6 +116,10 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
     with strategy.scope():
         shared = Replica(tf, spec, parts[0].image_shape, worker_lr)  # variables on the parameter servers
     local = Replica(tf, spec, parts[0].image_shape, worker_lr)  # the chief's own replica, for compute_s
+    init_sha256 = None
+    if spec.init == "shared":  # the servers' variables start from the one seeded initialisation
+        init_sha256 = sharedinit.load(shared.model, spec.model, spec.seed)
+        sharedinit.load(local.model, spec.model, spec.seed)
     evaluate = Evaluator(tf, ctx, shared.model, parts[0].image_shape, mean, std)
     x_spec = tf.TensorSpec([batch, *parts[0].image_shape], tf.uint8)
     y_spec = tf.TensorSpec([batch], tf.int64)
@@ -170,7 +174,9 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
         t3 = time.perf_counter()
         float(local_step(*feeds[0]))
         t4 = time.perf_counter()
-        extra = {"setup_s": setup_s} if iteration == 0 else {}
+        extra: dict[str, Any] = {"setup_s": setup_s} if iteration == 0 else {}
+        if iteration == 0 and init_sha256 is not None:
+            extra["init_sha256"] = init_sha256
         ctx.record_iteration(
             iteration,
             samples=workers * batch,
