@@ -125,9 +125,23 @@ def test_lenet_loss_falls(study_dir):
     assert lenet["loss_last"] < 0.8 * lenet["loss_first"]
 
 
+def test_every_ok_run_says_what_its_model_learned(study_dir):
+    """Held-out quality through the workflow: every ok run evaluated on MNIST's test split,
+    after its last iteration, and LeNet learned (the AutoEncoder's 12 iterations need not)."""
+    runs = pd.read_csv(study_dir / "results" / "runs.csv").set_index("run_id")
+    ok = runs[runs["status"] == "ok"]
+    assert ok["final_quality"].notna().all() and (ok["evals"] >= 1).all()
+    assert set(ok["quality_metric"]) == {"top1", "mse"}
+    assert ok.loc["torch/lenet/n1x1/b64/r0", "learned"]
+    evals = pd.read_csv(study_dir / "results" / "evals.csv")
+    assert set(evals["run_id"]) == set(ok.index)
+    assert (evals.loc[evals["metric"] == "top1", "samples"] == 10000).all()
+    assert (evals.groupby("run_id")["iteration"].max() == ok["timed_iterations"] + 2).all()  # + warm-up
+
+
 def test_figures_in_three_formats(study_dir):
     figures = study_dir / "results" / "figures"
-    for name in ("throughput", "speedup", "breakdown", "loss"):
+    for name in ("throughput", "speedup", "breakdown", "loss", "quality", "efficiencies"):
         assert (figures / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert b"<svg" in (figures / f"{name}.svg").read_bytes()[:2000]
         html = (figures / f"{name}.html").read_text()
