@@ -83,6 +83,18 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
                 "relative loss difference",
                 "parity check: a shared-init run's first losses against the reference framework's",
             ),
+            _at_least(
+                "learned_topk_factor",
+                2.0,
+                "x chance",
+                "a classifier has learned when its held-out top-k is at least this many times k / classes",
+            ),
+            _at_most(
+                "learned_mse_share",
+                0.8,
+                "x chance",
+                "an autoencoder has learned when its held-out MSE is at most this share of an untrained one's",
+            ),
             _at_most(
                 "roofline_fraction",
                 1.0,
