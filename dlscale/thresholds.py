@@ -79,7 +79,7 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
             ),
             _at_most(
                 "parity_loss_rtol",
-                1.0e-3,
+                1.0e-5,
                 "relative loss difference",
                 "parity check: a shared-init run's first losses against the reference framework's",
             ),
