@@ -4,7 +4,9 @@ Both feeds draw the same index batches from the rank's own part of the shards (o
 permutation per epoch, seeded ``seed + rank``, sorted indices; as the torch and TensorFlow
 runners) and convert them with the same ``preprocess``, so they train on bit-identical
 batches in the same order and only the time the step waits for its batch (``input_s``)
-differs.
+differs. With the shared initialisation (``shared=True``, run spec ``init: shared``) they
+draw the rank's slice of one global batch sequence over the whole set instead
+(``GlobalBatchSlices``): N ranks of b then see exactly what one rank of N x b sees.
 
 - ``input: memory`` (``Batches``): the part is loaded before training and, when it fits
   (``dlscale.runners.prepared``), converted whole there; before each step the batch's
@@ -45,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import IndexBatches, ShardSet
+from dlscale.data.shards import GlobalBatchSlices, IndexBatches, ShardSet
 from dlscale.runners.prepared import prepare_whole
 
 #: Batches in the prefetch ring: Caffe's ``data_param.prefetch`` default.
@@ -79,16 +81,35 @@ def _check_part(size: int, rank: int, batch: int) -> None:
         )
 
 
+def rank_batches(
+    shards: ShardSet, rank: int, world: int, batch: int, seed: int, shared: bool
+) -> tuple[int, int, IndexBatches | GlobalBatchSlices]:
+    """``(start, stop, indices)``: the sample range this rank draws from and its index
+    batches within it (offsets from ``start``): its own block (``IndexBatches``, seeded
+    ``seed + rank``), or with ``shared`` the whole set and its slice of the global batches."""
+    if shared:
+        if shards.num_samples < batch * world:
+            raise ValueError(
+                f"the dataset holds {shards.num_samples} samples, fewer than the global batch of"
+                f" {batch * world}: make the dataset larger or the batch smaller"
+            )
+        return 0, shards.num_samples, GlobalBatchSlices(shards.num_samples, batch, world, rank, seed)
+    start, stop = shards.rank_range(rank, world)
+    _check_part(stop - start, rank, batch)
+    return start, stop, IndexBatches(stop - start, batch, seed + rank)
+
+
 class Batches:
     """``input: memory``: endless mini-batches from this rank's part, loaded up front."""
 
-    def __init__(self, data_dir: Any, rank: int, world: int, batch: int, seed: int, model: str):
+    def __init__(
+        self, data_dir: Any, rank: int, world: int, batch: int, seed: int, model: str, shared: bool = False
+    ) -> None:
         shards = ShardSet(data_dir, verify=True)  # a corrupted shard fails the run, loudly
-        self.images, self.labels = shards.load_part(rank, world)
+        _, _, self.indices = rank_batches(shards, rank, world, batch, seed, shared)
+        self.images, self.labels = shards.load_all() if shared else shards.load_part(rank, world)
         self.mean, self.std = float(shards.mean), float(shards.std)
         self.model = model
-        _check_part(len(self.labels), rank, batch)
-        self.indices = IndexBatches(len(self.labels), batch, seed + rank)
         self.x_all: np.ndarray | None = None
         if prepare_whole(self.images):
             # Before training: a step only gathers its rows (``into``), no conversion.
@@ -130,14 +151,12 @@ class PrefetchFeed:
 
     def __init__(
         self, net: Any, data_dir: Any, rank: int, world: int, batch: int, seed: int, model: str,
-        slots: int = PREFETCH,
+        slots: int = PREFETCH, shared: bool = False,
     ) -> None:  # fmt: skip
         shards = ShardSet(data_dir, verify=True)  # a corrupted shard fails the run, loudly
-        start, stop = shards.rank_range(rank, world)
-        _check_part(stop - start, rank, batch)
+        start, _, self.indices = rank_batches(shards, rank, world, batch, seed, shared)
         self.net, self.shards, self.start, self.batch, self.model = net, shards, start, batch, model
         self.mean, self.std = float(shards.mean), float(shards.std)
-        self.indices = IndexBatches(stop - start, batch, seed + rank)
         height, width, channels = shards.image_shape
         self.slots = slots
         self.data = np.zeros((slots * batch, channels, height, width), dtype=np.float32)

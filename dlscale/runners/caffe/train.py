@@ -16,7 +16,11 @@ The solver's update is Caffe's SGD (v = m v + lr g; w -= v), which equals torch'
 
 After each iteration where ``ctx.eval_due``, outside the timed step, rank 0 evaluates the
 model on the held-out set (``evaluate.py``); with a quality target every rank stops after
-the first evaluation that met it.
+the first evaluation that met it. With ``init: shared`` every rank starts from
+``dlscale.initweights`` (``initial.py``; its digest goes into iteration 0's event as
+``init_sha256``) and trains on its slice of one global batch sequence (``data.py``); the
+losses are already the mean over the rank's batch (the autoencoder's over its pixels too,
+``models.py``) and the gradients the mean over ranks (``parallel.py``), as the reference's.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import numpy as np
 from dlscale.runners.caffe.data import Batches, PrefetchFeed
 from dlscale.runners.caffe.data import preprocess as preprocess  # re-exported: tests and captures use it
 from dlscale.runners.caffe.evaluate import Evaluator, evaluate_due
+from dlscale.runners.caffe.initial import load_shared
 from dlscale.runners.caffe.models import LOSS_SCALE, net_prototxt
 from dlscale.runners.common import RunContext
 from dlscale.runspec import RunSpec
@@ -119,15 +124,20 @@ def train(ctx: RunContext) -> None:
         )
     batch, seed, model = spec.batch, spec.seed, spec.model
     loss_scale = LOSS_SCALE.get(model, 1.0)
-    pipeline = spec.input == "pipeline"
-    batches = None if pipeline else Batches(ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model)
+    pipeline, shared = spec.input == "pipeline", spec.init == "shared"
+    batches = (
+        None if pipeline else Batches(ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model, shared)
+    )
     with tempfile.TemporaryDirectory(prefix="caffe-") as tmp:
         solver = make_solver(spec, batch, Path(tmp), "MemoryData" if pipeline else "Input")
     net = solver.net
+    init_sha256 = load_shared(net, model, seed) if shared else None
     sync = GradientAllreduce(solver, comm, MPI)
     sync.broadcast_weights()
     prefetch = (
-        PrefetchFeed(net, ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model) if pipeline else None
+        PrefetchFeed(net, ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model, shared=shared)
+        if pipeline
+        else None
     )
     # The Input blobs, as arrays over their memory (an Input layer never reallocates them):
     # memory mode gathers each batch straight into them.
@@ -163,6 +173,7 @@ def train(ctx: RunContext) -> None:
                 barrier_s=barrier_s,
                 comm_bytes=sync.comm_bytes,
                 input_s=input_s,
+                **({"init_sha256": init_sha256} if init_sha256 is not None and iteration == 0 else {}),
             )
             if ctx.eval_due(iteration) and evaluate_due(ctx, evaluator, iteration, comm):
                 break
