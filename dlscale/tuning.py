@@ -60,7 +60,8 @@ def tune_runs(study: Mapping[str, Any], framework: str, model: str) -> list[str]
 
 def tune_spec(study: Mapping[str, Any], framework: str, model: str, setting: str, repeat: int) -> RunSpec:
     """The spec of one tuning run: the study's 1-node run of (framework, model) with the
-    setting's options and the tune section's iterations. Its run id is that 1-node run's
+    setting's options and the tune section's iterations, without the study's quality target
+    (tuning measures throughput over a fixed number of iterations). Its run id is that 1-node run's
     (``<fw>/<model>/n1x<p>/b<batch>/r<k>``); its folder says which setting it was."""
     settings = grid_ids(study, framework)
     if setting not in settings:
@@ -69,12 +70,15 @@ def tune_spec(study: Mapping[str, Any], framework: str, model: str, setting: str
         framework, model, 1, study["ranks_per_node"], dlstudy.batch_per_rank(study, model, 1), repeat
     )
     spec = dlstudy.run_spec(study, run, settings[setting])
+    data = spec.to_dict()
+    # Tuning compares throughput at a fixed amount of work: no quality target (a setting
+    # would otherwise buy fewer iterations), one evaluation after the last iteration.
+    for name in ("quality_target", "max_iterations", "eval_every"):
+        data.pop(name, None)
     iterations = study["tune"].get("iterations")
     if iterations:
-        data = spec.to_dict()
         data["iterations"] = iterations
-        spec = RunSpec.from_dict(data)
-    return spec
+    return RunSpec.from_dict(data)
 
 
 def read_choice(path: str | os.PathLike[str]) -> dict[str, Any]:
