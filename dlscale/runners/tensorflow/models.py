@@ -20,7 +20,8 @@ Differences that remain, and why they do not change the work:
   are already 6x6) and a plain average pool when the features are a multiple of 6; other
   input sizes are refused with a message rather than pooled differently from torch.
 - Weight initialisation is Keras' default (Glorot uniform), not torch's: it changes the
-  loss curve's first steps, not the cost of a step.
+  loss curve's first steps, not the cost of a step. With ``init: shared`` every framework
+  starts from the same arrays instead (``sharedinit.py``).
 """
 
 from __future__ import annotations
