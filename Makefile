@@ -64,10 +64,11 @@ lint: $(VENV)/.installed
 	$(SNAKEMAKE) --lint
 	$(VENV)/bin/snakefmt --check Snakefile rules
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 format: $(VENV)/.installed
 	$(VENV)/bin/snakefmt Snakefile rules
-	$(VENV)/bin/ruff format dlscale scripts tests
+	$(VENV)/bin/ruff format .
 
 clean-results:
 	rm -rf results .snakemake
