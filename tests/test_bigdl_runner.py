@@ -84,11 +84,17 @@ def spec(model="lenet", nodes=2, batch=64, iterations=20, warmup=2, lr=0.02, tim
     }
 
 
-def launch(python: Path, run_spec: dict, data: Path, events: Path) -> subprocess.CompletedProcess[str]:
+def launch(
+    python: Path, run_spec: dict, data: Path, events: Path, retries: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``retries``: the launcher's --contended-retries (its default when None); 0 records a
+    run on the busy test host at once instead of redoing it."""
     cmd = [
         str(python), "-m", "dlscale.launch", "--spec-json", json.dumps(run_spec), "--data", str(data),
         "--events", str(events), "--python", str(python),
     ]  # fmt: skip
+    if retries is not None:
+        cmd += ["--contended-retries", str(retries)]
     env = dict(os.environ)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
 

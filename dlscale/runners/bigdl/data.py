@@ -22,6 +22,10 @@ BigDL times together with the weight fetch as ``get weights average``): a BigDL 
 waits for the shards. What input costs BigDL is that one-off caching, which the driver log
 brackets ("caching training rdd ..." .. "Cache thread models..."); the runner records it
 as ``input_load_s`` (see dlscale.runners.bigdl.train).
+
+With ``init: shared`` (the parity check's runs) an executor holds instead its ranks'
+slices of one global batch sequence over the whole training set (``shared_rdd``); BigDL
+still draws each mini-batch from its cache in its own order, a designed difference.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.data.shards import ShardSet
+from dlscale.data.shards import GlobalBatchSlices, ShardSet
 
 CHUNK = 512  # rows per ``take`` in pipeline mode: bounded memory per Python worker
 
@@ -78,7 +82,8 @@ def arrays(
     return convert(images[pick], labels[pick], model, shards.mean, shards.std)
 
 
-def _samples(features: np.ndarray, targets: np.ndarray) -> Iterator[Any]:
+def as_samples(features: np.ndarray, targets: np.ndarray) -> Iterator[Any]:
+    """BigDL Samples of converted features and targets (also the held-out set's)."""
     from bigdl.dllib.utils.common import Sample
 
     for x, y in zip(features, targets, strict=True):
@@ -86,7 +91,7 @@ def _samples(features: np.ndarray, targets: np.ndarray) -> Iterator[Any]:
 
 
 def samples(data_dir: str, part: int, parts: int, model: str, limit: int, seed: int) -> Iterator[Any]:
-    yield from _samples(*arrays(data_dir, part, parts, model, limit, seed))
+    yield from as_samples(*arrays(data_dir, part, parts, model, limit, seed))
 
 
 def pipeline_samples(
@@ -104,7 +109,7 @@ def pipeline_samples(
         shards.verify(int(mine[0]), int(mine[-1]) + 1)
     for first in range(0, len(mine), CHUNK):
         images, labels = shards.take(mine[first : first + CHUNK])
-        yield from _samples(*convert(images, labels, model, shards.mean, shards.std))
+        yield from as_samples(*convert(images, labels, model, shards.mean, shards.std))
 
 
 def training_rdd(
@@ -125,3 +130,49 @@ def training_rdd(
 
     total = parts * input_workers
     return sc.parallelize(range(total), total).mapPartitionsWithIndex(read)
+
+
+def shared_indices(n: int, batch: int, world: int, ranks: range, seed: int, iterations: int) -> np.ndarray:
+    """``init: shared``: the global sample positions an executor's ``ranks`` train on, each
+    rank's slices of the first ``iterations`` global batches (``GlobalBatchSlices`` over
+    the whole set), so that N ranks of ``batch`` hold exactly what one rank of N x
+    ``batch`` holds. BigDL still draws its mini-batches from them in its own order."""
+    slices = []
+    for rank in ranks:
+        batches = GlobalBatchSlices(n, batch, world, rank, seed)
+        slices.extend(next(batches) for _ in range(iterations))
+    return np.concatenate(slices) if slices else np.zeros(0, dtype=np.int64)
+
+
+def shared_samples(
+    data_dir: str, ranks: range, world: int, batch: int, model: str, iterations: int, seed: int
+) -> Iterator[Any]:
+    """``init: shared``: the Samples of an executor's ranks' global batch slices (the whole
+    set is checksummed: every sample may be drawn; MNIST-sized data only)."""
+    shards = ShardSet(data_dir)
+    shards.verify()
+    mine = shared_indices(shards.num_samples, batch, world, ranks, seed, iterations)
+    for first in range(0, len(mine), CHUNK):
+        images, labels = shards.take(mine[first : first + CHUNK])
+        yield from as_samples(*convert(images, labels, model, shards.mean, shards.std))
+
+
+def shared_rdd(
+    sc: Any,
+    data_dir: str,
+    model: str,
+    parts: int,
+    ranks_per_part: int,
+    batch: int,
+    iterations: int,
+    seed: int,
+) -> Any:
+    """``init: shared``: one partition per executor, holding its ranks' slices of the run's
+    global batch sequence (executor k's ranks are ``k x ranks_per_part ..``)."""
+    world = parts * ranks_per_part
+
+    def load(index: int, _: Any) -> Iterator[Any]:
+        ranks = range(index * ranks_per_part, (index + 1) * ranks_per_part)
+        return shared_samples(data_dir, ranks, world, batch, model, iterations, seed)
+
+    return sc.parallelize(range(parts), parts).mapPartitionsWithIndex(load)

@@ -55,8 +55,10 @@ class LiveLog:
         on_fault: Any,
         remote: RemoteExecutors | None = None,
         dead_workers: Callable[[], list[tuple[int | None, str]]] | None = None,
+        first: dict[str, Any] | None = None,
     ) -> None:
         self.ctx, self.path, self.fields = ctx, path, fields
+        self.first = dict(first or {})  # fields of iteration 0's event only (init_sha256)
         self.executors = dict(executors)
         self.on_fault = on_fault
         self.remote = remote
@@ -129,8 +131,23 @@ class LiveLog:
         fields = {k: v for k, v in event.items() if k not in ("event", "rank", "iteration", "time")}
         if event["time"] is not None:
             fields["time"] = event["time"]
-        self.recorded += 1
-        self.ctx.record_iteration(event["iteration"], input_s=None, **fields, **self.fields)
+        if event["iteration"] == 0:
+            fields.update(self.first)
+        try:
+            self.ctx.record_iteration(event["iteration"], input_s=None, **fields, **self.fields)
+        finally:  # counted once written: a segment's evaluation waits for it (wait_for)
+            self.recorded += 1
+
+    def wait_for(self, count: int, timeout_s: float) -> bool:
+        """Wait until ``count`` iterations are recorded (a segment's last one is in the log
+        when ``optimize`` returns; this thread reads it within ``POLL_S``). False on a
+        fault or after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while self.recorded < count:
+            if self.failure is not None or not self._thread.is_alive() or time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S / 4)
+        return True
 
     def check_executors(self) -> None:
         """Raise ``RunFailure`` naming the rank whose executor (or worker) is gone.

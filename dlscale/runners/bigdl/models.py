@@ -14,7 +14,12 @@ SparkContext (BigDL engine) must exist first.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
+
+from dlscale import initweights
 
 
 def _nn() -> Any:
@@ -141,6 +146,18 @@ def criterion(name: str) -> Any:
     from bigdl.dllib.nn import criterion as crit
 
     return crit.BCECriterion() if name == "autoencoder" else crit.ClassNLLCriterion()
+
+
+def shared_weights(name: str, weights: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """``init: shared``: the canonical arrays (``dlscale.initweights``) in the order and
+    layout of the BigDL model's parameters: a convolution's weight gains BigDL's group axis
+    ``(1, out, in, kh, kw)``; a Linear's ``(out, in)`` is torch's, and LeNet's flattening
+    (``Reshape`` of NCHW) is the canonical (C, H, W) order."""
+    layout = initweights.LAYOUTS[name]
+    return [
+        np.ascontiguousarray(weights[key].reshape((1, *shape)) if len(shape) == 4 else weights[key])
+        for key, shape in layout
+    ]
 
 
 def parameter_count(model: Any) -> int:

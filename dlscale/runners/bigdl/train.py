@@ -23,6 +23,13 @@ core). Rank 0 is the driver plus the executor of node 0; the executor of node k 
 study's global batch (batch per rank x ranks), split evenly over executors x cores, so each
 replica trains on the study's batch per rank when threads_per_rank is 1.
 
+Held-out quality (dlscale.runners.bigdl.evaluate): the driver evaluates the trained model
+with BigDL's ``predict`` after the last iteration and, with ``eval_every``, between
+segments of training (each ``optimize`` up to the next evaluation); a quality target met
+stops training there. With ``init: shared`` the model starts from dlscale.initweights'
+arrays and the executors hold their ranks' slices of one global batch sequence; the SGD
+is torch's in every run (momentum, dampening 0, constant rate, the mean loss).
+
 Input (``input: memory | pipeline``, dlscale.runners.bigdl.data): each executor reads
 and checksums its own part of the shards. ``input_s`` is null for BigDL: DistriOptimizer
 caches the whole training RDD before its first step and takes each mini-batch from that
@@ -50,12 +57,16 @@ from typing import Any
 
 import numpy as np
 
-from dlscale import atomic, catalog
+from dlscale import atomic, catalog, initweights
+from dlscale.data.shards import ShardSet
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
 from dlscale.runners.bigdl import settings as bigdl_settings
+from dlscale.runners.bigdl.data import shared_rdd, training_rdd
+from dlscale.runners.bigdl.evaluate import HeldOut, evaluate_and_decide, segment_ends
 from dlscale.runners.bigdl.executors import RemoteExecutors, allocation_nodes
 from dlscale.runners.bigdl.follower import POLL_S, LiveLog
+from dlscale.runners.bigdl.models import build_model, criterion, shared_weights
 from dlscale.runners.bigdl.spark import (
     SECRET_KEY,
     ClusterShape,
@@ -69,6 +80,7 @@ from dlscale.runspec import RunSpec
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 STOP_GRACE_S = 15.0  # after a fault: time BigDL gets to give up before its JVM is killed
+LOG_WAIT_S = 60.0  # after a segment: time the log follower gets to record its last iteration
 
 
 class BigDLTrainingError(RuntimeError):
@@ -287,17 +299,19 @@ def _stopper(held: dict[str, Any]) -> Any:
 def _optimize(
     ctx: RunContext, cluster: SparkCluster, log_path: Path, global_batch: int, held: dict[str, Any]
 ) -> None:
-    """Connect, build, train, with a ``LiveLog`` recording every iteration meanwhile.
+    """Connect, build, train and evaluate, with a ``LiveLog`` recording every iteration meanwhile.
 
-    The SparkContext, the start-up times and the ``LiveLog`` are put in ``held`` as soon as
-    they exist, so that the caller can stop and report them whatever happens.
+    Training runs in segments, each ``optimize`` up to the next evaluation
+    (``evaluate.segment_ends``: one segment when the run evaluates only after its last
+    iteration), and stops early once an evaluation meets the quality target. The
+    SparkContext, the start-up times and the ``LiveLog`` are put in ``held`` as soon as
+    they exist, so that the caller can stop and report them whatever happens; ``held``
+    also says what the run was to train (``expected``) and what came after the last
+    segment's steps (``stage``: the gather of the trained model, its evaluation).
     """
     from bigdl.dllib.optim.optimizer import SGD, MaxIteration, Optimizer
     from bigdl.dllib.utils.common import init_engine
     from pyspark import SparkContext
-
-    from dlscale.runners.bigdl.data import training_rdd
-    from dlscale.runners.bigdl.models import build_model, criterion
 
     spec = ctx.spec
     shape = cluster.shape
@@ -324,40 +338,94 @@ def _optimize(
     write_executor_ranks(ctx, shape, executors, hosts, cluster.mode)
     record_settings(ctx, held["gateway"].proc.pid, executors)
     per_executor = global_batch // shape.workers
-    rdd = training_rdd(
-        sc,
-        str(Path(ctx.data_dir).resolve()),  # executors run in their own working dirs
-        spec.model,
-        shape.workers,
-        per_executor * ctx.total_iterations,
-        spec.seed,
-        input_workers=max(1, spec.input_workers) if spec.input == "pipeline" else 0,
-    )
+    if spec.init == "shared":
+        rdd = shared_rdd(
+            sc,
+            str(Path(ctx.data_dir).resolve()),
+            spec.model,
+            shape.workers,
+            spec.ranks_per_node,
+            spec.batch,
+            ctx.total_iterations,
+            spec.seed,
+        )
+    else:
+        rdd = training_rdd(
+            sc,
+            str(Path(ctx.data_dir).resolve()),  # executors run in their own working dirs
+            spec.model,
+            shape.workers,
+            per_executor * ctx.total_iterations,
+            spec.seed,
+            input_workers=max(1, spec.input_workers) if spec.input == "pipeline" else 0,
+        )
     model = build_model(spec.model)
     model.set_seed(spec.seed)
+    first = {"init_sha256": shared_init(model, spec)} if spec.init == "shared" else {}
+    training = ShardSet(ctx.data_dir)
+    heldout = HeldOut(sc, ctx, shape.workers, global_batch, training.mean, training.std)
+    ends = segment_ends(spec)
     optimizer = Optimizer.create(
         model=model,
         training_set=rdd,
         criterion=criterion(spec.model),
         optim_method=SGD(learningrate=spec.learning_rate, momentum=spec.momentum, dampening=0.0),
-        end_trigger=MaxIteration(ctx.total_iterations),
+        end_trigger=MaxIteration(ends[0]),
         batch_size=global_batch,
     )
+    if len(ends) > 1:  # each executor's SGD state (the momentum buffer) outlives a segment
+        optimizer.value.reserveOptim(True)
     print(
         f"[bigdl] training {spec.model}: {shape.workers} executor(s) x {shape.cores_per_executor} core(s),"
         f" global batch {global_batch}, input {spec.input}; cluster up in"
         f" {times['spark_cluster_s']:.1f} s, SparkContext in {times['spark_context_s']:.1f} s;"
-        f" executor pids {executors or 'not visible (SLURM)'}",
+        f" executor pids {executors or 'not visible (SLURM)'}"
+        + (f"; {len(ends)} segments (evaluations after {ends})" if len(ends) > 1 else ""),
         flush=True,
     )
     held["optimizing"] = threading.Event()
-    held["live"] = LiveLog(
-        ctx, log_path, times, executors, _stopper(held), remote=remote, dead_workers=cluster.dead_workers
+    live = held["live"] = LiveLog(
+        ctx,
+        log_path,
+        times,
+        executors,
+        _stopper(held),
+        remote=remote,
+        dead_workers=cluster.dead_workers,
+        first=first,
     ).start()
     try:
-        optimizer.optimize()
+        for end in ends:
+            optimizer.set_end_when(MaxIteration(end))
+            held["stage"] = "gathering the trained model"
+            trained = optimizer.optimize()
+            if not live.wait_for(end, LOG_WAIT_S):
+                if live.failure is not None:
+                    return  # a NaN loss or a dead rank: report() says which
+                raise BigDLTrainingError(
+                    f"optimize() returned after iteration {end}, but BigDL's log shows"
+                    f" {live.recorded} iterations {LOG_WAIT_S:.0f} s later ({log_path})"
+                )
+            held["stage"] = "evaluating the trained model on the held-out set"
+            if evaluate_and_decide(ctx, end - 1, heldout, trained):
+                held["expected"] = end  # the quality target is met: training stops here
+                break
     finally:
         held["optimizing"].set()
+
+
+def shared_init(model: Any, spec: RunSpec) -> str:
+    """``init: shared``: load ``dlscale.initweights``' arrays into ``model`` (checked by
+    reading them back) and return their digest, which the first iteration event carries."""
+    weights = initweights.initial_weights(spec.model, spec.seed)
+    arrays = shared_weights(spec.model, weights)
+    model.set_weights(arrays)
+    back = model.get_weights()
+    if len(back) != len(arrays) or any(
+        not np.array_equal(np.asarray(b).reshape(a.shape), a) for a, b in zip(arrays, back, strict=False)
+    ):
+        raise RunFailure(f"BigDL's {spec.model} does not hold the shared initialisation after set_weights")
+    return initweights.digest(weights)
 
 
 def apply_environment(eng: bigdl_settings.EngineSettings) -> None:
@@ -455,7 +523,15 @@ def train(ctx: RunContext) -> None:
                 keep_executor_logs(cluster, ctx.writer.path.parent.parent)
         finally:
             signal.signal(signal.SIGTERM, previous)
-    report(ctx, log_path, held.get("live"), failure, described)
+    report(
+        ctx,
+        log_path,
+        held.get("live"),
+        failure,
+        described,
+        expected=held.get("expected", ctx.total_iterations),
+        stage=held.get("stage", "gathering the trained model"),
+    )
 
 
 def keep_log(log_path: Path, target: Path) -> None:
@@ -474,6 +550,8 @@ def report(
     live: LiveLog | None,
     failure: BaseException | None,
     described: str = "",
+    expected: int | None = None,
+    stage: str = "gathering the trained model",
 ) -> None:
     """End the run: ok if BigDL logged every iteration, else fail with the clearest reason.
 
@@ -484,12 +562,17 @@ def report(
     One failure does not fail the run: after its last iteration, DistriOptimizer gathers
     the trained model back to the driver, and that gather can run out of executor memory
     (seen with AlexNet and ResNet-50) although every step was done and logged. The
-    measurement is complete and the benchmark never uses the trained model, so the run
-    stands, and the error goes into the run's ``warnings`` (rank_end, then run_end), where
-    the tables and a person see it.
+    measurement of the steps is complete, so the run stands, without its last held-out
+    evaluation (which needs that model: no number is made up), and the error goes
+    into the run's ``warnings`` (rank_end, then run_end), where the tables and a person see
+    it; so does a failure of that evaluation (``stage`` says which came after the steps).
+
+    ``expected``: the iterations the run was to train (all, unless its quality target
+    stopped it earlier).
     """
+    expected = ctx.total_iterations if expected is None else expected
     recorded = live.recorded if live is not None else 0
-    complete = recorded == ctx.total_iterations
+    complete = recorded == expected
     if failure is not None and not isinstance(failure, Exception):
         raise failure  # Terminated (SIGTERM) and the like keep their own reason
     reason = None
@@ -512,14 +595,12 @@ def report(
         raise BigDLTrainingError(f"BigDL's log is unreadable: {found}") from found
     if failure is None:
         if not complete:
-            raise BigDLTrainingError(
-                f"BigDL logged {recorded} iterations, expected {ctx.total_iterations} ({log_path})"
-            )
+            raise BigDLTrainingError(f"BigDL logged {recorded} iterations, expected {expected} ({log_path})")
         return
     if complete:
         warning = (
-            f"all {recorded} iterations done and logged; then BigDL failed gathering the trained"
-            f" model: {reason}"
+            f"all {recorded} iterations done and logged; then BigDL failed {stage}: {reason};"
+            " no held-out evaluation after the last iteration"
         )
         ctx.warnings.append(warning)
         print(f"[bigdl] WARNING: {warning}. The measurements stand.", file=sys.stderr, flush=True)
