@@ -21,7 +21,8 @@ the host's: nothing the cluster or its jobs listen on is reachable from outside.
 run in the hub: ``netns_prefix()`` (``bin/on-node ctl``), e.g. by hand
 ``DIR/bin/on-node ctl env PATH=DIR/bin:$PATH sinfo``.
 
-Usable from pytest (``SlurmCluster`` as a context manager) and by hand:
+Usable from pytest (the suite shares one per session: tests/slurm_fixtures.py, ``slurm``;
+``reset`` puts it back as it started between tests), as a context manager, and by hand:
 ``python tests/slurm_cluster.py up DIR`` / ``down DIR``.
 """
 

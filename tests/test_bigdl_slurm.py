@@ -1,6 +1,6 @@
 """A BigDL run under real SLURM: the Spark master on the first node, a worker on each by srun.
 
-The cluster is the project's test cluster (tests/slurm_cluster.py: munge, slurmctld and one
+The cluster is the session's test cluster (tests/slurm_cluster.py: munge, slurmctld and one
 slurmd per node, each node in its own network namespace on a bridged link, with its own
 hostname and the cluster's hosts file). The job is exactly what the training rule runs
 inside an allocation, ``python -m dlscale.launch``, which sees SLURM; the BigDL driver then
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, framework_python
-from slurm_cluster import SlurmCluster, alive, launch_job
+from slurm_cluster import alive, launch_job
 from test_bigdl_runner import processes_mentioning
 
 from dlscale.events import read_events
@@ -39,16 +39,6 @@ SPEC = {
     "momentum": 0.9, "seed": 7, "timeout_s": 420,
     "options": {"driver_memory": "1g", "executor_memory": "1g", "startup_timeout_s": 240},
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    """One 4-node test cluster for the module's jobs (2-node jobs get n1 and n2)."""
-    subprocess.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
-    base = tmp_path_factory.mktemp("bigdl-slurm") / "cluster"
-    with SlurmCluster(base=base, nodes=4, cpus=2, mem_mb=4000) as cluster:
-        yield cluster
-    assert not [pid for pid in cluster.pids() if alive(pid)], "a SLURM or munge daemon outlived the cluster"
 
 
 def spec(nodes: int, iterations: int) -> dict:
@@ -79,7 +69,9 @@ def iterations_done(run_dir: Path) -> int:
 def test_a_killed_bigdl_executor_is_rank_k_died_under_slurm(slurm, tmp_path, mnist_shards):
     """SIGKILL node 2's executor JVM mid-run (its worker and the srun step stay up, and
     Spark's master would start another): the driver sees it gone from Spark's executor list
-    and fails the run at once as "rank 1 died", naming the node; nothing of Spark is left."""
+    and fails the run at once as "rank 1 died", naming the node; nothing of Spark is left.
+    The session's 4-node cluster (``slurm``): a 2-node job gets n1 and n2."""
+    subprocess.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
     bigdl_py = framework_python("bigdl")
     job = tmp_path / "job.sh"
     run_dir = tmp_path / "run"

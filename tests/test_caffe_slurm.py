@@ -1,8 +1,9 @@
 """A killed Caffe rank under real SLURM: ``srun --mpi=pmix`` starts the MPI ranks on 2 nodes.
 
-The cluster is the project's test cluster (tests/slurm_cluster.py: munge, slurmctld and
-one slurmd per node, each node in its own network namespace on a bridged link, with its
-own hostname and the cluster's hosts file). The job is exactly what the training rule runs
+The cluster is the session's test cluster (tests/slurm_cluster.py, shared through
+tests/slurm_fixtures.py: munge, slurmctld and one slurmd per node, each node in its own
+network namespace on a bridged link, with its own hostname and the cluster's hosts file;
+the job gets n1 and n2). The job is exactly what the training rule runs
 inside an allocation, ``python -m dlscale.launch``, which sees SLURM and plans
 ``srun --mpi=pmix``: no Open MPI or address variable is set, so Open MPI finds its peers
 the way it does on a real cluster (its TCP transport on the nodes' ``eth0``, never ``lo``).
@@ -15,7 +16,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from slurm_cluster import SlurmCluster, alive, launch_job
+from slurm_cluster import alive, launch_job
 
 from dlscale.events import read_events
 
@@ -29,7 +30,7 @@ SPEC = {
 }  # fmt: skip
 
 
-def test_a_killed_caffe_rank_is_named_under_srun(tmp_path, caffe_py, mnist_shards):
+def test_a_killed_caffe_rank_is_named_under_srun(slurm, tmp_path, caffe_py, mnist_shards):
     """SIGKILL one MPI rank of a 2-node ``srun --mpi=pmix`` run: the step ends with it and the
     run is recorded as failed with "rank 1 died at iteration k", as on the local profile."""
     from test_slurm import kill_rank_when_running
@@ -38,18 +39,17 @@ def test_a_killed_caffe_rank_is_named_under_srun(tmp_path, caffe_py, mnist_shard
     job = tmp_path / "job.sh"
     events = tmp_path / "run" / "events.jsonl"
     launch_job(job, caffe_py, spec, mnist_shards, events)
-    with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
-        proc = subprocess.Popen(
-            cluster.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=1000, minutes=5),
-            env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        try:
-            killed = kill_rank_when_running(events.parent, rank=1, min_iterations=5, timeout=240)
-            proc.communicate(timeout=240)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert not cluster.jobs()
+    proc = subprocess.Popen(
+        slurm.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=1000, minutes=5),
+        env=slurm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        killed = kill_rank_when_running(events.parent, rank=1, min_iterations=5, timeout=240)
+        proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not slurm.jobs()
     assert not alive(killed)
     end = read_events(events)[-1]
     log = (tmp_path / "job.log").read_text()

@@ -1,4 +1,4 @@
-"""The site check (rule check_site, ``make check-site``) on the project's SLURM test cluster.
+"""The site check (rule check_site, ``make check-site``) on the session's SLURM test cluster.
 
 Submitted as users submit it, ``snakemake --profile profiles/slurm results/site/check.json``,
 it runs one 2-node job that checks the shared file system, each framework's venv on both
@@ -19,18 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ENVS_DIR, REPO
-from slurm_cluster import SlurmCluster, alive
+from slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.workflow
 
 FRAMEWORKS = ["torch", "caffe"]  # a venv import and MPI with PMIx, cheaply
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with SlurmCluster(base=tmp_path_factory.mktemp("cluster"), nodes=2, cpus=2, mem_mb=4000) as running:
-        yield running
-    assert not [pid for pid in running.pids() if alive(pid)]
 
 
 def check_site(cluster: SlurmCluster, workdir: Path, envs_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -53,8 +46,9 @@ def linked_envs(tmp_path: Path) -> Path:
     return envs
 
 
-def test_site_check_passes_on_a_sound_cluster(cluster, tmp_path, torch_py, caffe_py):
-    done = check_site(cluster, tmp_path, linked_envs(tmp_path))
+def test_site_check_passes_on_a_sound_cluster(slurm, tmp_path, torch_py, caffe_py):
+    before = len(slurm.sbatch_calls())  # the session's cluster: other tests' calls come first
+    done = check_site(slurm, tmp_path, linked_envs(tmp_path))
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads((tmp_path / "results" / "site" / "check.json").read_text())
     assert result["status"] == "ok" and result["nodes"] == ["n1", "n2"]
@@ -66,16 +60,17 @@ def test_site_check_passes_on_a_sound_cluster(cluster, tmp_path, torch_py, caffe
         "mpi-pmix",
     ]
     assert "n1 ok" in result["checks"][1]["detail"] and "n2 ok" in result["checks"][1]["detail"]
-    assert [call for call in cluster.sbatch_calls() if "--nodes=2" in call], cluster.sbatch_calls()
+    calls = slurm.sbatch_calls()[before:]
+    assert [call for call in calls if "--nodes=2" in call], calls
 
 
-def test_site_check_names_a_venv_a_compute_node_cannot_see(cluster, tmp_path, torch_py, caffe_py):
-    envs = linked_envs(tmp_path)
-    slurmd_n2 = cluster.procs["slurmd-n2"].pid  # exec'd through on-node: the daemon itself
+def test_site_check_names_a_venv_a_compute_node_cannot_see(slurm, tmp_path, torch_py, caffe_py):
+    envs = linked_envs(tmp_path)  # this test's own folder: hiding it on n2 hides nothing shared
+    slurmd_n2 = slurm.procs["slurmd-n2"].pid  # exec'd through on-node: the daemon itself
     hide = ["nsenter", f"--target={slurmd_n2}", "--mount", "mount", "-t", "tmpfs", "hidden", str(envs)]
     subprocess.run(hide, check=True, timeout=30)
     try:
-        done = check_site(cluster, tmp_path, envs)
+        done = check_site(slurm, tmp_path, envs)
     finally:
         subprocess.run(["nsenter", f"--target={slurmd_n2}", "--mount", "umount", str(envs)], timeout=30)
     assert done.returncode != 0

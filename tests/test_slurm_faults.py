@@ -1,6 +1,6 @@
 """A killed TensorFlow MWMS rank under SLURM is named, as on the local profile.
 
-Two nodes of the project's SLURM test cluster; the job is exactly the training rule's
+Two nodes of the session's SLURM test cluster (tests/slurm_fixtures.py); the job is exactly the training rule's
 command (``python -m dlscale.launch`` in an ``sbatch`` allocation). Rank 1 is SIGKILLed
 after a few iterations: ``srun --kill-on-bad-exit`` ends the step, and the run is recorded
 as failed with "rank 1 died at iteration k" (torch: tests/test_slurm.py; Caffe:
@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 from conftest import framework_python
-from slurm_cluster import SlurmCluster, alive, launch_job
+from slurm_cluster import alive, launch_job
 from test_slurm import kill_rank_when_running
 
 from dlscale.events import read_events
@@ -28,23 +28,22 @@ SPEC = {
 }  # fmt: skip
 
 
-def test_a_killed_tensorflow_rank_is_named_under_srun(tmp_path, mnist_shards):
+def test_a_killed_tensorflow_rank_is_named_under_srun(slurm, tmp_path, mnist_shards):
     tf_py = framework_python("tensorflow")
     job = tmp_path / "job.sh"
     events = tmp_path / "run" / "events.jsonl"
     launch_job(job, tf_py, SPEC, mnist_shards, events)
-    with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000) as cluster:
-        proc = subprocess.Popen(
-            cluster.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=2000, minutes=6),
-            env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        try:
-            killed = kill_rank_when_running(events.parent, rank=1, min_iterations=5, timeout=300)
-            proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert not cluster.jobs()
+    proc = subprocess.Popen(
+        slurm.sbatch_wait(job, tmp_path / "job.log", nodes=2, mem_mb=2000, minutes=6),
+        env=slurm.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        killed = kill_rank_when_running(events.parent, rank=1, min_iterations=5, timeout=300)
+        proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not slurm.jobs()
     assert not alive(killed)
     run = read_events(events)
     log = (tmp_path / "job.log").read_text()

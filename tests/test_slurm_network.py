@@ -2,8 +2,8 @@
 
 A 2-node torch LeNet run is submitted exactly as the training rule runs it
 (``python -m dlscale.launch`` in an ``sbatch`` allocation, nothing test-only in the job) on
-the test cluster, whose two nodes talk over veth links shaped with ``tc tbf``
-(tests/slurm_cluster.py, ``set_network`` between runs). Four runs, ABBA-interleaved over
+the session's test cluster, whose nodes talk over veth links shaped with ``tc tbf``
+(tests/slurm_cluster.py, ``set_network`` between runs, unshaped again after the test). Four runs, ABBA-interleaved over
 two presets, so that a drift of the host's load over time favours neither.
 
 Why these two presets: LeNet has 431,080 float32 parameters, 1.72 MB of gradient per
@@ -23,7 +23,7 @@ import sys
 
 import pytest
 from conftest import REPO
-from slurm_cluster import SlurmCluster, alive, launch_job
+from slurm_cluster import SlurmCluster, launch_job
 
 from dlscale.events import read_events
 
@@ -58,18 +58,19 @@ def median_comm(run: list[dict]) -> float:
     return statistics.median(e["comm_s"] for e in run if e["event"] == "iteration" and not e.get("warmup"))
 
 
-def test_slower_link_shows_in_comm_s(tmp_path, torch_py, mnist_shards):
+def test_slower_link_shows_in_comm_s(slurm, tmp_path, torch_py, mnist_shards):
     medians: dict[str, list[float]] = {SLOW: [], FAST: []}
-    with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=2, mem_mb=4000, network=FAST) as cluster:
+    try:
         for i, preset in enumerate((SLOW, FAST, FAST, SLOW)):
-            cluster.set_network(preset)
+            slurm.set_network(preset)
             out = tmp_path / f"run{i}-{preset}"
             out.mkdir()
-            run = run_once(cluster, torch_py, mnist_shards, out)
+            run = run_once(slurm, torch_py, mnist_shards, out)
             assert sorted(run[0]["hosts"]) == ["n1", "n2"]
             medians[preset].append(median_comm(run))
-        assert not cluster.jobs()
-    assert not [pid for pid in cluster.pids() if alive(pid)]
+    finally:
+        slurm.set_network(None)  # the shared cluster's links back as they were
+    assert not slurm.jobs()
     print(f"median comm_s per run: {medians}")
     # Every run on the slow link communicates longer than every run on the fast one.
     assert min(medians[SLOW]) > max(medians[FAST]), medians
@@ -79,18 +80,17 @@ def test_slower_link_shows_in_comm_s(tmp_path, torch_py, mnist_shards):
     assert min(medians[SLOW]) > 0.138 / 2, medians
 
 
-def test_a_daemon_binds_the_address_its_node_reaches_the_master_from(tmp_path):
+def test_a_daemon_binds_the_address_its_node_reaches_the_master_from(slurm):
     """``python -m dlscale.placement --towards MASTER`` (how Spark's workers start under SLURM):
     on node n2 it is n2's address, not the host name's nor loopback; an unknown master is named."""
-    with SlurmCluster(base=tmp_path / "cluster", nodes=2, cpus=1, mem_mb=1000) as cluster:
-        on_n2 = [*cluster.netns_prefix("n2"), sys.executable, "-m", "dlscale.placement", "--towards"]
-        said = subprocess.run(
-            [*on_n2, "n1", "--", "sh", "-c", 'echo "{address} $SPARK_LOCAL_IP"'],
-            capture_output=True, text=True, timeout=60, cwd=REPO,
-        )  # fmt: skip
-        assert said.stdout.split() == [cluster.address("n2")] * 2, said
-        unknown = subprocess.run(
-            [*on_n2, "nowhere.invalid", "--", "true"], capture_output=True, text=True, timeout=60, cwd=REPO
-        )
+    on_n2 = [*slurm.netns_prefix("n2"), sys.executable, "-m", "dlscale.placement", "--towards"]
+    said = subprocess.run(
+        [*on_n2, "n1", "--", "sh", "-c", 'echo "{address} $SPARK_LOCAL_IP"'],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert said.stdout.split() == [slurm.address("n2")] * 2, said
+    unknown = subprocess.run(
+        [*on_n2, "nowhere.invalid", "--", "true"], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert unknown.returncode == 2
     assert "n2 cannot reach nowhere.invalid" in unknown.stderr, unknown.stderr

@@ -6,7 +6,7 @@ srun step. The real part: a 2-node ps-mode LeNet run on the project's SLURM test
 started as the training rule starts it (``python -m dlscale.launch`` in an ``sbatch``
 allocation): once to the end, and once with worker 1 (rank 1's process) SIGKILLed after
 a few iterations, which must be recorded as "rank 1 died (worker 1, SIGKILL) at iteration
-i". One cluster serves both runs.
+i". The session's cluster (tests/slurm_fixtures.py) serves both runs.
 """
 
 from __future__ import annotations
@@ -239,13 +239,6 @@ def test_agent_refuses_a_peer_name_that_does_not_resolve(tmp_path, own_sigterm):
 # --- real: SLURM test cluster ------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with SlurmCluster(base=tmp_path_factory.mktemp("tfps-cluster"), nodes=4, cpus=2, mem_mb=4000) as running:
-        yield running
-    assert not [pid for pid in running.pids() if alive(pid)], "a SLURM or munge daemon was left running"
-
-
 def part_events(path: Path) -> list[dict]:
     events = []
     for line in path.read_text().splitlines() if path.exists() else []:
@@ -305,12 +298,12 @@ def processes_of(work: Path, world: int, timeout: float = 240) -> dict[str, int]
     raise TimeoutError(f"the ranks of {work} never all started")
 
 
-def test_ps_mode_runs_to_the_end_under_slurm(cluster, tmp_path, mnist_shards):
+def test_ps_mode_runs_to_the_end_under_slurm(slurm, tmp_path, mnist_shards):
     """4 nodes, 2 parameter servers: the chief and ps 0 on n1, ps 1 on n2, a worker on each."""
     # Each worker applies its own update (asynchronously, with momentum): 4 workers at the
     # 2-worker rate of 0.01 diverged (NaN loss at iteration 13, once in two runs).
     run_spec = spec(nodes=4, iterations=12, num_ps=2, learning_rate=0.0025)
-    seen, run, log = run_job(cluster, tmp_path, run_spec, mnist_shards, lambda work: processes_of(work, 4))
+    seen, run, log = run_job(slurm, tmp_path, run_spec, mnist_shards, lambda work: processes_of(work, 4))
     assert run[-1]["status"] == "ok", (run[-1], log[-3000:])
     start = run[0]
     assert start["launcher"] == "slurm" and start["hosts"] == ["n1", "n2", "n3", "n4"]
@@ -324,7 +317,7 @@ def test_ps_mode_runs_to_the_end_under_slurm(cluster, tmp_path, mnist_shards):
     assert "started chief" in log and "ps 1" in log and "worker 3" in log
 
 
-def test_a_killed_worker_is_named_under_slurm(cluster, tmp_path, mnist_shards):
+def test_a_killed_worker_is_named_under_slurm(slurm, tmp_path, mnist_shards):
     run_spec = spec(iterations=100000)
 
     def kill_worker_1(work: Path) -> dict:
@@ -336,7 +329,7 @@ def test_a_killed_worker_is_named_under_slurm(cluster, tmp_path, mnist_shards):
         os.kill(pids["worker 1"], signal.SIGKILL)
         return pids
 
-    seen, run, log = run_job(cluster, tmp_path, run_spec, mnist_shards, kill_worker_1)
+    seen, run, log = run_job(slurm, tmp_path, run_spec, mnist_shards, kill_worker_1)
     assert run[0]["hosts"] == ["n1", "n2"]
     assert run[-1]["status"] == "failed", (run[-1], log[-3000:])
     assert run[-1]["reason"].startswith("rank 1 died (worker 1, SIGKILL) at iteration "), run[-1]["reason"]
