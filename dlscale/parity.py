@@ -10,8 +10,9 @@ reference framework's 1-rank run of the same model, seed and global batch:
 * at N nodes, synchronous data parallelism against 1 node at the same global batch (the
   gradient of N slices averaged is the gradient of the whole batch).
 
-A run passes when every compared loss lies within ``PARITY_LOSS_RTOL`` (relative, from the
-measured float32 summation-order spread: ``docs/thresholds.md``) of the reference's, and
+A run passes when every compared loss lies within its tolerance of the reference's
+(``tolerance_for``: the float32 rounding of a sum of the loss's terms, ``PARITY_EPS_FACTOR``
+times ``eps32 x sqrt(terms)``, as measured: ``docs/thresholds.md``), and
 its initial weights' digest equals the reference's. A failure names the framework and the
 first iteration that differs. Frameworks whose semantics differ by design (BigDL's FP16
 parameter exchange, parameter servers' asynchronous updates) are expected to fail; the
@@ -32,7 +33,7 @@ import pandas as pd
 
 from dlscale import atomic, catalog
 from dlscale.events import read_events
-from dlscale.thresholds import PARITY_LOSS_RTOL
+from dlscale.thresholds import PARITY_EPS_FACTOR
 
 #: The framework every other is compared with (the one whose semantics are the reference).
 REFERENCE = "torch"
@@ -41,6 +42,21 @@ DEFAULT_ITERATIONS = 20
 
 #: Differences by design (the catalog's), measured by the check and named where a framework fails it.
 DESIGNED_DIFFERENCES: Mapping[str, str] = catalog.DIFFERENCES
+
+#: float32's unit roundoff: the relative error of one rounding.
+EPS32 = 2.0**-24
+#: Pixels per image the AutoEncoder's loss averages over, beside the batch.
+LOSS_TERMS_PER_SAMPLE: Mapping[str, int] = {"lenet": 1, "autoencoder": 28 * 28}
+
+
+def tolerance_for(model: str, global_batch: int, factor: float = PARITY_EPS_FACTOR) -> float:
+    """The relative loss tolerance of ``model`` at ``global_batch``: ``factor`` times the
+    typical float32 rounding of a sum of the loss's terms in another order,
+    ``eps32 x sqrt(terms)`` (LeNet's loss averages one term a sample, the AutoEncoder's one
+    a pixel, so its sum is 784 times longer and its spread about 28 times wider)."""
+    terms = global_batch * LOSS_TERMS_PER_SAMPLE.get(model, 1)
+    return factor * EPS32 * math.sqrt(terms)
+
 
 PARITY_COLUMNS: tuple[str, ...] = (
     "model",
@@ -140,12 +156,12 @@ def compare(run: ParityRun, reference: ParityRun, iterations: int, tolerance: fl
         reason = (
             f"{run.framework} differs from {reference.framework} at iteration {failed}: loss"
             f" {run.losses[failed]:.6g} vs {reference.losses[failed]:.6g} (relative {diffs[failed]:.2e} >"
-            f" {tolerance:.0e})"
+            f" {tolerance:.1e})"
         )
         if designed:
             reason += f"; by design: {designed}"
     else:
-        reason = f"the first {n} losses agree within {tolerance:.0e}"
+        reason = f"the first {n} losses agree within {tolerance:.1e}"
     return {
         "model": run.model,
         "framework": run.framework,
@@ -172,11 +188,12 @@ def compare(run: ParityRun, reference: ParityRun, iterations: int, tolerance: fl
 def check(
     runs: Iterable[ParityRun],
     iterations: int = DEFAULT_ITERATIONS,
-    tolerance: float = PARITY_LOSS_RTOL,
+    tolerance: float | None = None,
     reference: str = REFERENCE,
 ) -> pd.DataFrame:
     """The parity table (``PARITY_COLUMNS``): every shared-initialisation run against the
-    reference framework's 1-rank run of its model, seed and global batch."""
+    reference framework's 1-rank run of its model, seed and global batch, within
+    ``tolerance`` (None: ``tolerance_for`` the model and global batch)."""
     runs = list(runs)
     references = {
         (r.model, r.seed, r.global_batch): r
@@ -197,14 +214,15 @@ def check(
             continue
         if run is ref:
             continue
-        rows.append(compare(run, ref, iterations, tolerance))
+        rtol = tolerance if tolerance is not None else tolerance_for(run.model, run.global_batch)
+        rows.append(compare(run, ref, iterations, rtol))
     return pd.DataFrame(rows, columns=list(PARITY_COLUMNS))
 
 
 def parity_table(
     paths: Iterable[str | Path],
     iterations: int = DEFAULT_ITERATIONS,
-    tolerance: float = PARITY_LOSS_RTOL,
+    tolerance: float | None = None,
     reference: str = REFERENCE,
 ) -> pd.DataFrame:
     """The parity table of the shared-initialisation runs among ``paths`` (events files)."""
@@ -222,7 +240,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("runs_dir", help="folder searched for events.jsonl files of init: shared runs")
     parser.add_argument("--out", required=True, help="folder for parity.csv")
     parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="losses compared per run")
-    parser.add_argument("--tolerance", type=float, default=PARITY_LOSS_RTOL, help="relative loss tolerance")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="relative loss tolerance (default: per model, tolerance_for)",
+    )
     parser.add_argument("--reference", default=REFERENCE, help="the framework every other is compared with")
     args = parser.parse_args(argv)
     table = parity_table(

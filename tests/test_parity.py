@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from dlscale import parity
 from dlscale.events import write_atomic
@@ -88,3 +89,9 @@ def test_without_a_reference_run_the_check_is_not_applicable(tmp_path: Path) -> 
     write_run(tmp_path, "tensorflow", REFERENCE)
     row = table(tmp_path).loc["tensorflow"]
     assert row["passes"] is None and "no 1-rank torch run" in row["reason"]
+
+
+def test_the_tolerance_scales_with_the_terms_the_loss_sums() -> None:
+    lenet, autoencoder = parity.tolerance_for("lenet", 64), parity.tolerance_for("autoencoder", 64)
+    assert autoencoder == pytest.approx(28 * lenet)  # 784 times the terms, sqrt: 28 times the spread
+    assert 1e-6 < lenet < 1e-5 and 1e-4 < autoencoder < 2e-4
