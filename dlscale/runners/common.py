@@ -26,7 +26,7 @@ from typing import Any
 
 from dlscale import placement as placement_mod
 from dlscale import quality
-from dlscale.data.shards import heldout_dir
+from dlscale.data.shards import INDEX_NAME, heldout_dir
 from dlscale.events import PartWriter
 from dlscale.runspec import RunSpec
 
@@ -38,6 +38,10 @@ class NonFiniteLoss(RuntimeError):
 class RunFailure(RuntimeError):
     """A failure whose message is already the run's reason, in words a person understands
     ("rank 1 died (...) at iteration 37"): recorded as is, without the rank/type prefix."""
+
+
+#: The warning of a run that had no held-out set to evaluate on.
+NO_HELDOUT = "no held-out set beside the training data: the run's quality was not evaluated"
 
 
 class Terminated(BaseException):
@@ -81,9 +85,20 @@ class RunContext:
         """The held-out shard set beside the training one (``dlscale.data.shards.heldout_dir``)."""
         return heldout_dir(self.data_dir)
 
+    @property
+    def heldout_available(self) -> bool:
+        """Whether a held-out shard set lies beside the training data (real ImageNet shards
+        from a user's listing have none yet: such a run evaluates nothing and says so)."""
+        return (self.heldout_dir / INDEX_NAME).is_file()
+
     def eval_due(self, iteration: int) -> bool:
         """Whether to evaluate once ``iteration`` (0-based) has trained: every
-        ``spec.eval_every`` iterations and after the last one."""
+        ``spec.eval_every`` iterations and after the last one; never without a held-out set
+        (the run's warnings then say so, once)."""
+        if not self.heldout_available:
+            if NO_HELDOUT not in self.warnings:
+                self.warnings.append(NO_HELDOUT)
+            return False
         return self.spec.eval_due(iteration + 1)
 
     def record_eval(

@@ -363,7 +363,11 @@ def _optimize(
     model.set_seed(spec.seed)
     first = {"init_sha256": shared_init(model, spec)} if spec.init == "shared" else {}
     training = ShardSet(ctx.data_dir)
-    heldout = HeldOut(sc, ctx, shape.workers, global_batch, training.mean, training.std)
+    heldout = (
+        HeldOut(sc, ctx, shape.workers, global_batch, training.mean, training.std)
+        if ctx.heldout_available
+        else None
+    )
     ends = segment_ends(spec)
     optimizer = Optimizer.create(
         model=model,
@@ -407,7 +411,9 @@ def _optimize(
                     f" {live.recorded} iterations {LOG_WAIT_S:.0f} s later ({log_path})"
                 )
             held["stage"] = "evaluating the trained model on the held-out set"
-            if evaluate_and_decide(ctx, end - 1, heldout, trained):
+            if heldout is None:
+                ctx.eval_due(end - 1)  # records that nothing was evaluated
+            elif evaluate_and_decide(ctx, end - 1, heldout, trained):
                 held["expected"] = end  # the quality target is met: training stops here
                 break
     finally:

@@ -148,7 +148,9 @@ def train(ctx: RunContext) -> None:
         # and normalises with the training set's statistics.
         stats = prefetch if prefetch is not None else batches
         evaluator = (
-            Evaluator(model, batch, net, ctx.heldout_dir, stats.mean, stats.std) if ctx.rank == 0 else None
+            Evaluator(model, batch, net, ctx.heldout_dir, stats.mean, stats.std)
+            if ctx.rank == 0 and ctx.heldout_available
+            else None
         )
         for iteration in range(ctx.total_iterations):
             waited = time.perf_counter()

@@ -124,7 +124,7 @@ def train(ctx: RunContext) -> None:
     batches = Batches(ctx, torch)
     # Rank 0's held-out set, opened before the ranks meet (DDP's first broadcast), so that
     # no rank's first step waits for it.
-    heldout = HeldOut(ctx, batches, torch) if ctx.rank == 0 else None
+    heldout = HeldOut(ctx, batches, torch) if ctx.rank == 0 and ctx.heldout_available else None
 
     model = build_model(spec.model)
     # init: shared: the parity check's weights, the same bytes as every other framework's.
