@@ -479,11 +479,12 @@ def test_script_mnist_shards(tmp_path: Path) -> None:
     images = mnist.write_idx(tmp_path / "i", data["train_images"])
     labels = mnist.write_idx(tmp_path / "l", data["train_labels"])
     log = run_script(
-        "mnist_shards", tmp_path, input={"train_images": str(images), "train_labels": str(labels)},
-        output={"shards": str(tmp_path / "shards")}, params={"shard_size": "8"},
+        "mnist_shards", tmp_path, input={"images": str(images), "labels": str(labels)},
+        output={"shards": str(tmp_path / "shards")}, params={"split": "train", "shard_size": "8"},
     )  # fmt: skip
     shards = ShardSet(tmp_path / "shards", verify=True)
     assert shards.image_shape == (28, 28, 1) and len(shards.index["shards"]) == 4
+    assert shards.index["split"] == "train"
     np.testing.assert_array_equal(shards.load_all()[0][..., 0], data["train_images"])
     assert "wrote ShardSet(" in log
 
