@@ -505,7 +505,19 @@ def test_script_fetch_mnist_fails_on_fake_data(tmp_path: Path) -> None:
 
 
 def test_script_synthetic_imagenet(tmp_path: Path) -> None:
-    params = {"num_samples": 5, "seed": 3, "shard_size": 2, "image_size": 8, "num_classes": 4}
-    run_script("synthetic_imagenet", tmp_path, output={"shards": str(tmp_path / "s")}, params=params)
+    params = {
+        "num_samples": 5,
+        "heldout_samples": 3,
+        "seed": 3,
+        "shard_size": 2,
+        "image_size": 8,
+        "num_classes": 4,
+    }
+    output = {"shards": str(tmp_path / "s"), "heldout": str(tmp_path / "h")}
+    run_script("synthetic_imagenet", tmp_path, output=output, params=params)
     shards = ShardSet(tmp_path / "s", verify=True)
     assert (shards.num_samples, shards.image_shape, shards.num_classes) == (5, (8, 8, 3), 4)
+    heldout = ShardSet(tmp_path / "h", verify=True)
+    assert (heldout.num_samples, heldout.index["split"]) == (3, "heldout")
+    # The held-out part continues the training set's seeded sequence: no sample is shared.
+    assert not np.array_equal(heldout.load_all()[0][0], shards.load_all()[0][0])
