@@ -15,11 +15,13 @@ import math
 
 import pandas as pd
 
-from dlscale import convergence
+from dlscale import convergence, verdicts
 from dlscale.verdicts import BEST_SCALING, FASTEST_COMPUTE, INCONCLUSIVE, SETUP, Competitor, judge
 
 #: Columns added to the claims table.
 TARGET_CLAIM_COLUMNS: tuple[str, ...] = ("verdict_time_to_target", "reason_time_to_target")
+#: The claims table's columns as the aggregation writes it (claims.csv).
+CLAIM_COLUMNS: tuple[str, ...] = (*verdicts.CLAIM_COLUMNS, *TARGET_CLAIM_COLUMNS)
 
 _NO_TARGET = "n/a (no quality target in this study)"
 

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from test_analysis import iteration, write_run
 
-from dlscale import analysis, stats, verdicts
+from dlscale import analysis, stats, target_claims, verdicts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -399,7 +399,7 @@ def test_claims_reproduced_contradicted_inconclusive(tmp_path: Path) -> None:
         *runs_of(tmp_path, "bigdl", 2, [50.0, 51.0, 52.0], share=0.1, model="autoencoder"),
     ]
     claims = tables(paths).claims
-    assert list(claims.columns) == list(verdicts.CLAIM_COLUMNS)
+    assert list(claims.columns) == list(target_claims.CLAIM_COLUMNS)
     lenet = claims[claims["model"].eq("lenet")].set_index("claim")
     assert list(lenet.index) == [claim.text for claim in verdicts.CLAIMS]
     best_comm = lenet.loc["Caffe communicates best"]
@@ -429,7 +429,7 @@ def test_empty_runs_give_empty_tables() -> None:
     result = analysis.aggregate([])
     assert result.cells.empty and list(result.cells.columns) == list(verdicts.CELL_COLUMNS)
     assert result.findings.empty and list(result.findings.columns) == list(verdicts.FINDINGS_COLUMNS)
-    assert result.claims.empty and list(result.claims.columns) == list(verdicts.CLAIM_COLUMNS)
+    assert result.claims.empty and list(result.claims.columns) == list(target_claims.CLAIM_COLUMNS)
 
 
 # --- the same tables from the workflow and from the command ---------------------------------
