@@ -24,7 +24,9 @@ TINY = {
     "frameworks": ["torch"],
     "models": ["lenet", "autoencoder"],
     "nodes": [1, 2],
-    "iterations": {"lenet": 40, "autoencoder": 12},
+    # 40 iterations: enough for the AutoEncoder to have learned (a model that did not is left
+    # out of every finding; torch's is at MSE ~0.16 after 40, chance 0.23).
+    "iterations": {"lenet": 40, "autoencoder": 40},
     "warmup": 2,
     "repeats": 1,
     "envs_dir": str(ENVS_DIR),
@@ -79,7 +81,7 @@ def test_tables(study_dir):
     ]
     assert (runs["status"] == "ok").all(), runs[["run_id", "reason"]]
     assert (runs["throughput"] > 0).all()
-    assert sorted(runs["timed_iterations"]) == [12, 12, 40, 40]
+    assert sorted(runs["timed_iterations"]) == [40, 40, 40, 40]
     one_node = runs[runs["nodes"] == 1]
     assert (one_node["speedup"] == 1.0).all() and (one_node["comm_s"] == 0).all()
     two_nodes = runs[runs["nodes"] == 2]
@@ -89,7 +91,7 @@ def test_tables(study_dir):
     parquet = pd.read_parquet(study_dir / "results" / "runs.parquet")
     assert list(parquet["run_id"]) == list(runs["run_id"])
     iterations = pd.read_parquet(study_dir / "results" / "iterations.parquet")
-    assert len(iterations) == (1 + 2) * ((12 + 2) + (40 + 2))  # ranks x iterations
+    assert len(iterations) == (1 + 2) * ((40 + 2) + (40 + 2))  # ranks x iterations
     findings = pd.read_csv(study_dir / "results" / "findings.csv")
     assert sorted(findings["model"]) == ["autoencoder", "lenet"]
     assert (findings["fastest_compute"] == "torch").all()
@@ -127,12 +129,12 @@ def test_lenet_loss_falls(study_dir):
 
 def test_every_ok_run_says_what_its_model_learned(study_dir):
     """Held-out quality through the workflow: every ok run evaluated on MNIST's test split,
-    after its last iteration, and LeNet learned (the AutoEncoder's 12 iterations need not)."""
+    after its last iteration, and both models learned."""
     runs = pd.read_csv(study_dir / "results" / "runs.csv").set_index("run_id")
     ok = runs[runs["status"] == "ok"]
     assert ok["final_quality"].notna().all() and (ok["evals"] >= 1).all()
     assert set(ok["quality_metric"]) == {"top1", "mse"}
-    assert ok.loc["torch/lenet/n1x1/b64/r0", "learned"]
+    assert ok["learned"].all(), ok[["final_quality", "learned"]]
     evals = pd.read_csv(study_dir / "results" / "evals.csv")
     assert set(evals["run_id"]) == set(ok.index)
     assert (evals.loc[evals["metric"] == "top1", "samples"] == 10000).all()
