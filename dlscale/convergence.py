@@ -26,6 +26,8 @@ from dlscale import catalog
 from dlscale.stats import CONFIDENCE, Interval, median_interval, separated
 
 NO_CLEAR_WINNER = "no clear winner"
+#: What stays fixed across a set-up's cells (the verdicts' SETUP, which imports this module).
+SETUP: tuple[str, ...] = ("model", "network", "dataset", "scaling", "ranks_per_node", "batch")
 
 #: Columns every cell gains (``dlscale.verdicts.CELL_COLUMNS``).
 CELL_QUALITY_COLUMNS: tuple[str, ...] = (
@@ -46,12 +48,7 @@ CELL_QUALITY_COLUMNS: tuple[str, ...] = (
 
 #: Columns of the time-to-target findings (results/time_to_target.csv).
 TIME_TO_TARGET_COLUMNS: tuple[str, ...] = (
-    "model",
-    "network",
-    "dataset",
-    "scaling",
-    "ranks_per_node",
-    "batch",
+    *SETUP,
     "nodes",
     "target_metric",
     "target_value",
@@ -186,7 +183,7 @@ def fastest_to_target(cell_table: pd.DataFrame, same_work_only: bool = True) -> 
     if cell_table.empty or "target_metric" not in cell_table:
         return pd.DataFrame(columns=list(TIME_TO_TARGET_COLUMNS))
     have = cell_table[cell_table["target_metric"].notna()]
-    keys = ["model", "network", "dataset", "scaling", "ranks_per_node", "batch", "nodes"]
+    keys = [*SETUP, "nodes"]
     rows = []
     for key, group in have.groupby(keys, sort=False, dropna=False):
         row: dict[str, Any] = dict(zip(keys, key, strict=True))
@@ -277,31 +274,23 @@ def efficiencies(cell_table: pd.DataFrame) -> pd.DataFrame:
     ``[T_base_low / (r T_N_high), T_base_high / (r T_N_low)]``: both cells' repeats are
     independent, and a non-converged repeat (an infinite time) only widens it.
     """
-    columns = [
-        "framework",
-        "model",
-        "network",
-        "dataset",
-        "scaling",
-        "ranks_per_node",
-        "batch",
-        "nodes",
-        "kind",
-        "value",
-        "low",
-        "high",
-    ]
+    columns = ["framework", *SETUP, "nodes", "kind", "value", "low", "high"]
     if cell_table.empty:
         return pd.DataFrame(columns=columns)
-    setup = ["framework", "model", "network", "dataset", "scaling", "ranks_per_node", "batch"]
+    setup = ["framework", *SETUP]
     rows: list[dict[str, Any]] = []
     for _, group in cell_table.groupby(setup, sort=False, dropna=False):
         base = group[group["nodes"].eq(group["baseline_nodes"])]
         base_row = base.iloc[0] if len(base) else None
         for _, cell in group.iterrows():
-            if base_row is None or cell["nodes"] <= base_row["nodes"] or pd.isna(cell["efficiency"]):
-                if not (base_row is not None and cell["nodes"] == base_row["nodes"]):
-                    continue
+            # The baseline itself (efficiency 1) and every larger node count with an efficiency.
+            beyond = (
+                cell["nodes"] > base_row["nodes"] and not pd.isna(cell["efficiency"])
+                if base_row is not None
+                else False
+            )
+            if not (beyond or (base_row is not None and cell["nodes"] == base_row["nodes"])):
+                continue
             keys = {k: cell[k] for k in setup} | {"nodes": int(cell["nodes"])}
             rows.append(
                 keys

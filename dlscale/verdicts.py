@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlscale import catalog
+from dlscale import catalog, convergence
 from dlscale.convergence import CELL_QUALITY_COLUMNS, cell_quality
 from dlscale.networks import HOST
 from dlscale.stats import (
@@ -70,7 +70,7 @@ QUESTIONS: dict[str, tuple[str, str, bool]] = {
 NO_CLEAR_WINNER = "no clear winner"
 
 #: A cell: one set-up (``SETUP``) of one framework at one node count.
-SETUP: tuple[str, ...] = ("model", "network", "dataset", "scaling", "ranks_per_node", "batch")
+SETUP: tuple[str, ...] = convergence.SETUP
 CELL_KEYS: tuple[str, ...] = ("framework", *SETUP, "nodes")
 
 CELL_COLUMNS: tuple[str, ...] = (
