@@ -37,7 +37,7 @@ def feed(spec: RunSpec, images: Any, labels: Any) -> tuple[Any, Any]:
     """The tensors a bare step trains on, from a gathered numpy batch, as a plain loop makes
     them (``torch.from_numpy``, the memory format the runner uses, the autoencoder's targets
     its own pixels): values, dtype, shape and strides the runner's feed hands its step
-    (``dlscale.runners.torch.data.Batches``; tests/test_torch_runner.py checks it)."""
+    (``dlscale.runners.torch.data.Batches``; tests/runners/test_torch_runner.py checks it)."""
     x = torch.from_numpy(images)
     if settings.channels_last(spec):
         x = x.contiguous(memory_format=torch.channels_last)

@@ -5,7 +5,7 @@ Everything that names a framework or a model reads it here: the config schema's 
 extra inputs, the figures' order and labels, the scaling model's synchronisation patterns,
 the benchmarks and the tests. Adding a framework is one catalog entry, one runner folder
 (``dlscale/runners/<name>/``, its files and modules as ``dlscale.runners.contract`` states
-them) and one requirements file (``envs/<name>.txt``); ``tests/test_catalog.py`` fails when
+them) and one requirements file (``envs/<name>.txt``); ``tests/unit/test_catalog.py`` fails when
 any of them is missing.
 
 Standard library only: Snakemake imports this when it builds the DAG.

@@ -2,7 +2,7 @@
 
 Plain functions of the validated study (a dict) and a run's fields, so that the rules only
 orchestrate and what a job is asked to do can be unit-tested without Snakemake
-(tests/test_jobs.py). Standard library and the ground floor only: Snakemake imports this
+(tests/unit/test_jobs.py). Standard library and the ground floor only: Snakemake imports this
 module when it builds the DAG, for every job of a study of thousands of runs.
 """
 

@@ -3,7 +3,7 @@
 **FLOPs per sample** are counted once per model and are the same for every framework
 (``FLOPS_PER_SAMPLE``): forward + backward, 2 FLOPs per multiply-add of every matmul and
 convolution, counted by ``torch.utils.flop_counter.FlopCounterMode`` on the project's torch
-models (``python -m benchmarks.torch_worker flops``; tests/test_tuning.py recounts them
+models (``python -m benchmarks.torch_worker flops``; tests/unit/test_tuning.py recounts them
 with the torch venv and fails when a model changes). Elementwise work (activations,
 pooling, the update) is not counted: a few percent of these models' work, and not what
 a matmul roofline bounds.

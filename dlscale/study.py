@@ -25,7 +25,7 @@ from dlscale.runspec import RUN_ID_PATTERN, RunSpec
 FRAMEWORKS = catalog.FRAMEWORK_NAMES
 MODELS = catalog.MODEL_NAMES
 # A framework is implemented when its runner folder has a launcher; checked on disk so that
-# no framework is imported here (tests/test_catalog.py checks every catalog entry has one).
+# no framework is imported here (tests/unit/test_catalog.py checks every catalog entry has one).
 IMPLEMENTED_FRAMEWORKS = tuple(
     fw.name for fw in catalog.FRAMEWORKS.values() if (fw.runner_dir / "launcher.py").is_file()
 )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install SLURM (controller, node daemon, clients), munge and PMIx from Debian, only where
-# missing. Used by the test cluster (tests/slurm_cluster.py); a real cluster has its own.
+# missing. Used by the test cluster (tests/helpers/slurm_cluster.py); a real cluster has its own.
 # The packages' own services are not started: the tests run private daemons.
 set -euo pipefail
 need=()

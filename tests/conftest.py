@@ -1,19 +1,17 @@
-"""Shared fixtures: paths of the repository and of its virtual environments, MNIST, and the
-session's one SLURM test cluster (tests/slurm_fixtures.py: ``slurm`` for a test, started once)."""
+"""The session's fixtures: the repository, the config schema, the framework venvs' pythons,
+MNIST, synthetic ImageNet, the session's one SLURM test cluster (tests/helpers/slurm_fixtures.py:
+``slurm`` for a test, started once), and the fault table printed at the end of a session.
+
+Paths and the venvs' pythons are plain functions in tests/helpers/paths.py."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-from slurm_fixtures import slurm, slurm_guard  # noqa: F401  (the session's SLURM test cluster)
-
-REPO = Path(__file__).resolve().parent.parent
-
-ENVS_DIR = Path(os.environ.get("DLSCALE_ENVS_DIR", REPO / ".venvs"))
-SCHEMA = REPO / "schemas" / "config.schema.yaml"
+from helpers.paths import CACHE, REPO, SCHEMA, caffe_python, torch_python
+from helpers.slurm_fixtures import slurm, slurm_guard  # noqa: F401  (the session's SLURM test cluster)
 
 
 @pytest.fixture(scope="session")
@@ -26,24 +24,6 @@ def schema() -> dict:
     from dlscale.study import load_schema
 
     return load_schema(SCHEMA)
-
-
-CACHE = Path(os.environ.get("DLSCALE_TEST_CACHE", Path.home() / ".cache" / "dlscale-tests"))
-
-
-def framework_python(framework: str) -> Path:
-    """A framework venv's python, built as the workflow builds it (once per machine)."""
-    from dlscale.envs import build_venv, env_marker, requirement_files
-
-    venv = ENVS_DIR / framework
-    marker = env_marker(ENVS_DIR, framework)
-    if not marker.exists():
-        build_venv(venv, requirement_files(framework)[0], marker)
-    return venv / "bin" / "python"
-
-
-def torch_python() -> Path:
-    return framework_python("torch")
 
 
 @pytest.fixture(scope="session")
@@ -109,28 +89,6 @@ def imagenet_shards(tmp_path_factory) -> Path:
     return make_synthetic_imagenet(root / "shards", num_samples=32, seed=0, shard_size=8)
 
 
-def caffe_python() -> Path:
-    """The caffe venv's python, with Caffe built (once per machine, cached) beside the venvs.
-
-    scripts/build_caffe.sh is what the workflow's caffe_build rule runs: a second call is
-    instant (the build is cached by source hash and options); a fresh machine builds it
-    once (7.5 minutes on 2 quiet cores, 20 loaded). It writes the marker the workflow's
-    rule writes (dlscale.envs.caffe_build_marker), where the runner looks.
-    """
-    import subprocess
-
-    from dlscale.envs import caffe_build_marker
-
-    python = framework_python("caffe")
-    marker = caffe_build_marker(ENVS_DIR, None)
-    subprocess.run(
-        ["bash", str(REPO / "scripts" / "build_caffe.sh"), str(python), str(marker)],
-        check=True,
-        timeout=5400,
-    )
-    return python
-
-
 @pytest.fixture(scope="session")
 def caffe_py() -> Path:
     return caffe_python()
@@ -140,7 +98,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Print the fault table when fault tests ran (``make test-faults`` and ``make test``)."""
     import json
 
-    from faults import TABLE
+    from helpers.faults import TABLE
 
     if not TABLE.exists():
         return
@@ -160,6 +118,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def pytest_sessionstart(session):
     """Each session starts a fresh fault table."""
-    from faults import TABLE
+    from helpers.faults import TABLE
 
     TABLE.unlink(missing_ok=True)

@@ -61,7 +61,7 @@ RAW_COLUMNS: tuple[str, ...] = (
 TCP = "tcp"
 
 #: The communication library of each set-up (``dlscale.catalog.SETUP_PATTERNS``' keys: a
-#: framework, or a framework and its strategy); tests/test_commbench.py checks that every
+#: framework, or a framework and its strategy); tests/runners/test_commbench.py checks that every
 #: set-up of the catalog has one.
 LIBRARIES: dict[str, str] = {
     "torch": "gloo",

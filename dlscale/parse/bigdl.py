@@ -54,7 +54,7 @@ metrics block cut off, a last line cut off before its newline (unless the log sh
 failure that cut it), an empty or binary file. Lines that do not mention DistriOptimizer
 are someone else's and are only searched for failures. No regular expression here can
 backtrack more than linearly in a line's length (no nested or overlapping unbounded
-repetitions; tests/test_parse_hostile.py checks), so a hostile 5 MB line costs what
+repetitions; tests/unit/test_parse_hostile.py checks), so a hostile 5 MB line costs what
 reading it does.
 """
 

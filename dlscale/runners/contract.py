@@ -11,7 +11,7 @@ relies on one Protocol here:
 
 A module satisfies a Protocol structurally (PEP 544: a module implements a protocol with
 its functions, the members without ``self``); every member is required, so no caller asks
-whether a runner has it. ``tests/test_catalog.py`` checks every runner folder against
+whether a runner has it. ``tests/unit/test_catalog.py`` checks every runner folder against
 ``RUNNER_FILES`` and its modules against the Protocols: the light ones imported, the
 trainer parsed (importing it needs the framework). A runner may have more files (its data
 feed, its distributed set-up); these are the ones every runner has.

@@ -4,7 +4,7 @@ A small, seeded study of hand-made but realistic runs: three frameworks, LeNet a
 AutoEncoder, 1, 2 and 4 nodes, 6 repeats of some cells (bootstrap intervals) and 2 of others
 (low-n ranges), an emulated network, a failed run and a contended one. Its tables, made by
 ``python -m dlscale.analysis runs --out expected``, are the reference the layers refactor
-must reproduce byte for byte (tests/test_golden.py).
+must reproduce byte for byte (tests/unit/test_golden.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,157 @@
+"""Hand-written events: iteration events, whole runs written as the launcher writes them
+(``write_run``, through ``dlscale.events.write_atomic``), and run_start / run_end events and
+files written line by line without validation (``put``), for events no real run writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dlscale.events import write_atomic
+
+
+def iteration(
+    rank: int,
+    index: int,
+    step: float,
+    compute: float | None = None,
+    comm: float | None = None,
+    loss: float | None = None,
+    samples: int = 64,
+    warmup: bool = False,
+) -> dict[str, Any]:
+    event = {
+        "event": "iteration",
+        "rank": rank,
+        "iteration": index,
+        "samples": samples,
+        "step_s": step,
+        "compute_s": compute,
+        "comm_s": comm,
+        "loss": loss,
+        "time": 1000.0 + index,
+    }
+    if warmup:
+        event["warmup"] = True
+    return event
+
+
+def write_run(
+    root: Path,
+    iterations: list[dict[str, Any]],
+    *,
+    framework: str = "torch",
+    model: str = "lenet",
+    nodes: int = 1,
+    ranks_per_node: int = 1,
+    batch: int = 64,
+    repeat: int = 0,
+    scaling: str = "weak",
+    global_batch: int | None = None,
+    status: str = "ok",
+    reason: str | None = None,
+    startup_s: float | None = 2.5,
+    network: str | None = None,
+    contention: dict[str, Any] | None = None,
+) -> Path:
+    """Write one run's events.jsonl under ``root`` (at its run id's path) and return it.
+
+    ``network`` (e.g. ``emulated-1gbe``) goes into run_start and, as the study names such
+    runs, into the run id's layout segment (``n2x1-1gbe``); None writes no network field.
+    ``contention`` is the launcher probe's record, put into run_end (None: an older file
+    without one).
+    """
+    world = nodes * ranks_per_node
+    layout = f"n{nodes}x{ranks_per_node}"
+    if network not in (None, "host"):
+        layout += "-" + network.removeprefix("emulated-")
+    run_id = f"{framework}/{model}/{layout}/b{batch}/r{repeat}"
+    start = {
+        "event": "run_start",
+        "run_id": run_id,
+        "framework": framework,
+        "model": model,
+        "dataset": "mnist",
+        "nodes": nodes,
+        "ranks_per_node": ranks_per_node,
+        "batch": batch,
+        "global_batch": global_batch if global_batch is not None else batch * world,
+        "repeat": repeat,
+        "scaling": scaling,
+        "world_size": world,
+        "hosts": [f"cn{rank // ranks_per_node}" for rank in range(world)],
+        "threads_per_rank": 4,
+        "versions": {framework: "1.2.3", "python": "3.11.7"},
+        "config_sha256": "c0ffee",
+        "git_sha": "deadbeef",
+        "time": 1000.0,
+        "loadavg": [0.25, 0.5, 0.75],
+        "startup_s": startup_s,
+    }
+    if network is not None:
+        start["network"] = network
+    end = {"event": "run_end", "status": status, "reason": reason, "time": 1100.0}
+    if contention is not None:
+        end["contention"] = contention
+    return write_atomic(root / run_id / "events.jsonl", [start, *iterations, end])
+
+
+def run_start(
+    *,
+    framework: str = "torch",
+    model: str = "lenet",
+    nodes: int = 1,
+    ranks_per_node: int = 1,
+    batch: int = 64,
+    repeat: int = 0,
+    network: str | None = None,
+    total: int | None = None,
+) -> dict[str, Any]:
+    """A run_start as the launcher writes it (``total``: a spec with that many iterations)."""
+    world = nodes * ranks_per_node
+    layout = f"n{nodes}x{ranks_per_node}" + (
+        "" if network in (None, "host") else "-" + network.split("-", 1)[1]
+    )
+    run_id = f"{framework}/{model}/{layout}/b{batch}/r{repeat}"
+    start: dict[str, Any] = {
+        "event": "run_start",
+        "run_id": run_id,
+        "framework": framework,
+        "model": model,
+        "nodes": nodes,
+        "ranks_per_node": ranks_per_node,
+        "batch": batch,
+        "repeat": repeat,
+        "dataset": "mnist",
+        "scaling": "weak",
+        "global_batch": batch * world,
+        "world_size": world,
+        "hosts": [f"cn{rank // ranks_per_node}" for rank in range(world)],
+        "threads_per_rank": 1,
+        "versions": {framework: "1.0"},
+        "config_sha256": "c0ffee",
+        "git_sha": "deadbeef",
+        "time": 1000.0,
+    }
+    if network is not None:
+        start["network"] = network
+    if total is not None:
+        start["spec"] = {"run_id": run_id, "iterations": total, "warmup": 0}
+    return start
+
+
+def run_end(status: str = "ok", reason: str | None = None) -> dict[str, Any]:
+    return {"event": "run_end", "status": status, "reason": reason, "time": 1100.0}
+
+
+def every_rank(world: int, count: int = 3, batch: int = 64, step: float = 0.5) -> list[dict[str, Any]]:
+    return [iteration(rank, i, step, samples=batch) for i in range(count) for rank in range(world)]
+
+
+def put(root: Path, events: list[dict[str, Any]], at: str | None = None) -> Path:
+    """Write ``events`` as they are (no validation) to ``root/<run id>/events.jsonl``."""
+    path = root / (at or events[0]["run_id"]) / "events.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(event) + "\n" for event in events), encoding="utf-8")
+    return path

@@ -1,0 +1,26 @@
+"""What the SLURM tests do to a running job's ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+
+def kill_rank_when_running(
+    run_dir: Path, rank: int, min_iterations: int, timeout: float, poll_s: float = 0.02
+) -> int:
+    """SIGKILL one rank of a running job once it has done some iterations; its PID."""
+    part = run_dir / ".work" / f"rank{rank}.jsonl"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if part.exists():
+            lines = part.read_text().splitlines()
+            if sum('"event":"iteration"' in line for line in lines) >= min_iterations:
+                pid = json.loads(lines[0])["pid"]
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        time.sleep(poll_s)
+    raise TimeoutError(f"rank {rank} of {run_dir} never ran {min_iterations} iterations")

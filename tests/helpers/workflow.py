@@ -1,0 +1,42 @@
+"""The workflow run as a user runs it (Snakemake in a subprocess, a working directory of its
+own, the local profile), and the job counts of a dry run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers.paths import REPO
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        *SNAKEMAKE,
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        "--configfile",
+        str(workdir / "study.yaml"),
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir)
+
+
+def planned_jobs(output: str) -> dict[str, int]:
+    """Job counts from Snakemake's 'Job stats' table of a dry run."""
+    counts: dict[str, int] = {}
+    if "Job stats" not in output:
+        return counts
+    table = output.split("Job stats", 1)[1]
+    for line in table.splitlines():
+        match = re.fullmatch(r"(\w+)\s+(\d+)", line.strip())
+        if match and match[1] != "total":
+            counts[match[1]] = int(match[2])
+    return counts

@@ -1,0 +1,256 @@
+"""The tuning stage's pure parts (dlscale.tuning): grids, pins, the choice, the settings
+record, and the roofline fraction (dlscale.roofline, dlscale.tables.add_roofline)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import pandas as pd
+import pytest
+from helpers.paths import torch_python
+
+from dlscale import roofline, tunechoice, tuning
+from dlscale.launch import records
+from dlscale.runners.plan import Plan, Process
+from dlscale.runners.tensorflow import launcher as tf_launcher
+from dlscale.runners.torch import launcher as torch_launcher
+from dlscale.study import ConfigError, Run, expand_runs, run_spec, validate_config
+
+BASE = {"frameworks": ["torch", "tensorflow"], "models": ["lenet"], "nodes": [1, 2]}
+
+
+def study(schema, **tune):
+    return validate_config({**BASE, "tune": {"enabled": True, **tune}}, schema)
+
+
+# --- grids and pins ---------------------------------------------------------------------------
+
+
+def test_grid_is_the_product_of_the_x_tune_options_default_first(schema):
+    s = study(schema)
+    torch_grid = tuning.grid(s, "torch")
+    assert torch_grid[0] == {"channels_last": True, "mkldnn": True}  # the framework's default
+    assert len(torch_grid) == 4 and len({json.dumps(g, sort_keys=True) for g in torch_grid}) == 4
+    # At 1 thread per rank the thread-count candidates above 1 are left out, and 1 beside
+    # null (= threads_per_rank) would be the same setting: intra stays null only.
+    tf_grid = tuning.grid(s, "tensorflow")
+    assert {g["intra_op_threads"] for g in tf_grid} == {None}
+    assert {g["inter_op_threads"] for g in tf_grid} == {1, 2} and len(tf_grid) == 4
+    assert tf_grid[0] == {"intra_op_threads": None, "inter_op_threads": 2, "onednn": True}
+
+
+def test_thread_candidates_follow_threads_per_rank(schema):
+    s = validate_config({**BASE, "threads_per_rank": 2, "tune": {"enabled": True}}, schema)
+    assert tuning.tuned_options(s, "tensorflow")["intra_op_threads"] == [None, 1]
+    assert tuning.tuned_options(s, "tensorflow")["inter_op_threads"] == [2, 1]
+
+
+def test_setting_ids_are_stable_and_never_a_run_id_part():
+    a = tuning.setting_id({"mkldnn": False, "channels_last": True})
+    assert a == tuning.setting_id({"channels_last": True, "mkldnn": False})
+    assert a != tuning.setting_id({"channels_last": True, "mkldnn": True})
+    assert a.startswith("s") and len(a) == 11
+
+
+def test_restricted_options_keep_the_default(schema):
+    s = study(schema, options={"torch": {"mkldnn": [False]}})
+    assert tuning.grid(s, "torch") == [{"mkldnn": True}, {"mkldnn": False}]
+
+
+def test_a_pinned_setting_is_not_tuned_and_all_pinned_skips_the_grid(schema):
+    s = study(schema, pinned={"torch": {"mkldnn": False}})
+    assert tuning.grid(s, "torch") == [{"channels_last": True}, {"channels_last": False}]
+    assert s["torch"]["mkldnn"] is False  # the pinned value is the run's option
+    # Written in the framework's own section, a tunable option is pinned too.
+    s = validate_config(
+        {**BASE, "torch": {"mkldnn": False, "channels_last": False}, "tune": {"enabled": True}}, schema
+    )
+    assert s["tune"]["pinned"]["torch"] == {"mkldnn": False, "channels_last": False}
+    assert tuning.grid(s, "torch") == [] and not tuning.is_tuned(s, "torch")
+    run = Run("torch", "lenet", 1, 1, 64, 0)
+    assert run_spec(s, run).options["mkldnn"] is False
+
+
+def test_tuning_off_has_no_grid(schema):
+    s = validate_config(BASE, schema)
+    assert s["tune"]["enabled"] is False and tuning.grid(s, "torch") == []
+
+
+@pytest.mark.parametrize(
+    ("tune", "message"),
+    [
+        ({"options": {"torch": {"nope": [1]}}}, "'tune.options.torch.nope': torch has no option 'nope'"),
+        ({"options": {"torch": {"timeout_s": [30]}}}, "is not a tunable option of torch"),
+        (
+            {"options": {"torch": {"mkldnn": ["yes"]}}},
+            "'tune.options.torch.mkldnn': 'yes' is not a valid value",
+        ),
+        ({"pinned": {"tensorflow": {"inter_op_threads": 0}}}, "tune.pinned.tensorflow.inter_op_threads"),
+        ({"max_settings": 2}, "'tune.max_settings': torch's grid has 4 settings"),
+    ],
+)
+def test_bad_tune_sections_name_the_key(schema, tune, message):
+    with pytest.raises(ConfigError, match="config key") as err:
+        study(schema, **tune)
+    assert message in str(err.value)
+
+
+def test_pinned_twice_differently_is_an_error(schema):
+    with pytest.raises(ConfigError, match="tune.pinned.torch.mkldnn"):
+        validate_config(
+            {**BASE, "torch": {"mkldnn": True}, "tune": {"pinned": {"torch": {"mkldnn": False}}}}, schema
+        )
+
+
+def test_a_choice_equal_to_the_defaults_keeps_the_run_hash(schema):
+    s = study(schema)
+    for run in expand_runs(s):
+        default = tuning.grid(s, run.framework)[0]
+        assert run_spec(s, run, default).sha256 == run_spec(s, run).sha256
+    run = Run("torch", "lenet", 2, 1, 64, 0)
+    tuned = run_spec(s, run, {"mkldnn": False})
+    assert tuned.options["mkldnn"] is False and tuned.sha256 != run_spec(s, run).sha256
+
+
+def test_tune_spec_is_the_one_node_run_with_the_setting(schema):
+    s = study(schema, iterations=5)
+    sid, setting = list(tuning.grid_ids(s, "torch").items())[3]
+    spec = tuning.tune_spec(s, "torch", "lenet", sid, 1)
+    assert (spec.nodes, spec.repeat, spec.iterations, spec.run_id) == (1, 1, 5, "torch/lenet/n1x1/b64/r1")
+    assert {k: spec.options[k] for k in setting} == setting
+    with pytest.raises(tuning.TuneError, match="no setting"):
+        tuning.tune_spec(s, "torch", "lenet", "s0000000000", 0)
+
+
+def test_tune_runs_are_interleaved_across_settings(schema):
+    s = study(schema, repeats=2)
+    paths = tuning.tune_runs(s, "torch", "lenet")
+    ids = list(tuning.grid_ids(s, "torch"))
+    assert paths[: len(ids)] == [tuning.run_path("torch", "lenet", sid, 0) for sid in ids]
+    assert len(paths) == 2 * len(ids)
+
+
+# --- the choice -------------------------------------------------------------------------------
+
+
+def test_a_clearly_faster_setting_is_chosen():
+    samples = {"d": [100, 102, 101], "a": [120, 121, 119], "b": [130, 131, 132]}
+    chosen, reason = tunechoice.decide(samples, "d")
+    assert chosen == "b" and "above the default" in reason
+
+
+def test_overlapping_intervals_keep_the_default():
+    # "a" has the higher median, but its range overlaps the default's: a tie.
+    chosen, reason = tunechoice.decide({"d": [100, 110, 105], "a": [108, 115, 112]}, "d")
+    assert chosen == "d" and "ties go to it" in reason
+
+
+def test_one_repeat_never_separates():
+    assert tunechoice.decide({"d": [100.0], "a": [1000.0]}, "d")[0] == "d"
+
+
+def test_failed_settings_are_never_chosen():
+    nan = math.nan
+    chosen, _ = tunechoice.decide({"d": [100, 101, 102], "broken": [nan, nan, nan]}, "d")
+    assert chosen == "d"
+    chosen, reason = tunechoice.decide({"d": [nan, nan], "a": [50, 51], "b": [60, 61]}, "d")
+    assert chosen == "b" and "default has no ok run" in reason
+    assert tunechoice.decide({"d": [nan], "a": [nan]}, "d") == (
+        "d",
+        "no setting has an ok, uncontended run: the default stays",
+    )
+
+
+# --- the settings record ----------------------------------------------------------------------
+
+
+def test_launcher_settings_describe_the_engine_and_threads(schema):
+    s = study(schema)
+    run = Run("torch", "alexnet", 1, 1, 16, 0)
+    s["models"] = ["lenet", "alexnet"]
+    spec = run_spec(s, run, {"mkldnn": False})
+    assert torch_launcher.settings(spec) == {
+        "engine": "native",
+        "mkldnn": False,
+        "channels_last": True,
+        "intra_op_threads": 1,
+    }
+    # LeNet does not use channels_last (dlscale.runners.torch.data): the record says so.
+    assert torch_launcher.settings(run_spec(s, Run("torch", "lenet", 1, 1, 64, 0)))["channels_last"] is False
+    tf = run_spec(s, Run("tensorflow", "lenet", 1, 1, 64, 0), {"onednn": False, "inter_op_threads": 1})
+    assert tf_launcher.settings(tf) == {
+        "engine": "eigen",
+        "TF_ENABLE_ONEDNN_OPTS": "0",
+        "intra_op_threads": 1,
+        "inter_op_threads": 1,
+    }
+
+
+def test_run_settings_add_the_thread_variables_the_ranks_get(schema):
+    spec = run_spec(study(schema), Run("torch", "lenet", 1, 1, 64, 0))
+    plan = Plan(
+        [Process("rank 0", ["true"], {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}, rank=0)], 1
+    )
+    record = records.run_settings(torch_launcher, spec, plan)
+    assert record["engine"] == "onednn"
+    assert record["env"] == {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+# --- roofline ---------------------------------------------------------------------------------
+
+
+def test_roofline_fraction_is_achieved_over_peak_per_rank():
+    from dlscale.tables import add_roofline
+
+    runs = pd.DataFrame(
+        {
+            "model": ["lenet", "lenet", "lenet"],
+            "threads_per_rank": [1, 2, 4],
+            "world_size": [1, 2, 1],
+            "throughput": [1000.0, 3000.0, 10.0],
+            "flops_per_sample": [roofline.flops_per_sample("lenet")] * 3,
+        }
+    )
+    peak = {"peak_flops": {"1": 2.0e10, "2": 3.0e10}}
+    out = add_roofline(runs, peak)
+    flops = roofline.FLOPS_PER_SAMPLE["lenet"]
+    assert out["roofline_fraction"][0] == pytest.approx(1000 * flops / 2.0e10)
+    assert out["roofline_fraction"][1] == pytest.approx(3000 * flops / (2 * 3.0e10))
+    assert math.isnan(out["roofline_fraction"][2])  # 4 threads: not measured
+    assert add_roofline(runs, None)["roofline_fraction"].isna().all()
+
+
+def test_thread_counts_cover_the_cores_and_the_study():
+    assert roofline.thread_counts(2, 1) == [1, 2]
+    assert roofline.thread_counts(2, 4) == [1, 2, 4]
+
+
+def test_flops_per_sample_are_the_torch_models_count():
+    """The constants are FlopCounterMode's count of the torch models (forward + backward):
+    recounted here, so a model change that moves them fails this test."""
+    code = (
+        "import json; from benchmarks.torch_worker import build_model, count_flops, model_input\n"
+        "out = {}\n"
+        "for name in ('lenet', 'autoencoder'):\n"
+        "    m = build_model(name); m.train(); out[name] = count_flops(m, *model_input(name, 2)) / 2\n"
+        "print(json.dumps(out))"
+    )
+    proc = subprocess.run([str(torch_python()), "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counted = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counted == {name: roofline.FLOPS_PER_SAMPLE[name] for name in counted}
+
+
+def test_listed_settings_replace_the_product(schema):
+    s = study(schema, settings={"tensorflow": [{"onednn": False}, {"inter_op_threads": 1}]})
+    assert tuning.grid(s, "tensorflow") == [
+        {"onednn": True, "inter_op_threads": 2},
+        {"onednn": False, "inter_op_threads": 2},
+        {"onednn": True, "inter_op_threads": 1},
+    ]
+    with pytest.raises(ConfigError, match=r"'tune.settings.tensorflow\[0\].onednn': 'no'"):
+        study(schema, settings={"tensorflow": [{"onednn": "no"}]})
+    with pytest.raises(ConfigError, match="give its grid one way"):
+        study(schema, settings={"torch": [{"mkldnn": False}]}, options={"torch": {"mkldnn": [False]}})

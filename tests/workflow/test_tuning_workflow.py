@@ -1,0 +1,115 @@
+"""The tuning stage through the real workflow (rules/tune.smk): torch LeNet, 2 ranks on 1
+node, a grid of oneDNN on/off with 2 repeats each.
+
+The default setting's runs are made to fail at start-up for real (its ranks are given a
+master whose name never resolves, RFC 6761 ``.invalid``, in a first invocation that builds
+only those runs): they are recorded as failed tuning runs with their reason, the choice
+leaves them out and takes the setting that ran (oneDNN off), and the study goes on with it:
+the study's run carries the choice in its spec and records it in run_start. Budget: about
+1-2 minutes on 2 cores (5 short runs of 2 ranks, the matmul peak, the tables).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pandas as pd
+import pytest
+import yaml
+from helpers.paths import ENVS_DIR, REPO
+from helpers.workflow import SNAKEMAKE, planned_jobs, snakemake
+
+from dlscale import study as dlstudy
+from dlscale import tuning
+
+pytestmark = pytest.mark.workflow
+
+STUDY = {
+    "frameworks": ["torch"],
+    "models": ["lenet"],
+    "nodes": [1],
+    "ranks_per_node": 2,
+    "iterations": {"lenet": 4},
+    "warmup": 1,
+    "repeats": 1,
+    "envs_dir": str(ENVS_DIR),
+    "commbench": {"enabled": False},
+    "torch": {"channels_last": True},
+    "tune": {"enabled": True, "repeats": 2, "options": {"torch": {"mkldnn": [True, False]}}},
+}
+
+
+def validated(config: dict) -> dict:
+    return dlstudy.validate_config(config, dlstudy.load_schema(REPO / "schemas" / "config.schema.yaml"))
+
+
+def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path, torch_py, mnist_idx):
+    config = {**STUDY, "data": {"mnist": {"source": str(mnist_idx)}}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(config))
+    study = validated(config)
+    (default_id, default), (off_id, off) = tuning.grid_ids(study, "torch").items()
+    assert default == {"mkldnn": True} and off == {"mkldnn": False}
+
+    dry = snakemake(tmp_path, "--dry-run")  # plans before any tuning: the choice is a checkpoint
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    jobs = planned_jobs(dry.stdout + dry.stderr)
+    assert jobs["tune_run"] == 4 and jobs["tune_choice"] == 1 and jobs["train"] == 1
+
+    broken = [tuning.run_path("torch", "lenet", default_id, r) for r in range(2)]
+    first = subprocess.run(
+        [*SNAKEMAKE, *broken, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+         "--profile", str(REPO / "profiles" / "local"), "--configfile", str(tmp_path / "study.yaml")],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env={**os.environ, "DLSCALE_MASTER_ADDR": "no-such-master.invalid"},
+    )  # fmt: skip
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+
+    proc = snakemake(tmp_path)  # the study goes on: the rest of the grid, the choice, the run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    choice = json.loads((tmp_path / tuning.choice_path("torch", "lenet")).read_text())
+    rows = {row["id"]: row for row in choice["settings"]}
+    assert rows[default_id]["ok_runs"] == 0 and rows[default_id]["runs"] == 2
+    assert any("does not resolve" in reason for reason in rows[default_id]["failed"]), rows[default_id]
+    assert rows[off_id]["runs"] == 2 and not rows[off_id]["failed"]
+    if rows[off_id]["contended_runs"] < 2:
+        assert choice["chosen"] == off_id and choice["chosen_settings"] == off
+        assert "default has no ok run" in choice["reason"]
+    else:  # a host busy with other work in every attempt: no sample, the default stays
+        assert choice["chosen"] == default_id and "no setting has an ok" in choice["reason"]
+    chosen = choice["chosen_settings"]
+
+    # The study's run: the chosen setting in its spec (and hash) and in run_start.
+    events = tmp_path / "results" / "runs" / "torch" / "lenet" / "n1x2" / "b64" / "r0" / "events.jsonl"
+    start = json.loads(events.read_text().splitlines()[0])
+    assert start["spec"]["options"].get("mkldnn", True) == chosen["mkldnn"]
+    run = dlstudy.Run("torch", "lenet", 1, 2, 64, 0)
+    assert start["config_sha256"] == dlstudy.run_spec(study, run, chosen).sha256
+    assert start["settings"]["mkldnn"] == chosen["mkldnn"]
+    assert start["settings"]["engine"] == ("onednn" if chosen["mkldnn"] else "native")
+    assert start["settings"]["env"]["OMP_NUM_THREADS"] == "1"
+
+    table = pd.read_csv(tmp_path / "results" / "tune" / "tuning.csv")
+    assert sorted(table["setting"]) == sorted([default_id, off_id])
+    assert table["chosen"].sum() == 1
+    runs = pd.read_csv(tmp_path / "results" / "runs.csv")
+    assert "roofline_fraction" in runs and "settings" in runs
+    if (runs["status"] == "ok").all():
+        assert (runs["roofline_fraction"] > 0).all()
+    peak = json.loads((tmp_path / "results" / "host" / "matmul_peak.json").read_text())
+    assert float(peak["peak_flops"]["1"]) > 0
+
+    # Cached like runs: nothing to do, the failed tuning runs included.
+    assert "Nothing to be done" in snakemake(tmp_path, "--dry-run").stdout
+
+
+def test_pinned_settings_skip_the_grid(tmp_path):
+    config = {**STUDY, "torch": {"channels_last": True, "mkldnn": False}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(config))
+    dry = snakemake(tmp_path, "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    jobs = planned_jobs(dry.stdout + dry.stderr)
+    assert "tune_run" not in jobs and "tune_choice" not in jobs and jobs["train"] == 1
+    assert '"mkldnn": false' in dry.stdout  # the pinned value is the run's option
