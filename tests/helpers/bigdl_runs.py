@@ -6,12 +6,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from dlscale import catalog
+from dlscale.events import read_events
+
+#: The one-rank LeNet run from the shared initialisation that the parity test reads (its
+#: first 20 losses) and the evaluation test reads (one evaluation, after the last iteration).
+SHARED_INIT = {"nodes": 1, "iterations": 40, "warmup": 0, "batch": 64, "lr": 0.01}
+#: The two-executor run that trains to a quality target, evaluating every 10 iterations.
+TWO_EXECUTOR_TARGET = {
+    "eval_every": 10,
+    "quality_target": {"metric": "top1", "value": 0.7},
+    "max_iterations": 80,
+}
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -78,3 +90,23 @@ def assert_gone(pids: list[int]) -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def run_ok(python: Path, run_spec: dict, data: Path, root: Path) -> tuple[Path, list[dict], str]:
+    """One BigDL run under ``root`` that must end ok with none of its processes left:
+    (events path, events, the launcher's output). The shared runs of the BigDL tests
+    (tests/runners/conftest.py) are made with it, once per session."""
+    events_path = root / "run" / "events.jsonl"
+    proc = launch(python, run_spec, data, events_path, retries=0)
+    output = proc.stdout + proc.stderr
+    leftovers = processes_mentioning(str(root))
+    for pid in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 0, output[-5000:]
+    assert not leftovers, f"processes left running: {leftovers}"
+    events = read_events(events_path)
+    assert events[-1]["status"] == "ok", (events[-1], output[-5000:])
+    return events_path, events, output

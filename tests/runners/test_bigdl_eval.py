@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.bigdl_runs import launch, spec
+from helpers.bigdl_runs import SHARED_INIT, TWO_EXECUTOR_TARGET, launch, spec
 
 from dlscale import catalog, initweights, tables
 from dlscale.data.shards import GlobalBatchSlices
@@ -23,7 +23,7 @@ from dlscale.runners.bigdl.evaluate import eval_batch, segment_ends
 from dlscale.runners.bigdl.models import shared_weights
 from dlscale.runspec import RunSpec
 
-TARGET = {"metric": "top1", "value": 0.5}
+TARGET = {"metric": "top1", "value": 0.5}  # of the pure segment tests
 DEFAULT_LR = catalog.model("lenet").learning_rate  # the study's default
 
 
@@ -90,19 +90,22 @@ def test_shared_weights_take_bigdls_layout():
             np.testing.assert_array_equal(array.reshape(shape), weights[name])
 
 
-def test_one_rank_lenet_evaluates_once_after_the_last_iteration(bigdl_py, mnist_shards, no_leftovers):  # noqa: F811
-    path, events = run(bigdl_py, mnist_shards, no_leftovers, nodes=1, iterations=40, warmup=2, lr=DEFAULT_LR)
+def test_one_rank_lenet_evaluates_once_after_the_last_iteration(bigdl_shared_init_run):
+    path, events, _ = bigdl_shared_init_run
+    iterations = SHARED_INIT["iterations"] + SHARED_INIT["warmup"]
     evals = kinds(events, "eval")
     assert len(evals) == 1, evals
     (e,) = evals
-    assert (e["rank"], e["split"], e["metric"], e["iteration"]) == (0, "test", "top1", 42)
+    assert (e["rank"], e["split"], e["metric"], e["iteration"]) == (0, "test", "top1", iterations)
     assert e["samples"] == 10000 and e["heldout"] == "mnist"
-    assert 0.5 < e["value"] <= 1.0, e  # clearly above chance (0.1) after 42 steps
+    assert 0.5 < e["value"] <= 1.0, e  # clearly above chance (0.1) after 40 steps
     assert e["eval_s"] > 0
     # The evaluation is not training time: the clock it reports is the timed steps' sum.
     assert e["train_s"] == pytest.approx(timed_seconds(events), rel=1e-9)
-    assert len(kinds(events, "iteration")) == 42
-    print(f"BIGDL-EVAL lenet 1 rank: top1 {e['value']:.4f} after 42 iterations, eval_s {e['eval_s']:.2f}")
+    assert len(kinds(events, "iteration")) == iterations
+    print(
+        f"BIGDL-EVAL lenet 1 rank: top1 {e['value']:.4f} after {iterations} iterations, eval_s {e['eval_s']:.2f}"
+    )
 
 
 def test_learning_rate_zero_stays_at_chance(bigdl_py, mnist_shards, no_leftovers):  # noqa: F811
@@ -111,26 +114,18 @@ def test_learning_rate_zero_stays_at_chance(bigdl_py, mnist_shards, no_leftovers
     assert e["samples"] == 10000 and e["value"] < 0.2, e
 
 
-def test_target_run_stops_at_the_first_evaluation_that_meets_it(bigdl_py, mnist_shards, no_leftovers):  # noqa: F811
-    """Two executors, segments of 5 iterations: the run stops at its target, every
+def test_target_run_stops_at_the_first_evaluation_that_meets_it(bigdl_target_run):
+    """Two executors, segments of 10 iterations: the run stops at its target, every
     executor's rank with it (one driver hands out every step)."""
-    path, events = run(
-        bigdl_py,
-        mnist_shards,
-        no_leftovers,
-        nodes=2,
-        warmup=2,
-        lr=DEFAULT_LR,
-        eval_every=5,
-        quality_target=TARGET,
-        max_iterations=60,
-    )
+    path, events, _ = bigdl_target_run
+    target, every = TWO_EXECUTOR_TARGET["quality_target"]["value"], TWO_EXECUTOR_TARGET["eval_every"]
     evals = kinds(events, "eval")
     assert {e["rank"] for e in evals} == {0} and {e["samples"] for e in evals} == {10000}
-    assert [e["iteration"] for e in evals] == list(range(5, 5 * len(evals) + 1, 5))
-    assert all(e["value"] < 0.5 for e in evals[:-1]) and evals[-1]["value"] >= 0.5, evals
+    assert [e["iteration"] for e in evals] == list(range(every, every * len(evals) + 1, every))
+    assert len(evals) >= 2, evals  # the first segment did not reach it: training went on
+    assert all(e["value"] < target for e in evals[:-1]) and evals[-1]["value"] >= target, evals
     stop = evals[-1]["iteration"]
-    assert stop < 62, "the target was not met before the cap"
+    assert stop < TWO_EXECUTOR_TARGET["max_iterations"] + 2, "the target was not met before the cap"
     iterations = kinds(events, "iteration")
     assert [e["iteration"] for e in iterations] == list(range(stop))  # iterations go on across segments
     train_s = [e["train_s"] for e in evals]

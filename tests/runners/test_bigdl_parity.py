@@ -16,31 +16,28 @@ import json
 import math
 import os
 
-from helpers.bigdl_runs import launch, spec
+from helpers.bigdl_runs import SHARED_INIT
 from helpers.paths import REPO
 
 from dlscale import initweights
-from dlscale.events import read_events
 
 PARITY = REPO / "tests" / "data" / "parity" / "bigdl-lenet.json"
+#: The settings of the losses compared: the first 20 iterations of the shared run
+#: (helpers.bigdl_runs.SHARED_INIT, which trains on to 40 for its evaluation).
 SETTINGS = {"iterations": 20, "warmup": 0, "batch": 64, "lr": 0.01, "seed": 1234}
 
 
-def test_shared_init_lenet_starts_from_the_shared_weights_and_learns(bigdl_py, mnist_shards, no_leftovers):  # noqa: F811
-    settings = dict(SETTINGS)
-    seed = settings.pop("seed")
-    run_spec = {**spec(nodes=1, **settings), "seed": seed, "init": "shared"}
-    events_path = no_leftovers / "parity" / "events.jsonl"
-    proc = launch(bigdl_py, run_spec, mnist_shards, events_path, retries=0)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
-    events = read_events(events_path)
-    assert events[-1]["status"] == "ok", events[-1]
-    assert events[0]["spec"].get("init") == "shared"
+def test_shared_init_lenet_starts_from_the_shared_weights_and_learns(bigdl_shared_init_run):
+    _, events, _ = bigdl_shared_init_run  # its first K losses; it trains on to be evaluated too
+    assert events[0]["spec"].get("init") == "shared" and events[0]["spec"]["seed"] == SETTINGS["seed"]
+    for key in ("batch", "warmup"):
+        assert events[0]["spec"][key] == SETTINGS[key], key
+    assert events[0]["spec"]["learning_rate"] == SETTINGS["lr"]
     iters = [e for e in events if e["event"] == "iteration"]
-    assert [e["iteration"] for e in iters] == list(range(20))
-    digest = initweights.digest(initweights.initial_weights("lenet", seed))
+    assert [e["iteration"] for e in iters] == list(range(SHARED_INIT["iterations"]))
+    digest = initweights.digest(initweights.initial_weights("lenet", SETTINGS["seed"]))
     assert iters[0]["init_sha256"] == digest and all("init_sha256" not in e for e in iters[1:])
-    losses = [e["loss"] for e in iters]
+    losses = [e["loss"] for e in iters[: SETTINGS["iterations"]]]
     assert all(math.isfinite(x) for x in losses)
     # Small uniform weights and zero biases: near-uniform class scores, loss close to ln 10.
     assert abs(losses[0] - math.log(10)) < 0.1, losses[:3]
@@ -51,7 +48,7 @@ def test_shared_init_lenet_starts_from_the_shared_weights_and_learns(bigdl_py, m
             "framework": "bigdl",
             "model": "lenet",
             "nodes": 1,
-            "settings": {**SETTINGS, "momentum": run_spec["momentum"], "init": "shared"},
+            "settings": {**SETTINGS, "momentum": events[0]["spec"]["momentum"], "init": "shared"},
             "init_sha256": digest,
             "losses": losses,
             "designed_differences": [
