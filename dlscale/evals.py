@@ -111,16 +111,38 @@ def spec_target(start: Mapping[str, Any]) -> Target | None:
     return None
 
 
+def _hits_of(value: float, samples: int) -> bool:
+    """Whether a top-k ``value`` is a share of ``samples`` (hits / samples, within float32's
+    rounding of the share): a value that is not was not counted over that many samples."""
+    hits = value * samples
+    return abs(hits - round(hits)) <= max(0.01, 2.0**-22 * samples)
+
+
 def check_evals(path: str, start: Mapping[str, Any], evals: Iterable[tuple[int, dict[str, Any]]]) -> None:
     """What the schema cannot say about a run's eval events: rank 0 evaluates, with a metric
-    of its model, at most once per metric and iteration, and the training clock it reports
-    never runs backwards. EventError names ``FILE:LINE``."""
+    of its model, at most once per metric and iteration, always over the whole held-out set
+    (the same samples each time, as many as a known split has, top-k a share of them), and
+    the training clock it reports never runs backwards. EventError names ``FILE:LINE``."""
     model = str(start["model"])
     metrics = quality.metrics_of(model)
     seen: dict[tuple[int, str], int] = {}
     clock: list[tuple[int, float, int]] = []
+    first_samples: tuple[int, int] | None = None
     for line, event in evals:
         where = f"{path}:{line}: eval event"
+        samples = int(event["samples"])
+        known = quality.HELDOUT_SAMPLES.get(str(event.get("heldout") or ""))
+        if known is not None and samples != known:
+            raise EventError(
+                f"{where}: {samples} samples evaluated, but the {event['heldout']} held-out split has {known}"
+            )
+        if first_samples is None:
+            first_samples = (samples, line)
+        elif samples != first_samples[0]:
+            raise EventError(
+                f"{where}: {samples} samples evaluated, but line {first_samples[1]} evaluated"
+                f" {first_samples[0]}: every evaluation of a run covers the whole held-out set"
+            )
         if event["rank"] != 0:
             raise EventError(f"{where}: rank {event['rank']} evaluated; only rank 0 evaluates")
         if event["metric"] not in metrics:
@@ -130,6 +152,10 @@ def check_evals(path: str, start: Mapping[str, Any], evals: Iterable[tuple[int, 
         if event["metric"] in ("top1", "top5") and event["value"] > 1:
             raise EventError(
                 f"{where}: {event['metric']}={event['value']!r} is above 1 (a share of the samples)"
+            )
+        if event["metric"] in ("top1", "top5") and not _hits_of(float(event["value"]), samples):
+            raise EventError(
+                f"{where}: {event['metric']}={event['value']!r} is not a share of its {samples} samples"
             )
         key = (event["iteration"], event["metric"])
         if key in seen:

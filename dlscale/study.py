@@ -350,6 +350,14 @@ def _check_quality(study: dict[str, Any]) -> None:
                 f"config key 'eval_every': 0 with a quality_target for {model}: set how many"
                 " iterations apart the runs evaluate (time to target is read off those evaluations)"
             )
+        if model in study["models"] and study["datasets"][model] == "imagenet":
+            source = study["data"]["imagenet"]["source"]
+            why = (
+                "the synthetic ImageNet's held-out labels are random: no quality can be reached"
+                if source == "synthetic"
+                else f"ImageNet from {source!r} has no held-out split the runs could evaluate on"
+            )
+            raise ConfigError(f"config key 'quality_target.{model}': {why}")
     if study.get("init") == "shared":
         for model in study["models"]:
             if model not in initweights.LAYOUTS:

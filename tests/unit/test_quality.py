@@ -88,6 +88,11 @@ def run_events(
         ({"metric": "mse"}, "is not one lenet is evaluated with"),
         ({"value": 1.5}, "above 1"),
         ({"iteration": 99}, "the run reported 6"),
+        (
+            {"heldout": "mnist", "samples": 9000},
+            "9000 samples evaluated, but the mnist held-out split has 10000",
+        ),
+        ({"value": 0.90005}, r"top1=0.90005 is not a share of its 10000 samples"),
     ],
 )
 def test_an_eval_event_no_run_can_write_is_an_error_naming_the_line(
@@ -105,6 +110,15 @@ def test_a_training_clock_that_runs_backwards_is_an_error(tmp_path: Path) -> Non
     lines[-2] = lines[-2].replace('"train_s":0.05', '"train_s":0.001')
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(EventError, match="training clock ran backwards"):
+        tables.load_events([path])
+
+
+def test_evaluations_of_one_run_over_different_samples_are_an_error(tmp_path: Path) -> None:
+    path = run_events(tmp_path, evals=[(3, 0.5), (6, 0.9)])
+    lines = path.read_text().splitlines()
+    lines[-2] = lines[-2].replace('"samples":10000', '"samples":5000')
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(EventError, match="5000 samples evaluated, but line .* evaluated 10000"):
         tables.load_events([path])
 
 
