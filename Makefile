@@ -47,6 +47,10 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed lint
 	$(PY) -m pytest tests
 
+## unit: the pure tests alone (tests/unit: no framework run, daemon or workflow; about a minute).
+unit: $(VENV)/.installed
+	$(PY) -m pytest tests/unit
+
 ## test-faults: the fault and bad-input suite alone, ending with its table (also part of `test`).
 test-faults: $(VENV)/.installed
 	$(PY) -m pytest tests -m faults
