@@ -883,7 +883,7 @@ def test_figures_with_and_without_data(tmp_path: Path, exact_fits) -> None:
     assert "th-express2" in drawn
     # each framework's 50%-efficiency node count and band is written in the figure
     torch = projection.efficiency50.set_index(["setup", "model"]).loc[("torch", "lenet"), "summary"]
-    assert f"torch: 50% at {torch}".replace(">", "&gt;") in drawn
+    assert f"torch: below 50% from {torch}".replace(">", "&gt;") in drawn
     empty = {name: {"svg": str(tmp_path / "empty" / f"{name}.svg")} for name in names}
     nothing = pd.DataFrame()
     perfmodel_figures.make_perfmodel_figures(

@@ -95,7 +95,7 @@ def projection_chart(
         notes = notes.sort_values(["model", "rank"])
         notes["efficiency"] = 0.04 + 0.07 * notes.groupby("model").cumcount()
         notes["nodes"] = 1.0
-        notes["label"] = notes["setup"] + ": 50% at " + notes["summary"].astype(str)
+        notes["label"] = notes["setup"] + ": below 50% from " + notes["summary"].astype(str)
         notes = notes[["model", "setup", "nodes", "efficiency", "label"]]
     data = pd.concat(
         [
