@@ -86,7 +86,9 @@ def aggregate(
 
 
 def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]]) -> list[Path]:
-    """Write the tables named in ``targets`` (keys of ``OUTPUT_FILES``), each atomically."""
+    """Write the tables named in ``targets`` (keys of ``OUTPUT_FILES``), all or none
+    (``atomic.replace_all``): a table that cannot be written (a full disk) raises
+    ``atomic.WriteError`` naming it, and every table keeps its old contents."""
     unknown = sorted(set(targets) - set(OUTPUT_FILES))
     if unknown:
         raise KeyError(f"unknown output(s) {', '.join(unknown)}; expected {', '.join(OUTPUT_FILES)}")
@@ -100,7 +102,7 @@ def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]])
         "evals_csv": lambda tmp: tables.evals.to_csv(tmp, index=False),
         "time_to_target_csv": lambda tmp: tables.time_to_target.to_csv(tmp, index=False),
     }
-    return [atomic.replace_with(target, writers[name]) for name, target in targets.items()]
+    return atomic.replace_all({target: writers[name] for name, target in targets.items()})
 
 
 def write_tables(
@@ -187,7 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     tables = aggregate(paths, roofline.read_peak(args.peak), targets, not args.allow_designed_differences)
     out = Path(args.out)
-    written = write_outputs(tables, {name: out / filename for name, filename in OUTPUT_FILES.items()})
+    try:
+        written = write_outputs(tables, {name: out / filename for name, filename in OUTPUT_FILES.items()})
+    except atomic.WriteError as err:  # a full disk: one line naming the file, not pandas' traceback
+        print(f"python -m dlscale.analysis: {err}", file=sys.stderr)
+        return 1
     print(summary(tables.runs))
     for row in tables.runs[tables.runs["status"].eq("failed")].itertuples():
         print(f"failed run {row.run_id}: {row.reason}", file=sys.stderr)

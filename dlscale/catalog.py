@@ -37,6 +37,9 @@ class Framework:
     #: framework itself under its name, and variants (TensorFlow's parameter servers) as
     #: ``<name>-<variant>`` -> pattern. Keys are the set-ups ``perfmodel.setup_of`` returns.
     setups: Mapping[str, str]
+    #: The module whose import proves the framework's venv works on a node (the first its
+    #: runner needs; Caffe's is mpi4py, its runs' transport): ``dlscale.sitecheck``'s venv check.
+    venv_import: str
     #: What a run needs besides its venv and data, by the name of the rule output in
     #: rules/envs.smk's EXTRA_INPUTS (``caffe``: the Caffe build; ``java``: a Java runtime for Spark).
     #: The training rule passes each to the launcher as ``DLSCALE_<NAME>_MARKER``.
@@ -98,12 +101,13 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(
     {
         fw.name: fw
         for fw in (
-            Framework("torch", "PyTorch", {"torch": RING}),
+            Framework("torch", "PyTorch", {"torch": RING}, venv_import="torch"),
             Framework(
                 "tensorflow",
                 "TensorFlow",
                 # MultiWorkerMirroredStrategy with CommunicationImplementation.RING; ps mode.
                 {"tensorflow": RING, "tensorflow-ps": PS},
+                venv_import="tensorflow",
                 differences=MappingProxyType(
                     {
                         "tensorflow-ps": "asynchronous updates: parameter servers apply each worker's gradient as it arrives"
@@ -114,6 +118,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(
                 "bigdl",
                 "BigDL",
                 {"bigdl": BIGDL},
+                venv_import="bigdl.dllib",
                 extra_inputs=("java",),
                 differences=MappingProxyType(
                     {
@@ -122,7 +127,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(
                     }
                 ),
             ),
-            Framework("caffe", "Caffe", {"caffe": RING}, extra_inputs=("caffe",)),
+            Framework("caffe", "Caffe", {"caffe": RING}, venv_import="mpi4py", extra_inputs=("caffe",)),
         )
     }
 )

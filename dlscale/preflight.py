@@ -1,9 +1,13 @@
-"""Checks made before any job runs, so that a study fails at once rather than halfway."""
+"""Checks made before any job runs, so that a study fails at once rather than halfway,
+or is told at once what stands in its way (a stale Snakemake lock)."""
 
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -25,3 +29,108 @@ def check_writable(directory: str | os.PathLike[str]) -> None:
             pass
     except OSError as err:
         raise PreflightError(f"results directory '{path}' is not writable: {err.strerror}") from None
+
+
+#: Where Snakemake's (file) persistence keeps a working directory's locks.
+LOCK_DIR = Path(".snakemake") / "locks"
+#: The options of a snakemake command line that choose the workflow, its working directory
+#: and its study (what ``--unlock`` needs to parse the same workflow), with how many values
+#: each takes (None: one or more, as argparse reads ``--configfile a.yaml b.yaml``).
+UNLOCK_OPTIONS: dict[str, int | None] = {
+    "--snakefile": 1, "-s": 1, "--directory": 1, "-d": 1, "--profile": 1, "--workflow-profile": 1,
+    "--configfile": None, "--configfiles": None, "--config": None, "-C": None,
+}  # fmt: skip
+
+
+def lock_files(workdir: str | os.PathLike[str]) -> list[Path]:
+    """The lock files Snakemake left in ``workdir`` (none when it holds no lock)."""
+    return sorted((Path(workdir) / LOCK_DIR).glob("*.lock"))
+
+
+def unlock_command(argv: Sequence[str]) -> str:
+    """The ``--unlock`` command for the invocation ``argv``: the same snakemake, Snakefile,
+    directory, profile and config, without its targets or other options."""
+    program = argv[0] if argv else "snakemake"
+    if Path(program).name == "__main__.py":  # python -m snakemake
+        kept = [sys.executable, "-m", "snakemake"]
+    else:
+        kept = [program]
+    args = list(argv[1:])
+    i = 0
+    while i < len(args):
+        name, _, inline = args[i].partition("=")
+        if name not in UNLOCK_OPTIONS:
+            i += 1
+            continue
+        kept.append(args[i])
+        i += 1
+        if inline:
+            continue
+        count = UNLOCK_OPTIONS[name]
+        while i < len(args) and not args[i].startswith("-") and (count is None or count > 0):
+            kept.append(args[i])
+            i += 1
+            count = None if count is None else count - 1
+    return shlex.join([*kept, "--unlock"])
+
+
+def running_snakemakes(workdir: str | os.PathLike[str]) -> list[int]:
+    """Other snakemake processes on this host whose working directory is ``workdir``
+    (this process and its ancestors left out; processes /proc will not show are unseen)."""
+    target = os.path.realpath(workdir)
+    own = _ancestors(os.getpid())
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        pid = int(entry.name)
+        if pid in own:
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")[:3]
+            if not any("snakemake" in Path(os.fsdecode(word)).name for word in words if word):
+                continue
+            if os.path.realpath(entry / "cwd") == target:
+                found.append(pid)
+        except OSError:  # ended meanwhile, or another user's
+            continue
+    return found
+
+
+def _ancestors(pid: int) -> set[int]:
+    """``pid`` and every parent above it (a ``nice snakemake`` or ``make demo`` included)."""
+    seen = {pid}
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        seen.add(pid)
+    return seen
+
+
+def stale_lock_advice(
+    workdir: str | os.PathLike[str], argv: Sequence[str], running: Sequence[int] | None = None
+) -> str | None:
+    """What to say when ``workdir`` holds Snakemake locks but no snakemake runs there.
+
+    A killed invocation (kill -9, a lost login session, a power cut) leaves its locks
+    behind, and the next one fails with "Directory cannot be locked" (a dry run even says
+    another instance is running). This names the lock and the command that clears it;
+    None while there is no lock, or another snakemake on this host works in ``workdir``
+    (its locks are live). ``running``: those processes (default: ``running_snakemakes``).
+    """
+    locks = lock_files(workdir)
+    if not locks:
+        return None
+    if running is None:
+        running = running_snakemakes(workdir)
+    if running:
+        return None
+    where = Path(workdir) / LOCK_DIR
+    return (
+        f"stale Snakemake lock: {where} holds {len(locks)} lock file(s) ({', '.join(p.name for p in locks)})"
+        " and no snakemake runs in this directory on this host: an invocation was killed before it"
+        " could unlock (kill -9, a lost session, a power cut), and Snakemake will refuse to run"
+        ' ("Directory cannot be locked") while it stays. If no snakemake runs here from another'
+        f" host either, clear it with\n    {unlock_command(argv)}\nand run again."
+    )

@@ -12,7 +12,7 @@ check, the node and what it said:
 1. ``shared-fs``: every node writes a file into ``--shared`` (a folder of the run's work
    tree) and reads the others' back: the results and venvs must be one file system.
 2. ``venv:<framework>``: each framework's venv python exists on every node and imports the
-   framework (``IMPORTS``); a venv path not visible from a compute node fails here.
+   framework (``IMPORTS``, from the catalog); a venv path not visible from a compute node fails here.
 3. ``tcp``: task 0 listens on its node's address, task 1 connects to task 0's node *by
    name* (what gloo, gRPC and Spark do): name resolution and TCP between nodes.
 4. ``mpi-pmix`` (Caffe): ``srun --mpi=pmix`` and an MPI all-reduce across the nodes (mpi4py
@@ -39,10 +39,9 @@ from typing import Any
 from dlscale import atomic, catalog
 from dlscale.placement import expand_hostlist
 
-#: What proves a framework's venv works on a node: the module its runner imports first.
-IMPORTS = {"torch": "torch", "tensorflow": "tensorflow", "bigdl": "bigdl.dllib", "caffe": "mpi4py"}
-if set(IMPORTS) != set(catalog.FRAMEWORKS):  # a framework added to the catalog must be checked too
-    raise RuntimeError(f"dlscale.sitecheck.IMPORTS {sorted(IMPORTS)} != catalog {sorted(catalog.FRAMEWORKS)}")
+#: What proves a framework's venv works on a node: the module its catalog entry names
+#: (``catalog.Framework.venv_import``), so a framework added there is checked too.
+IMPORTS = {fw.name: fw.venv_import for fw in catalog.FRAMEWORKS.values()}
 
 CHECK_TIMEOUT_S = 120  # one srun step (an import of TensorFlow on a cold file system included)
 TCP_TIMEOUT_S = 30

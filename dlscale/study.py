@@ -171,13 +171,15 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
     """Return a validated copy of ``config`` with defaults filled, or raise ConfigError.
 
     Errors name the key as a dotted path and show the offending value, e.g.
-    ``config key 'nodes[0]': 0 is less than the minimum of 1``.
+    ``config key 'nodes[0]': 0 is less than the minimum of 1``. A per-model key given one
+    value (``iterations: 30``) comes back as the map of every model (``per_model_keys``).
     """
     if not isinstance(config, dict):
         raise ConfigError(f"config must be a mapping of keys to values, got {type(config).__name__}")
     _refuse_shared_values(config)
     _refuse_lossy_numbers(config)
     study = copy.deepcopy(config)
+    _expand_one_value(study, schema)
     try:
         # Pinned settings (tune.pinned, or a tunable option set in a framework's own
         # section) are the framework's options as is: merged before defaults are filled.
@@ -188,39 +190,77 @@ def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: st
     validator = _VALIDATOR(schema)
     errors = sorted(validator.iter_errors(study), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
-        err = errors[0]
-        if err.validator == "additionalProperties":
-            known = sorted(err.schema.get("properties", {}))
-            unknown = sorted(set(err.instance) - set(known))
-            where = _key_path(err.absolute_path)
-            prefix = f"{where}." if err.absolute_path else ""
-            raise ConfigError(
-                f"config key '{prefix}{unknown[0]}' is not a known key (known here: {', '.join(known)})"
-            )
-        if "propertyNames" in err.schema_path:
-            # A per-model or per-framework map with a name the catalog does not know.
-            where = _key_path(err.absolute_path)
-            known = ", ".join(map(str, err.validator_value)) if err.validator == "enum" else ""
-            raise ConfigError(
-                f"config key '{where}.{err.instance}' is not a known key"
-                + (f" (known here: {known})" if known else "")
-            )
-        if err.validator == "oneOf" and err.context:
-            # "not valid under any of the given schemas" says nothing; the branch that
-            # matches the value's type says what is wrong (e.g. the allowed names).
-            if not _fitting_branches(err):
-                raise ConfigError(
-                    f"config key '{_key_path(err.absolute_path)}': {err.instance!r} is not"
-                    f" {' or '.join(_describe_branch(b) for b in err.validator_value)}"
-                )
-            err = _branch_error(err)
-        raise ConfigError(f"config key '{_key_path(err.absolute_path)}': {err.message}")
+        raise ConfigError(_message(errors[0]))
     _check_semantics(study, Path(base_dir))
     try:
         options.check(study)
     except options.TuneError as err:
         raise ConfigError(str(err)) from None
     return study
+
+
+def per_model_keys(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The keys whose value is one value for every model or a map model -> value (a oneOf
+    of the two in the schema), each with the one value's schema: the schema is their list."""
+    keys = {}
+    for key, sub in schema["properties"].items():
+        branches = sub.get("oneOf", [])
+        maps = [b for b in branches if b.get("propertyNames") == {"$ref": "#/$defs/model_name"}]
+        ones = [b for b in branches if b.get("type") not in ("object", "array")]
+        if len(branches) == 2 and len(maps) == 1 and len(ones) == 1:
+            keys[key] = ones[0]
+    return keys
+
+
+def _expand_one_value(study: dict[str, Any], schema: dict[str, Any]) -> None:
+    """A per-model key given one value becomes the map of every model, in place, before
+    defaults are filled: the rest of the code (run specs, their hashes) sees a map, the same
+    one as if the user had written it out. The models are the catalog's, or those of the
+    key named by ``x-one-value-for`` (``max_iterations``: the models with a quality_target).
+    A value its schema refuses stays as given, for validation to name with its key.
+    """
+    for key, one in per_model_keys(schema).items():
+        value = study.get(key)
+        if key not in study or isinstance(value, dict) or not _VALIDATOR(one).is_valid(value):
+            continue
+        models: list[str] = list(catalog.MODEL_NAMES)
+        source_key = schema["properties"][key].get("x-one-value-for")
+        if source_key is not None:
+            source = study.get(source_key)
+            models = [m for m in (source if isinstance(source, dict) else {}) if m in catalog.MODELS]
+            if not models:
+                raise ConfigError(
+                    f"config key '{key}': {value!r} is the value of every model with a {source_key},"
+                    f" but no model has one"
+                )
+        study[key] = dict.fromkeys(models, value)
+
+
+def _message(err: jsonschema.ValidationError) -> str:
+    """A validation error in words that name the key (as a dotted path) and the value."""
+    if err.validator == "oneOf" and err.context:
+        # "not valid under any of the given schemas" says nothing; the branch that
+        # matches the value's type says what is wrong (e.g. the allowed names).
+        if not _fitting_branches(err):
+            return (
+                f"config key '{_key_path(err.absolute_path)}': {err.instance!r} is not"
+                f" {' or '.join(_describe_branch(b) for b in err.validator_value)}"
+            )
+        err = _branch_error(err)
+    if err.validator == "additionalProperties":
+        known = sorted(err.schema.get("properties", {}))
+        unknown = sorted(set(err.instance) - set(known))
+        where = _key_path(err.absolute_path)
+        prefix = f"{where}." if err.absolute_path else ""
+        return f"config key '{prefix}{unknown[0]}' is not a known key (known here: {', '.join(known)})"
+    if "propertyNames" in err.schema_path:
+        # A per-model or per-framework map with a name the catalog does not know.
+        where = _key_path(err.absolute_path)
+        known = ", ".join(map(str, err.validator_value)) if err.validator == "enum" else ""
+        return f"config key '{where}.{err.instance}' is not a known key" + (
+            f" (known here: {known})" if known else ""
+        )
+    return f"config key '{_key_path(err.absolute_path)}': {err.message}"
 
 
 def _strict_integer(checker: Any, instance: Any) -> bool:

@@ -56,6 +56,15 @@ if not workflow.remote_exec:
     # the cluster.
     logger.info(dlstudy.describe_plan(STUDY, RUNS))
 
+# A lock left by a killed invocation: Snakemake's own error (or, in a dry run, "another
+# instance is running") does not say so, nor which command clears it. Said once, by the
+# invocation the user typed (not its jobs, nor an --unlock or --nolock one).
+UNLOCKING = {"--unlock", "--nolock"} & set(sys.argv)
+if not (workflow.remote_exec or workflow.subprocess_exec or UNLOCKING):
+    STALE_LOCK = preflight.stale_lock_advice(os.getcwd(), sys.argv)
+    if STALE_LOCK:
+        logger.warning(STALE_LOCK)
+
 
 wildcard_constraints:
     **dlstudy.WILDCARD_CONSTRAINTS,

@@ -7,8 +7,9 @@ Snakemake's input/output names onto them and logs to the rule's log file.
 """
 
 import logging
+import sys
 
-from dlscale import analysis, roofline
+from dlscale import analysis, atomic, roofline
 from dlscale.logsetup import log_to
 
 log_to(snakemake.log[0])
@@ -28,6 +29,10 @@ try:
     targets = {name: getattr(out, name) for name in analysis.OUTPUT_FILES if hasattr(out, name)}
     analysis.write_outputs(tables, targets)
     log.info("wrote %s", ", ".join(str(path) for path in targets.values()))
+except atomic.WriteError as err:
+    # A full disk or quota: one line naming the table (pandas' traceback names none).
+    log.error("aggregation failed: %s", err)
+    sys.exit(f"aggregate: {err}")
 except Exception:
     log.exception("aggregation failed")
     raise

@@ -63,8 +63,9 @@ def projection_chart(
     Lines: the model on the projection's network (solid) and on this host (dashed, over the
     measured node counts); bands: the 2.5-97.5 percentiles of the bootstrap; points: the
     measured host-network runs; grey: ideal. The 50% efficiency line is marked, and each
-    framework's node count where it first drops below it, with its band (``efficiency50``),
-    is written in the efficiency panel: the projection's answer, where a reader looks.
+    framework's node count from which it stays below it, with its band and any node counts
+    where it dips below and recovers (``efficiency50``'s summary), is written in the
+    efficiency panel: the projection's answer, where a reader looks.
     """
     if projection.empty:
         return empty_chart("Projection: no framework to project (needs micro-benchmarks or ok host runs)")
@@ -94,7 +95,7 @@ def projection_chart(
         notes = notes.sort_values(["model", "rank"])
         notes["efficiency"] = 0.04 + 0.07 * notes.groupby("model").cumcount()
         notes["nodes"] = 1.0
-        notes["label"] = notes["setup"] + ": 50% at " + notes["summary"].astype(str)
+        notes["label"] = notes["setup"] + ": below 50% from " + notes["summary"].astype(str)
         notes = notes[["model", "setup", "nodes", "efficiency", "label"]]
     data = pd.concat(
         [

@@ -209,7 +209,13 @@ def run(
         runs, calibrations, network, config.max_nodes, config.ranks_per_node, config.num_ps, reps, rep_curves
     )
     for row in projection.efficiency50.itertuples():
-        log.info("50%% efficiency on %s: %s %s at %s nodes", row.network, row.setup, row.model, row.summary)
+        log.info(
+            "efficiency on %s stays below 50%% from (nodes): %s %s %s",
+            row.network,
+            row.setup,
+            row.model,
+            row.summary,
+        )
     on_host = preset_named(LOOPBACK)
     host_model = project(
         runs, calibrations, on_host, host_node_count(runs), config.ranks_per_node, config.num_ps

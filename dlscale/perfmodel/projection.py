@@ -1,6 +1,7 @@
 """Weak-scaling projection to nodes with cores of their own: step time, speedup and
-efficiency at 1, 2, 4, ... nodes with bootstrap bands, the 50%-efficiency node count, and
-how much the answer depends on the network's latency.
+efficiency at 1, 2, 4, ... nodes with bootstrap bands, the node count from which efficiency
+stays below 50% (and every range where it dips below and recovers), and how much the answer
+depends on the network's latency.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -32,8 +33,10 @@ PROJECTION_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 EFFICIENCY50_COLUMNS: tuple[str, ...] = (
     "setup", "framework", "model", "network", "nodes50", "nodes50_lo", "nodes50_hi",
-    "above_max_share", "max_nodes", "summary",
+    "above_max_share", "crossings", "below50", "max_nodes", "summary",
 )  # fmt: skip
+#: Ranges below 50% the headline (``summary``) lists before it says how many more there are.
+SUMMARY_RANGES = 4
 SENSITIVITY_COLUMNS: tuple[str, ...] = (
     "setup", "framework", "model", "network", "latency_us", "nodes", "efficiency", "nodes50",
 )  # fmt: skip
@@ -96,10 +99,39 @@ def step_times(
     return curve.compute_s + np.maximum(comm + offset, 0.0)
 
 
-def first_below_half(nodes: np.ndarray, efficiency: np.ndarray) -> float:
-    """The smallest node count whose efficiency is below 0.5 (inf when none is)."""
-    below = np.nonzero(efficiency < 0.5)[0]
-    return float(nodes[below[0]]) if len(below) else math.inf
+def stays_below_half(nodes: np.ndarray, efficiency: np.ndarray) -> float:
+    """The node count from which the efficiency stays below 0.5 up to the last node count
+    (inf when the last is not below). Not the first count below 0.5: a curve can dip and
+    recover (Open MPI's algorithms on a world that is not a power of 2), and a headline
+    taken at the dip would contradict the curve it summarises."""
+    above = np.nonzero(~(efficiency < 0.5))[0]
+    if not len(above):
+        return float(nodes[0])
+    return float(nodes[above[-1] + 1]) if above[-1] + 1 < len(nodes) else math.inf
+
+
+def below_half_ranges(nodes: np.ndarray, efficiency: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """Every run of consecutive node counts whose efficiency is below 0.5, as (first, last):
+    each boundary between two runs is a crossing of the 50% line."""
+    below = efficiency < 0.5
+    edges = np.diff(np.concatenate([[False], below, [False]]).astype(np.int8))
+    starts, ends = np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0] - 1
+    return tuple((int(nodes[a]), int(nodes[b])) for a, b in zip(starts, ends, strict=True))
+
+
+def crossings_of(ranges: Sequence[tuple[int, int]], first: int, last: int) -> int:
+    """How many times a curve over node counts ``first``..``last`` with these ranges below 50%
+    crosses the line (a range that starts at ``first`` or ends at ``last`` crosses once)."""
+    return sum((lo > first) + (hi < last) for lo, hi in ranges)
+
+
+class PointProjection(NamedTuple):
+    """One curve's projection: step times at the table's node counts, the node count from
+    which its efficiency stays below 50% (``stays_below_half``) and every range below 50%."""
+
+    steps: np.ndarray
+    nodes50: float
+    below50: tuple[tuple[int, int], ...]
 
 
 @dataclass
@@ -120,9 +152,9 @@ def project_point(
     max_nodes: int,
     ranks_per_node: int = 1,
     num_ps: int = 1,
-) -> dict[tuple[str, str], tuple[np.ndarray, float]]:
-    """Per curve: step times at ``counts`` and the 50%-efficiency node count (all integers
-    up to ``max_nodes`` searched)."""
+) -> dict[tuple[str, str], PointProjection]:
+    """Per curve: step times at ``counts``, the node count from which efficiency stays below
+    50% and the ranges below 50% (all integers up to ``max_nodes`` searched)."""
     every = np.arange(1, int(max_nodes) + 1, dtype="float64")
     out = {}
     for curve in items:
@@ -132,7 +164,9 @@ def project_point(
         steps_all = step_times(cal, curve, every, ranks_per_node, link, num_ps)
         efficiency = steps_all[0] / steps_all
         steps = steps_all[np.asarray(counts, dtype="int64") - 1]
-        out[(curve.setup, curve.model)] = (steps, first_below_half(every, efficiency))
+        out[(curve.setup, curve.model)] = PointProjection(
+            steps, stays_below_half(every, efficiency), below_half_ranges(every, efficiency)
+        )
     return out
 
 
@@ -159,7 +193,7 @@ def project(
     counts = node_counts(max_nodes)
     link = Link.of_preset(network, latency_s)
     point = project_point(calibrations, items, link, counts, max_nodes, ranks_per_node, num_ps)
-    samples: dict[tuple[str, str], list[tuple[np.ndarray, float]]] = {key: [] for key in point}
+    samples: dict[tuple[str, str], list[PointProjection]] = {key: [] for key in point}
     for cals, cvs in zip(replicates, replicate_curves or [items] * len(replicates), strict=False):
         for key, value in project_point(cals, cvs, link, counts, max_nodes, ranks_per_node, num_ps).items():
             if key in samples:
@@ -170,7 +204,7 @@ def project(
         key = (curve.setup, curve.model)
         if key not in point:
             continue
-        steps, n50 = point[key]
+        steps, n50, below50 = point[key]
         cal = calibrations[curve.setup]
         world = counts_arr * ranks_per_node
         throughput = world * curve.batch_per_rank / steps
@@ -178,7 +212,7 @@ def project(
         band: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         reps = samples[key]
         if reps:
-            rep_steps = np.vstack([r[0] for r in reps])
+            rep_steps = np.vstack([r.steps for r in reps])
             rep_speedup = rep_steps[:, :1] / rep_steps * counts_arr
             for name, values in (
                 ("step", rep_steps),
@@ -204,22 +238,31 @@ def project(
                     },
                 }
             )  # fmt: skip
-        rep50 = np.array([r[1] for r in reps]) if reps else np.array([])
-        e50.append(efficiency50_row(curve, network.name, n50, rep50, max_nodes))
+        # The band is each refit's own node count, found the same way as the point's.
+        rep50 = np.array([r.nodes50 for r in reps]) if reps else np.array([])
+        e50.append(efficiency50_row(curve, network.name, n50, rep50, max_nodes, below50))
     table = pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS))
     return Projection(
         table,
         pd.DataFrame(e50, columns=list(EFFICIENCY50_COLUMNS)),
         len(replicates),
-        {k: np.array([r[1] for r in v]) for k, v in samples.items()},
+        {k: np.array([r.nodes50 for r in v]) for k, v in samples.items()},
     )
 
 
 def efficiency50_row(
-    curve: Curve, network: str, n50: float, replicates: np.ndarray, max_nodes: int
+    curve: Curve,
+    network: str,
+    n50: float,
+    replicates: np.ndarray,
+    max_nodes: int,
+    below50: Sequence[tuple[int, int]] = (),
 ) -> dict[str, Any]:
-    """One row of ``efficiency50.csv``: the point estimate and the 95% band (NaN: beyond
-    ``max_nodes``; ``above_max_share`` is the share of replicates that never drop below 50%)."""
+    """One row of ``efficiency50.csv``: the node count from which efficiency stays below 50%
+    and its 95% band (NaN: not within ``max_nodes``; ``above_max_share`` is the share of
+    replicates that do not stay below 50% within it), the number of times the curve
+    crosses 50% and every range below it (``below50``), and the headline (``summary``),
+    which names the other ranges when the curve crosses more than once."""
 
     def finite(value: float) -> float:
         return value if math.isfinite(value) else math.nan
@@ -238,11 +281,24 @@ def efficiency50_row(
         return f">{max_nodes}" if not math.isfinite(value) else f"{value:.0f}"
 
     summary = text(n50) + (f" [{text(lo)}, {text(hi)}]" if len(replicates) else "")
+    crossings = crossings_of(below50, 1, max_nodes)
+    # The ranges below 50% before the one it stays below from: where the curve dips and recovers.
+    dips = [r for r in below50 if r[0] != n50]
+    if crossings > 1 and dips:
+        shown = ", ".join(_range_text(r) for r in dips[:SUMMARY_RANGES])
+        more = len(dips) - SUMMARY_RANGES
+        summary += f"; dips below 50% at {shown}" + (f" and {more} more ranges" if more > 0 else "")
     return {
         "setup": curve.setup, "framework": curve.setup.split("-")[0], "model": curve.model, "network": network,
         "nodes50": finite(n50), "nodes50_lo": finite(lo), "nodes50_hi": finite(hi),
-        "above_max_share": share, "max_nodes": max_nodes, "summary": summary,
+        "above_max_share": share, "crossings": crossings, "below50": ", ".join(map(_range_text, below50)),
+        "max_nodes": max_nodes, "summary": summary,
     }  # fmt: skip
+
+
+def _range_text(nodes: tuple[int, int]) -> str:
+    """A range of node counts in words: "3", "5-7"."""
+    return str(nodes[0]) if nodes[0] == nodes[1] else f"{nodes[0]}-{nodes[1]}"
 
 
 def latency_sensitivity(
@@ -263,7 +319,7 @@ def latency_sensitivity(
     for latency in latencies_us:
         link = Link.of_preset(network, latency * 1e-6)
         point = project_point(calibrations, items, link, [1, max_nodes], max_nodes, ranks_per_node, num_ps)
-        for (setup, model), (steps, n50) in point.items():
+        for (setup, model), (steps, n50, _) in point.items():
             rows.append(
                 {
                     "setup": setup, "framework": setup.split("-")[0], "model": model, "network": network.name,

@@ -19,7 +19,7 @@ import jsonschema
 import pytest
 from helpers.paths import REPO, SCHEMA
 
-from dlscale import catalog
+from dlscale import catalog, sitecheck
 from dlscale.runners import contract
 from dlscale.study import WILDCARD_CONSTRAINTS, ConfigError, load_schema, validate_config
 
@@ -183,3 +183,13 @@ def test_nothing_sets_the_import_path():
         if "sys.path" in line
     ]
     assert hits == []
+
+
+def test_the_site_check_imports_what_the_catalog_names():
+    """The module that proves a framework's venv on a node is its catalog entry's (one
+    list): the site check's table is read from it, and its venv check imports it."""
+    assert sitecheck.IMPORTS == {fw.name: fw.venv_import for fw in catalog.FRAMEWORKS.values()}
+    for fw in catalog.FRAMEWORKS.values():
+        assert re.fullmatch(r"[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*", fw.venv_import), fw.name
+        planned = dict(sitecheck.checks([fw.name], Path("/envs"), Path("/shared"), "python"))
+        assert f"import {fw.venv_import}," in " ".join(planned[f"venv:{fw.name}"])

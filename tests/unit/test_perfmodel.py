@@ -779,11 +779,12 @@ def test_projection_by_hand(exact_fits) -> None:
     assert math.isnan(torch.loc[4, "efficiency_lo"])  # no bootstrap asked
     e50 = result.efficiency50.set_index("setup")
     assert list(result.efficiency50.columns) == list(pm.EFFICIENCY50_COLUMNS)
-    # the 50% crossing is the first node count whose efficiency is below one half
+    # the 50% node count is the one after the last whose efficiency is at least one half
     nodes = np.arange(1, 1025)
     steps = pm.step_times(cals["bigdl"], pm.curves(pm.measured_runs(runs), cals)[0], nodes, 1, link)
-    expected = nodes[np.nonzero(steps[0] / steps < 0.5)[0][0]]
+    expected = nodes[np.nonzero(steps[0] / steps >= 0.5)[0][-1]] + 1
     assert e50.loc["bigdl", "nodes50"] == expected
+    assert e50.loc["bigdl", "crossings"] == 1 and e50.loc["bigdl", "below50"] == f"{expected}-1024"
 
 
 def test_projection_band_contains_the_point_and_widens_without_data() -> None:
@@ -882,7 +883,7 @@ def test_figures_with_and_without_data(tmp_path: Path, exact_fits) -> None:
     assert "th-express2" in drawn
     # each framework's 50%-efficiency node count and band is written in the figure
     torch = projection.efficiency50.set_index(["setup", "model"]).loc[("torch", "lenet"), "summary"]
-    assert f"torch: 50% at {torch}".replace(">", "&gt;") in drawn
+    assert f"torch: below 50% from {torch}".replace(">", "&gt;") in drawn
     empty = {name: {"svg": str(tmp_path / "empty" / f"{name}.svg")} for name in names}
     nothing = pd.DataFrame()
     perfmodel_figures.make_perfmodel_figures(
