@@ -155,3 +155,25 @@ def put(root: Path, events: list[dict[str, Any]], at: str | None = None) -> Path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(event) + "\n" for event in events), encoding="utf-8")
     return path
+
+
+def steady_run(
+    root: Path,
+    throughput: float,
+    *,
+    nodes: int,
+    iterations: int = 3,
+    warmup: int = 1,
+    **kwargs: Any,
+) -> Path:
+    """A run whose every timed iteration has exactly ``throughput`` global samples/s."""
+    ranks_per_node = kwargs.get("ranks_per_node", 1)
+    batch = kwargs.get("batch", 50)
+    world = nodes * ranks_per_node
+    step = batch * world / throughput
+    events = [
+        iteration(rank, index, step if index >= warmup else 100 * step, samples=batch, warmup=index < warmup)
+        for index in range(iterations + warmup)
+        for rank in range(world)
+    ]
+    return write_run(root, events, nodes=nodes, **{"batch": batch, **kwargs})

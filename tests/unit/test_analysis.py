@@ -12,33 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.events import iteration, write_run
+from helpers.events import iteration, steady_run, write_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlscale import analysis, atomic, tables, verdicts
-
-
-def steady_run(
-    root: Path,
-    throughput: float,
-    *,
-    nodes: int,
-    iterations: int = 3,
-    warmup: int = 1,
-    **kwargs: Any,
-) -> Path:
-    """A run whose every timed iteration has exactly ``throughput`` global samples/s."""
-    ranks_per_node = kwargs.get("ranks_per_node", 1)
-    batch = kwargs.get("batch", 50)
-    world = nodes * ranks_per_node
-    step = batch * world / throughput
-    events = [
-        iteration(rank, index, step if index >= warmup else 100 * step, samples=batch, warmup=index < warmup)
-        for index in range(iterations + warmup)
-        for rank in range(world)
-    ]
-    return write_run(root, events, nodes=nodes, **{"batch": batch, **kwargs})
 
 
 def one(runs: pd.DataFrame, run_id: str) -> pd.Series:

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from test_perfmodel import synthetic_bench
+from helpers.perfmodel_inputs import synthetic_bench
 
 from dlscale import perfmodel as pm
 from dlscale.networks import PRESETS

@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO
-from test_analysis import steady_run
+from helpers.events import steady_run
+from helpers.paths import REPO
 
 from dlscale import analysis, atomic, preflight
 
