@@ -16,7 +16,15 @@ Two checks, and every difference is reported by file name with what differs:
    checksums.
 
 Exit status 0 when everything matches, 1 when anything differs (each difference one line,
-``FILE: what``), 2 when the argument is not a study.
+``FILE: what``), 2 when the argument is not a study or is refused as hostile (one line on
+stderr, ``verify: refused: member 'NAME': the rule it broke``).
+
+Archives come from elsewhere and are hostile input (dlscale.archive_safety): every member's
+name, type and size is checked before anything is unpacked (no absolute name, no ``..``, no
+link, device or FIFO, sizes within ``--max-unpacked-bytes``, ``--max-member-bytes``,
+``--max-ratio`` and ``--max-members``), everything lands in one temporary folder, and every
+path read from inside the study (the manifest's names and run ids, runs.csv's
+``events_path``) must stay inside it. A folder given directly is held to the same rules.
 
 A results folder without a manifest gets the recomputation only (``--config FILE`` adds
 the check that every run of the study has its events).
@@ -31,20 +39,30 @@ import json
 import os
 import re
 import sys
-import tarfile
 import tempfile
-import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlscale.artifact import MANIFEST, analysis_code_sha256, analysis_outputs, sha256_file
+from dlscale import archive_safety
+from dlscale.archive_safety import Limits, Member, Refused, check_tree, confined, member, safe_relative
+from dlscale.artifact import (
+    EXCLUDED_DIRS,
+    MANIFEST,
+    MAX_FILE_BYTES,
+    analysis_code_sha256,
+    analysis_outputs,
+    sha256_file,
+)
 
 #: At most this many differences are listed per file (then how many more there are).
 MAX_PER_FILE = 12
 #: Where a run's events file is, relative to the results folder.
 EVENTS_GLOB = "runs/**/events.jsonl"
 _EVENTS_PATH_RE = re.compile(r"^(?P<prefix>.*?)runs/(?P<run_id>.+)/events\.jsonl$")
+#: What an archive may unpack to unless the command line says otherwise (docs/verify.md):
+#: a member as large as dlscale.artifact archives at most.
+DEFAULT_LIMITS = Limits(max_member_bytes=MAX_FILE_BYTES)
 
 
 class NotAStudy(ValueError):
@@ -82,42 +100,52 @@ class Report:
 
 
 @contextlib.contextmanager
-def opened(target: str | Path) -> Iterator[tuple[Path, Path]]:
-    """``(study root, results folder)`` of an archive (unpacked into a temporary folder),
-    an unpacked archive (a folder with MANIFEST.json) or a results folder."""
+def opened(target: str | Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[tuple[Path, Path]]:
+    """``(study root, results folder)`` of an archive (checked, then unpacked into a
+    temporary folder), an unpacked archive (a folder with MANIFEST.json) or a results
+    folder. ``Refused`` for hostile content, ``NotAStudy`` for anything else."""
     target = Path(target)
     if target.is_file():
+        members = archive_safety.inspect(target, limits)
+        top = _top_folder(members)
         with tempfile.TemporaryDirectory(prefix="dlscale-verify-") as tmp:
-            if zipfile.is_zipfile(target):
-                with zipfile.ZipFile(target) as archive:
-                    archive.extractall(tmp)
-            elif tarfile.is_tarfile(target):
-                with tarfile.open(target) as archive:
-                    archive.extractall(tmp, filter="data")
-            else:
-                raise NotAStudy(f"{target}: neither a .tar(.gz) nor a .zip archive")
-            root = _find_root(Path(tmp))
+            archive_safety.extract(target, Path(tmp), members, limits)
+            root = Path(tmp) / top
+            check_tree(root, hard_links=False)
             yield root, root / "results"
         return
     if not target.is_dir():
         raise NotAStudy(f"{target}: no such file or folder")
     if (target / MANIFEST).is_file():
+        check_tree(target, hard_links=False)
         yield target, target / "results"
     elif (target / "runs").is_dir() or (target / "runs.csv").is_file():
+        if (target.parent / MANIFEST).is_file():  # an unpacked archive's results folder
+            check_tree(target.parent, hard_links=False)
+        else:
+            check_tree(target, f"{target.name}/", skip=EXCLUDED_DIRS, hidden=False)
         yield target.parent, target
     elif (target / "results").is_dir():
+        check_tree(target / "results", "results/", skip=EXCLUDED_DIRS, hidden=False)
         yield target, target / "results"
     else:
         raise NotAStudy(f"{target}: no {MANIFEST}, runs/ or runs.csv here")
 
 
-def _find_root(unpacked: Path) -> Path:
-    if (unpacked / MANIFEST).is_file():
-        return unpacked
-    found = sorted(unpacked.glob(f"*/{MANIFEST}"))
+def _top_folder(members: Sequence[Member]) -> str:
+    """The archive's study folder ('' for the archive's top): where its one MANIFEST.json
+    is. A member outside it is refused (the unlisted-file check would not see it)."""
+    paths = {found.path for found in members if not found.is_dir}
+    if MANIFEST in paths:
+        return ""
+    found = sorted(path for path in paths if path.count("/") == 1 and path.endswith(f"/{MANIFEST}"))
     if len(found) != 1:
         raise NotAStudy(f"the archive has {len(found)} {MANIFEST} files in its top folders, not one")
-    return found[0].parent
+    top = found[0].rpartition("/")[0]
+    for entry in members:
+        if entry.path != top and not entry.path.startswith(f"{top}/"):
+            raise Refused(member(entry.name), f"outside the study's top folder {top + '/'!r}")
+    return top
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -130,11 +158,39 @@ def _rel(path: Path, root: Path) -> str:
 # --- checksums ------------------------------------------------------------------------
 
 
+def load_manifest(root: Path) -> dict[str, Any]:
+    """``root``'s MANIFEST.json, its shape checked before any name in it is used: a JSON
+    object whose ``files`` map names to objects, whose ``study`` and ``provenance`` are
+    objects, and whose every name and run id stays inside the study (a name such as
+    ``../../etc/passwd`` is refused, never read). ``Refused`` otherwise."""
+    where = f"file {MANIFEST!r}"
+    try:
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise Refused(where, f"not JSON ({type(err).__name__}: {err})") from None
+    if not isinstance(manifest, dict):
+        raise Refused(where, f"not a JSON object but a JSON {type(manifest).__name__}")
+    for key in ("files", "study", "provenance"):
+        if not isinstance(manifest.get(key) or {}, dict):
+            raise Refused(where, f"{key!r} is not a JSON object")
+    for name, entry in (manifest.get("files") or {}).items():
+        confined(root, name, where, f"the files entry {name!r}")
+        if not isinstance(entry, dict):
+            raise Refused(where, f"the files entry {name!r} is not a JSON object")
+    run_ids = (manifest.get("study") or {}).get("run_ids") or []
+    if not isinstance(run_ids, list):
+        raise Refused(where, "study.run_ids is not a list")
+    for run_id in run_ids:
+        confined(root, f"results/runs/{safe_relative(run_id, where, f'the run id {run_id!r}')}", where)
+    return manifest
+
+
 def check_manifest(root: Path, manifest: dict[str, Any], report: Report) -> None:
-    """Every listed file present with its checksum and size, nothing unlisted."""
+    """Every listed file present with its checksum and size, nothing unlisted (the names
+    checked by ``load_manifest``)."""
     listed: dict[str, dict[str, Any]] = manifest.get("files") or {}
     for name, entry in sorted(listed.items()):
-        path = root / name
+        path = confined(root, name, f"file {MANIFEST!r}", f"the files entry {name!r}")
         if not path.is_file():
             report.add(name, f"listed in {MANIFEST} but missing")
             continue
@@ -174,26 +230,50 @@ def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
     return (rows[0], rows[1:]) if rows else ([], [])
 
 
-def _events_order(results: Path) -> tuple[str, list[str]]:
+def _recorded_events_paths(runs_csv: Path, label: str) -> list[tuple[str, str]]:
+    """``(where, events_path)`` of every row of runs.csv, each checked: a path with a
+    ``..`` component (or a NUL, or a relative one that is not a plain relative path) is
+    ``Refused``, as verify would otherwise make it under its own folder and follow it
+    outside. An unreadable table gives none (its comparison then says so)."""
+    found: list[tuple[str, str]] = []
+    try:
+        with open(runs_csv, newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            if "events_path" not in header:
+                return []
+            column = header.index("events_path")
+            for row in reader:
+                value = row[column] if column < len(row) else ""
+                where = f"file {label!r} line {reader.line_num}"
+                if value:
+                    # An absolute path (tables made outside the workflow) is never followed
+                    # (see recompute), but held to the same rules.
+                    safe_relative(value.lstrip("/"), where, f"the events_path {value!r}")
+                found.append((where, value))
+    except (csv.Error, UnicodeDecodeError):
+        return []
+    return found
+
+
+def _events_order(results: Path, name_prefix: str = "results/") -> tuple[str, list[str]]:
     """``(path prefix, run ids)``: the events files in the order the workflow passed them
     (runs.csv's ``events_path`` order), then any others found, sorted; and the prefix the
     workflow's paths had (``results/``), so that recomputed paths read the same."""
+    # Hidden folders (a failed run's .work) are neither archived nor checked (check_tree).
     found = sorted(
         path.parent.relative_to(results / "runs").as_posix()
         for path in results.glob(EVENTS_GLOB)
-        if path.is_file()
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(results).parts)
     )
     prefix, ordered = "results/", []
     runs_csv = results / "runs.csv"
     if runs_csv.is_file():
-        header, rows = _read_csv(runs_csv)
-        if "events_path" in header:
-            column = header.index("events_path")
-            for row in rows:
-                match = _EVENTS_PATH_RE.match(row[column]) if column < len(row) else None
-                if match:
-                    prefix = match["prefix"]
-                    ordered.append(match["run_id"])
+        for _, value in _recorded_events_paths(runs_csv, f"{name_prefix}runs.csv"):
+            match = _EVENTS_PATH_RE.match(value)
+            if match:
+                prefix = match["prefix"]
+                ordered.append(match["run_id"])
     present = set(found)
     order = [run_id for run_id in dict.fromkeys(ordered) if run_id in present]
     order += [run_id for run_id in found if run_id not in set(order)]
@@ -201,16 +281,17 @@ def _events_order(results: Path) -> tuple[str, list[str]]:
 
 
 @contextlib.contextmanager
-def _as_workflow_saw_it(results: Path, prefix: str) -> Iterator[None]:
+def _as_workflow_saw_it(results: Path, prefix: str, where: str = "file 'results/runs.csv'") -> Iterator[None]:
     """cwd where ``<prefix>runs/...`` names the events under ``results``, as in the study
     folder: the workflow gives the analysis paths relative to it (``results/runs/...``),
-    and runs.csv records them."""
+    and runs.csv records them. The prefix comes from runs.csv: the link is made only
+    where it stays inside this function's own temporary folder."""
     if not prefix.strip("/"):
         with contextlib.chdir(results):
             yield
         return
     with tempfile.TemporaryDirectory(prefix="dlscale-verify-cwd-") as tmp:
-        link = Path(tmp) / prefix.rstrip("/")
+        link = confined(Path(tmp), prefix, where, f"the events_path prefix {prefix!r}")
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(results.resolve(), target_is_directory=True)
         with contextlib.chdir(tmp):
@@ -224,7 +305,7 @@ def recompute(
     from dlscale import analysis
     from dlscale.events import EventError, read_events
 
-    prefix, run_ids = _events_order(results)
+    prefix, run_ids = _events_order(results, name_prefix)
     if os.path.isabs(prefix):
         # Tables made outside the workflow, from absolute paths that need not exist here:
         # the events are read where they are now, and events_path is not compared.
@@ -248,12 +329,16 @@ def recompute(
         paths.append(path)
     tables = {name: out / filename for name, filename in analysis_outputs().items()}
     try:
-        with _as_workflow_saw_it(results, "" if os.path.isabs(prefix) else prefix):
+        with _as_workflow_saw_it(
+            results, "" if os.path.isabs(prefix) else prefix, f"file {name_prefix + 'runs.csv'!r}"
+        ):
             # What the aggregate rule runs (scripts/aggregate.py), with the host's matmul
             # peak (rules/tune.smk) when the study measured one.
             peak_file = results / "host" / "matmul_peak.json"
             peak = json.loads(peak_file.read_text()) if peak_file.is_file() else None
             analysis.write_outputs(analysis.aggregate(paths, peak), tables)
+    except Refused:
+        raise
     except Exception as err:  # noqa: BLE001 - whatever stops the analysis is the finding
         report.add(
             f"{name_prefix}runs",
@@ -286,7 +371,11 @@ def compare_csv(name: str, stored: Path, recomputed: Path, report: Report) -> No
         return
     if stored.read_bytes() == recomputed.read_bytes():
         return
-    s_head, s_rows = _read_csv(stored)
+    try:
+        s_head, s_rows = _read_csv(stored)
+    except (csv.Error, UnicodeDecodeError) as err:
+        report.add(name, f"unreadable: {type(err).__name__}: {err}")
+        return
     r_head, r_rows = _read_csv(recomputed)
     problems: list[str] = []
     if s_head != r_head:
@@ -426,18 +515,18 @@ def check_tables(results: Path, report: Report, name_prefix: str = "results/") -
 # --- entry point ----------------------------------------------------------------------
 
 
-def verify(target: str | Path, config: str | Path | None = None) -> Report:
-    """Check an archive, an unpacked archive or a results folder; see the module doc."""
+def verify(target: str | Path, config: str | Path | None = None, limits: Limits = DEFAULT_LIMITS) -> Report:
+    """Check an archive, an unpacked archive or a results folder; see the module doc.
+    ``Refused`` for hostile input, ``NotAStudy`` for what is no study at all."""
     report = Report()
-    with opened(target) as (root, results):
+    with opened(target, limits) as (root, results):
         manifest_path = root / MANIFEST
         prefix = _rel(results, root) + "/" if results != root else ""
-        if manifest_path.is_file():
-            try:
-                manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as err:
-                report.add(MANIFEST, f"not JSON: {err}")
-                manifest = {}
+        manifest = load_manifest(root) if manifest_path.is_file() else None
+        if (results / "runs.csv").is_file():
+            # Hostile paths are refused before anything is hashed or recomputed.
+            _recorded_events_paths(results / "runs.csv", f"{prefix}runs.csv")
+        if manifest is not None:
             check_manifest(root, manifest, report)
             run_ids = (manifest.get("study") or {}).get("run_ids")
             if run_ids:
@@ -459,15 +548,79 @@ def verify(target: str | Path, config: str | Path | None = None) -> Report:
     return report
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def byte_count(text: str) -> int:
+    """``4G``, ``64M``, ``500K`` or a plain number of bytes (binary units)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)i?B?\s*", text, flags=re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (bytes, or with K, M, G or T)")
+    return int(match[1]) * _UNITS[match[2].upper()]
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dlscale.verify", description=__doc__.splitlines()[0])
     parser.add_argument("target", help="an archive (make artifact), an unpacked archive, or a results folder")
     parser.add_argument("--config", help="the study's config: check that every run of it has its events")
-    args = parser.parse_args(argv)
+    limits = parser.add_argument_group("limits on an archive (docs/verify.md)")
+    default = DEFAULT_LIMITS
+    limits.add_argument(
+        "--max-unpacked-bytes",
+        type=byte_count,
+        metavar="BYTES",
+        default=default.max_unpacked_bytes,
+        help="all members together (default: %(default)s bytes; K, M, G suffixes allowed)",
+    )
+    limits.add_argument(
+        "--max-member-bytes",
+        type=byte_count,
+        metavar="BYTES",
+        default=default.max_member_bytes,
+        help="one member (default: %(default)s bytes, the largest file dlscale.artifact archives)",
+    )
+    limits.add_argument(
+        "--max-ratio",
+        type=_positive,
+        metavar="RATIO",
+        default=default.max_ratio,
+        help="unpacked bytes over the archive's bytes (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--max-members",
+        type=lambda text: int(_positive(text)),
+        metavar="N",
+        default=default.max_members,
+        help="files and folders (default: %(default)s)",
+    )
+    return parser
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    limits = Limits(
+        max_unpacked_bytes=args.max_unpacked_bytes,
+        max_ratio=args.max_ratio,
+        max_member_bytes=args.max_member_bytes,
+        max_members=args.max_members,
+    )
     try:
-        report = verify(args.target, args.config)
+        report = verify(args.target, args.config, limits)
+    except Refused as err:
+        print(f"verify: refused: {_one_line(err)}", file=sys.stderr)
+        return 2
     except NotAStudy as err:
-        print(f"verify: {err}", file=sys.stderr)
+        print(f"verify: {_one_line(err)}", file=sys.stderr)
         return 2
     for note in report.notes:
         print(f"note: {note}")
@@ -483,6 +636,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
         f" {', '.join(report.files())}"
     )
     return 1
+
+
+def _one_line(err: Exception) -> str:
+    """A message on one line, whatever a name in it held."""
+    return str(err).replace("\r", "\\r").replace("\n", "\\n")
 
 
 if __name__ == "__main__":

@@ -106,12 +106,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not rows:
         return
     terminalreporter.section("fault table")
-    header = f"{'fault or input':45} {'framework':11} {'outcome':15} {'time to fail':>12}"
+    header = f"{'fault or input':45} {'framework':11} {'outcome':25} {'time to fail':>12}"
     terminalreporter.write_line(header)
     terminalreporter.write_line("-" * len(header))
     for row in rows:
         took = "-" if row["time_to_fail_s"] is None else f"{row['time_to_fail_s']:.1f} s"
-        terminalreporter.write_line(f"{row['fault']:45} {row['framework']:11} {row['outcome']:15} {took:>12}")
+        outcome = row["outcome"] + (f" (exit {row['exit_code']})" if row.get("exit_code") is not None else "")
+        terminalreporter.write_line(f"{row['fault']:45} {row['framework']:11} {outcome:25} {took:>12}")
     bad = [r for r in rows if r["outcome"] in ("hung", "wrong result")]
     terminalreporter.write_line(f"{len(rows)} tried, {len(bad)} hung or wrong")
 

@@ -2,8 +2,9 @@
 fault, and recording the outcome in a table that ``make test-faults`` prints.
 
 Outcomes: ``failed cleanly`` (the run ended in bounded time, recorded as failed with a
-reason a person understands, nothing left running), ``hung`` (it did not end in time),
-``wrong result`` (it ended but recorded success, or an unclear reason, or left processes).
+reason a person understands, nothing left running), ``rejected cleanly`` (bad input refused
+with a message naming where and why), ``hung`` (it did not end in time), ``wrong result``
+(it ended but recorded success, or an unclear reason, or left processes).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class FaultRow:
     outcome: str
     time_to_fail_s: float | None
     detail: str = ""
+    #: The exit status of a command-line entry point refusing the input (None: not one).
+    exit_code: int | None = None
 
 
 def record(row: FaultRow) -> None:

@@ -42,7 +42,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
      "dlscale.placement", "dlscale.runspec", "dlscale.thresholds", "dlscale.quality", "dlscale.initweights",
      "dlscale.events", "dlscale.jobs", "dlscale.sysutil", "dlscale.logsetup", "dlscale.preflight",
      "dlscale.netns", "dlscale.userns", "dlscale.contention", "dlscale.roofline", "dlscale.envs",
-     "dlscale.sitecheck", "dlscale.stats"),
+     "dlscale.sitecheck", "dlscale.stats", "dlscale.archive_safety"),
     # config -> runs; data; native logs
     ("dlscale.study", "dlscale.tuning", "dlscale.data", "dlscale.parse"),
     # one folder per framework behind one contract
