@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults import FaultRow, record
-from test_verify import archive, study  # noqa: F401 - fixtures: an honest study and its archive
+from helpers.faults import FaultRow, record
+from helpers.paths import REPO
+from helpers.verify_study import make_archive, make_study
 
 from dlscale import archive_safety
 from dlscale import artifact as dlartifact
@@ -40,7 +41,6 @@ from dlscale import verify as dlverify
 
 pytestmark = pytest.mark.faults
 
-REPO = Path(__file__).resolve().parent.parent
 TOP = "artifact"
 
 
@@ -226,6 +226,17 @@ def judge(fault: str, cases: list[Case]) -> None:
         )
     )
     assert not wrong, wrong
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    """An honest study (helpers.verify_study), the base of the hostile ones made from it."""
+    return make_study(tmp_path)
+
+
+@pytest.fixture
+def archive(study: Path) -> Path:
+    return make_archive(study)
 
 
 @pytest.fixture
