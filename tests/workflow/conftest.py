@@ -1,0 +1,38 @@
+"""The workflow tests' shared study: one tiny study of all four frameworks (LeNet on real
+MNIST, 1 and 2 emulated nodes), run once per session by Snakemake on the local profile as a
+user runs it, and read by the tests of each framework's place in it
+(test_workflow_{tensorflow,bigdl,caffe}.py). One study instead of three: each would run torch
+beside its framework again, and the aggregation, scaling model, figures and report again."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.bigdl_runs import processes_mentioning
+from helpers.paths import framework_python
+from helpers.workflow import FOUR_FRAMEWORKS, snakemake
+
+
+@pytest.fixture(scope="session")
+def four_framework_study(tmp_path_factory, torch_py, caffe_py) -> Path:
+    """The study's working directory once Snakemake has finished it (no process of it left)."""
+    for framework in ("tensorflow", "bigdl"):
+        framework_python(framework)  # built once per machine, as the workflow builds them
+    workdir = tmp_path_factory.mktemp("four-frameworks")
+    (workdir / "study.yaml").write_text(yaml.safe_dump(FOUR_FRAMEWORKS))
+    try:
+        proc = snakemake(workdir, timeout=2400)
+    finally:
+        leftovers = processes_mentioning(str(workdir))
+        for pid in leftovers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert not leftovers, f"Spark, MPI or runner processes outlived the workflow: {leftovers}"
+    return workdir
