@@ -36,3 +36,12 @@ def four_framework_study(tmp_path_factory, torch_py, caffe_py) -> Path:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert not leftovers, f"Spark, MPI or runner processes outlived the workflow: {leftovers}"
     return workdir
+
+
+@pytest.fixture(scope="session")
+def four_framework_report(four_framework_study) -> Path:
+    """The study's Snakemake report (``--report``), built once for the tests that read it."""
+    report = four_framework_study / "results" / "report.html"
+    proc = snakemake(four_framework_study, "--report", str(report))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return report
