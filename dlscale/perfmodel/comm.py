@@ -43,13 +43,43 @@ def link_scale(fit: Fit | None) -> float:
 
 
 @dataclass(frozen=True)
+class Gradient:
+    """What one step synchronises when it is not a catalog model's (a published system's):
+    the gradient's bytes and the blobs Caffe-MPI would all-reduce one by one (one flat blob
+    where the model's layers are not known)."""
+
+    nbytes: float
+    blobs: tuple[float, ...]
+
+    @classmethod
+    def flat(cls, nbytes: float) -> Gradient:
+        return cls(float(nbytes), (float(nbytes),))
+
+    @classmethod
+    def of_model(cls, model: str, bytes_per_parameter: float = 4.0) -> Gradient:
+        """A catalog model's gradient at ``bytes_per_parameter`` (its blobs scaled alike)."""
+        scale = bytes_per_parameter / 4.0
+        return cls(float(gradient_bytes(model)) * scale, tuple(float(b) * scale for b in blob_bytes(model)))
+
+
+def gradient_size(model: str | Gradient) -> float:
+    """Bytes of one full gradient of a catalog model (by name) or of a ``Gradient``."""
+    return model.nbytes if isinstance(model, Gradient) else float(gradient_bytes(model))
+
+
+#: ``Calibration.source`` of a calibration with no fitted software cost: the pattern's
+#: network-level model alone (the replay of a published system without a study).
+NETWORK_ONLY = "network"
+
+
+@dataclass(frozen=True)
 class Calibration:
     """Everything that predicts one set-up's communication (``docs/perfmodel.md``)."""
 
     setup: str
     pattern: str
     library: str
-    source: str  # "commbench" or "runs"
+    source: str  # "commbench", "runs" or NETWORK_ONLY
     fits: Mapping[str, Fit]  # op -> fit ("allreduce", "pushpull", "job", "shuffle")
     offset_s: float = 0.0
     #: What the offset gains per unit of the host's oversubscription ``rho(P) - 1`` (ranks
@@ -191,7 +221,7 @@ def mpi_comm(fit: Fit, model: str, ranks: np.ndarray, link: Link, cores: int | N
 
 def library_comm(
     cal: Calibration,
-    model: str,
+    model: str | Gradient,
     nodes: Any,
     ranks_per_node: int,
     link: Link,
@@ -202,19 +232,22 @@ def library_comm(
 ) -> np.ndarray:
     """The library's time of one step of ``cal``'s set-up at each node count (no offset).
 
-    ``cores``: the host's cores when the ranks share one host (validation, host fit),
-    None for nodes with cores of their own (projection). The network's part is
-    ``link.wire(messages, bytes)`` of the busiest node's traffic in the step.
+    ``model``: a catalog model by name, or a ``Gradient`` (a published system's). ``cores``:
+    the host's cores when the ranks share one host (validation, host fit), None for nodes
+    with cores of their own (projection). The network's part is ``link.wire(messages,
+    bytes)`` of the busiest node's traffic in the step.
     """
     n = np.asarray(nodes, dtype="float64")
     p = n * ranks_per_node
-    size = float(gradient_bytes(model))
+    size = gradient_size(model)
     main = cal.fits.get(PATTERN_OP[cal.pattern])
     link = dataclasses.replace(
         link, alpha_s=link.alpha_s * hops(main), wire_scale=link_scale(main) if link.emulated else 1.0
     )
-    if cal.pattern == RING and cal.library == "mpi" and cal.source == "commbench":
-        return mpi_comm(cal.fits["allreduce"], model, p, link, cores)
+    if cal.pattern == RING and cal.library == "mpi" and cal.source in ("commbench", NETWORK_ONLY):
+        fit = cal.fits["allreduce"]
+        blobs = model.blobs if isinstance(model, Gradient) else blob_bytes(model)
+        return combine(*mpi_parts(fit, p, blobs, link, cores), fit.get("overlap"))
     if cal.pattern == RING:  # (Caffe fitted on runs: one flat ring stands in)
         fit = cal.fits["allreduce"]
         return combine(*ring_parts(fit, p, size, link, cores), fit.get("overlap"))

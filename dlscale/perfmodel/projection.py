@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dlscale.networks import NetworkPreset
-from dlscale.perfmodel.comm import Calibration, library_comm
+from dlscale.perfmodel.comm import Calibration, Gradient, gradient_size, library_comm
 from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.patterns import gradient_bytes
 from dlscale.perfmodel.runs import compute_baselines, measured_runs
@@ -88,15 +88,66 @@ def with_borrowed(found: Sequence[Curve], calibrations: Mapping[str, Calibration
     return out
 
 
+def step_at(
+    cal: Calibration,
+    compute_s: float,
+    gradient: str | Gradient,
+    nodes: Any,
+    ranks_per_node: int,
+    link: Link,
+    num_ps: Any = 1,
+    batch_per_rank: int = 0,
+    dataset: str | None = None,
+) -> np.ndarray:
+    """Step time at each node count on nodes with cores of their own (no contention): the
+    compute step, plus the synchronisation of ``gradient`` (a catalog model or a published
+    system's ``Gradient``) in ``cal``'s pattern on ``link`` and the runner's offset.
+
+    The one place a step is made for a node count: the study's projection (``step_times``)
+    and the replay of published systems (``dlscale.perfmodel.replay``) both call it, so a
+    replay checks the very arithmetic that projects the study to 1024 nodes.
+    """
+    comm = library_comm(cal, gradient, nodes, ranks_per_node, link, None, num_ps, batch_per_rank, dataset)
+    offset = cal.offset(nodes, ranks_per_node, projected=True, nbytes=gradient_size(gradient))
+    return compute_s + np.maximum(comm + offset, 0.0)
+
+
+def throughput_of(nodes: Any, ranks_per_node: int, batch_per_rank: int, steps: Any) -> np.ndarray:
+    """Global samples per second of weak-scaling steps: every rank trains its batch a step."""
+    return np.asarray(nodes, dtype="float64") * ranks_per_node * batch_per_rank / np.asarray(steps)
+
+
+def throughput_at(
+    cal: Calibration,
+    compute_s: float,
+    gradient: str | Gradient,
+    nodes: Any,
+    ranks_per_node: int,
+    link: Link,
+    num_ps: Any = 1,
+    batch_per_rank: int = 0,
+    dataset: str | None = None,
+) -> np.ndarray:
+    """Global samples per second at each node count (``step_at``, ``throughput_of``)."""
+    steps = step_at(cal, compute_s, gradient, nodes, ranks_per_node, link, num_ps, batch_per_rank, dataset)
+    return throughput_of(nodes, ranks_per_node, batch_per_rank, steps)
+
+
 def step_times(
     cal: Calibration, curve: Curve, nodes: np.ndarray, ranks_per_node: int, link: Link, num_ps: int = 1
 ) -> np.ndarray:
-    """Projected step time at each node count (nodes with their own cores: no contention)."""
-    comm = library_comm(
-        cal, curve.model, nodes, ranks_per_node, link, None, num_ps, curve.batch_per_rank, curve.dataset
+    """Projected step time of a study's curve at each node count (``step_at``)."""
+    return step_at(
+        cal,
+        curve.compute_s,
+        curve.model,
+        nodes,
+        ranks_per_node,
+        link,
+        num_ps,
+        curve.batch_per_rank,
+        curve.dataset,
     )
-    offset = cal.offset(nodes, ranks_per_node, projected=True, nbytes=gradient_bytes(curve.model))
-    return curve.compute_s + np.maximum(comm + offset, 0.0)
 
 
 def stays_below_half(nodes: np.ndarray, efficiency: np.ndarray) -> float:
@@ -206,8 +257,7 @@ def project(
             continue
         steps, n50, below50 = point[key]
         cal = calibrations[curve.setup]
-        world = counts_arr * ranks_per_node
-        throughput = world * curve.batch_per_rank / steps
+        throughput = throughput_of(counts_arr, ranks_per_node, curve.batch_per_rank, steps)
         speedup = throughput / throughput[0]
         band: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         reps = samples[key]
