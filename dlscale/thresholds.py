@@ -66,6 +66,19 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
                 "scaling model: median |predicted - measured| / measured per framework, held-out runs",
             ),
             _at_most(
+                "replay_median_error",
+                0.05,
+                "efficiency",
+                "replay of published systems: median |predicted - measured efficiency| per communication"
+                " pattern, every measured count but the anchor",
+            ),
+            _at_most(
+                "replay_max_error",
+                0.15,
+                "efficiency",
+                "replay of published systems: worst |predicted - measured efficiency| per communication pattern",
+            ),
+            _at_most(
                 "fixed_overhead_share",
                 0.10,
                 "share of step",

@@ -195,9 +195,13 @@ def ps_parts(
         else np.where(remote > 0, ranks_per_node * nbytes, 0.0)
     )
     # pulls leave the server's node, pushes cross the workers' links (emulated) or the
-    # server's ingress (real): each link has its own budget (and bucket), paid in turn
+    # server's ingress (real): each link has its own budget (and bucket), paid in turn,
+    # unless the link is full duplex (``Link.full_duplex``: the two at once)
     talks = np.where(remote > 0, 1.0, 0.0)
-    return fixed, per_byte, link.wire(talks, pull) + link.wire(talks, push)
+    pulled, pushed = link.wire(talks, pull), link.wire(talks, push)
+    if link.full_duplex and link.ingress_shaped:
+        return fixed, per_byte, np.maximum(pulled, pushed)
+    return fixed, per_byte, pulled + pushed
 
 
 def exchange_parts(

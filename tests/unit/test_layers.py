@@ -55,7 +55,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("dlscale.verdicts", "dlscale.tunechoice"),
     # what a person reads, and the scaling model
     ("dlscale.figures", "dlscale.quality_figures", "dlscale.layer_figures", "dlscale.target_claims",
-     "dlscale.perfmodel"),
+     "dlscale.perfmodel", "dlscale.perfmodel.systems", "dlscale.perfmodel.replay"),
     # the aggregation entry point
     ("dlscale.analysis",),
     # archives in and out

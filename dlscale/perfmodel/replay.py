@@ -1,0 +1,383 @@
+"""Published scaling measurements replayed through the study's own projection.
+
+The 1024-node projection is checked on this host's 8 emulated ranks at most; published
+tables of synchronous data-parallel training from 2 to 128+ nodes on named networks are
+the test it never had. A system file (``dlscale.perfmodel.systems``) gives a system's
+pattern, gradient, network, batch per node and measured throughputs; the replay derives
+the compute step at the smallest measured count (its step less the modelled
+communication there) and predicts every other count with ``projection.throughput_at``,
+the very function that makes the study's projection.
+
+Two calibrations: none (the pattern's network-level model alone: every library software
+cost 0, the offset 0), or a study's ``calibration.csv`` (its library fits, offset and
+BigDL's Spark line, as the projection uses them; ``commbench_fits.csv`` beside it gives
+every fitted coefficient, ``commbench.csv`` beside it the micro-benchmark cells whose
+bootstrap gives the band). ``replay.csv`` says which in its ``calibration`` column.
+
+    python -m dlscale.perfmodel.replay SYSTEM.yaml [MORE.yaml ...] --out DIR \\
+        [--calibration results/perfmodel/calibration.csv] [--bootstrap N] [--seed S]
+
+The derivation, the published record and what the replay shows: ``docs/perfmodel.md``
+("Against the published record").
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dlscale import atomic, thresholds
+from dlscale.commbench import LIBRARIES
+from dlscale.networks import HOST
+from dlscale.perfmodel.bootstrap import CellSampler
+from dlscale.perfmodel.comm import NETWORK_ONLY, Calibration
+from dlscale.perfmodel.fits import LIBRARY_OPS, Fit
+from dlscale.perfmodel.library import fit_commbench
+from dlscale.perfmodel.links import Link
+from dlscale.perfmodel.patterns import BIGDL, PATTERN_OP, PS, RING, SETUP_PATTERN, SPARK_STEP
+from dlscale.perfmodel.pipeline import read_commbench
+from dlscale.perfmodel.projection import BAND, step_at, throughput_at
+from dlscale.perfmodel.systems import System, SystemFileError, load
+
+REPLAY_COLUMNS: tuple[str, ...] = (
+    "name", "nodes", "measured", "predicted", "lower", "upper", "measured_efficiency",
+    "predicted_efficiency", "error", "efficiency_lower", "efficiency_upper", "calibration", "setup",
+    "pattern", "network", "latency_s", "bandwidth_Bps", "num_ps", "full_duplex", "anchor",
+    "compute_step_s", "compute_source", "replicates",
+)  # fmt: skip
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "pattern", "systems", "points", "median_abs_error", "max_abs_error", "worst", "median_target",
+    "max_target", "meets",
+)  # fmt: skip
+#: The bar of the replay (issue 31): median and worst |predicted - measured| efficiency per
+#: communication pattern, over every measured count but the anchors.
+MEDIAN_TARGET = thresholds.THRESHOLDS["replay_median_error"].value
+MAX_TARGET = thresholds.THRESHOLDS["replay_max_error"].value
+#: ``calibration`` of a row predicted by the network-level model alone.
+NETWORK_LABEL = "network-only"
+
+
+def network_calibration(setup: str) -> Calibration:
+    """The pattern's network-level model alone: the set-up's pattern with every library
+    software cost and the offset 0, so a step's communication is what its messages and
+    bytes take on the link (Caffe keeps Open MPI's per-blob algorithms, BigDL its two
+    rounds of block fetches and no Spark scheduling cost)."""
+    pattern = SETUP_PATTERN[setup]
+    library = LIBRARIES[setup]
+    op = PATTERN_OP[pattern]
+    return Calibration(
+        setup, pattern, library, NETWORK_ONLY, {op: Fit(library, op, {})}, note="network-level model alone"
+    )
+
+
+# --- a study's calibration, read back -----------------------------------------------------------
+
+
+def read_fits(path: str | Path) -> dict[tuple[str, str], Fit]:
+    """The host fits of ``commbench_fits.csv`` by (library, op), every coefficient as fitted
+    (the derived ``beta_Bps*`` rows left out: they are ``1/gamma``)."""
+    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    out: dict[tuple[str, str], Fit] = {}
+    if table.empty:
+        return out
+    host = table[table["network"].astype(str).eq(HOST)]
+    for (library, op), group in host.groupby(["library", "op"], sort=True):
+        rows = group[~group["coefficient"].astype(str).str.startswith("beta_Bps")]
+        coefficients = {str(r.coefficient): float(r.value) for r in rows.itertuples(index=False)}
+        identified = tuple(str(r.coefficient) for r in rows.itertuples(index=False) if _truthy(r.identified))
+        cores = int(group["host_cores"].max()) if group["host_cores"].notna().any() else 0
+        out[(str(library), str(op))] = Fit(str(library), str(op), coefficients, identified, host_cores=cores)
+    return out
+
+
+def read_calibration(path: str | Path) -> dict[str, Calibration]:
+    """Each set-up's ``Calibration`` from a study's ``calibration.csv``, as its projection
+    used it: library fits from ``commbench_fits.csv`` beside it where there (every
+    coefficient, ``hops`` and ``overlap`` included), else from the table's own columns;
+    BigDL's Spark line where its runs fitted it; the offsets."""
+    path = Path(path)
+    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    beside = path.with_name("commbench_fits.csv")
+    fits = read_fits(beside) if beside.exists() else {}
+    out: dict[str, Calibration] = {}
+    for row in table.itertuples(index=False):
+        out[str(row.setup)] = _calibration_of(row, fits)
+    return out
+
+
+def _calibration_of(row: Any, fits: Mapping[tuple[str, str], Fit]) -> Calibration:
+    library, pattern = str(row.library), str(row.pattern)
+    own: dict[str, Fit] = {}
+    if row.source == "commbench":
+        own = {op: fits[(library, op)] for op in LIBRARY_OPS.get(library, ()) if (library, op) in fits}
+    if PATTERN_OP[pattern] not in own:
+        own = _fits_of_columns(row, library, pattern)
+    if pattern == BIGDL and row.spark_source == "runs":
+        own[SPARK_STEP] = Fit(
+            library,
+            SPARK_STEP,
+            {"c": _num(row.spark_step_s), "per_executor": _num(row.spark_step_per_executor_s)},
+        )
+    return Calibration(
+        setup=str(row.setup), pattern=pattern, library=library, source=str(row.source), fits=own,
+        offset_s=_num(row.offset_s), offset_per_contention_s=_num(row.offset_per_contention_s),
+        offset_per_byte_s=_num(row.offset_per_byte_s), host_runs=int(_num(row.host_runs)),
+        projection_offset_s=_num(row.projection_offset_s),
+        projection_offset_per_byte_s=_num(row.projection_offset_per_byte_s),
+        host_rel_rmse=float(row.host_rel_rmse) if pd.notna(row.host_rel_rmse) else math.nan,
+        note=str(row.note) if pd.notna(row.note) else "",
+    )  # fmt: skip
+
+
+def _fits_of_columns(row: Any, library: str, pattern: str) -> dict[str, Fit]:
+    """The library terms as ``calibration.csv`` prints them (no ``hops``, no ``overlap``:
+    a study without ``commbench_fits.csv`` beside its table, or fitted on runs)."""
+    gamma = _gamma(row.beta_Bps)
+    if pattern == RING:
+        return {
+            "allreduce": Fit(
+                library, "allreduce", {"c": _num(row.c_s), "alpha": _num(row.alpha_s), "gamma": gamma}
+            )
+        }
+    if pattern == PS:
+        coefficients = {
+            "c": _num(row.c_s), "per_worker": _num(row.per_worker_s), "gamma_worker": gamma,
+            "gamma_server": _gamma(row.server_beta_Bps),
+        }  # fmt: skip
+        return {"pushpull": Fit(library, "pushpull", coefficients)}
+    out = {
+        "shuffle": Fit(library, "shuffle", {"c": _num(row.c_s), "alpha": _num(row.alpha_s), "gamma": gamma})
+    }
+    if pd.notna(row.job_s):
+        out["job"] = Fit(library, "job", {"c": _num(row.job_s), "per_task": _num(row.job_per_executor_s)})
+    return out
+
+
+def _num(value: Any) -> float:
+    return float(value) if pd.notna(value) else 0.0
+
+
+def _gamma(beta: Any) -> float:
+    """Seconds per byte of a bandwidth as printed (inf or none: 0)."""
+    beta = float(beta) if pd.notna(beta) else math.inf
+    return 0.0 if not math.isfinite(beta) or beta <= 0 else 1.0 / beta
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1")
+
+
+def calibration_replicates(
+    path: str | Path, calibrations: Mapping[str, Calibration], replicates: int, seed: int = 0
+) -> list[dict[str, Calibration]]:
+    """Bootstrap replicates of ``calibrations``' library fits, refitted on the micro-benchmark
+    cells of ``commbench.csv`` beside ``path`` drawn as the study's bootstrap draws them
+    (``CellSampler``); the offsets and BigDL's Spark line (fitted on the study's runs, which
+    ``calibration.csv`` does not carry) stay at their point values. None without the file."""
+    raw_path = Path(path).with_name("commbench.csv")
+    if replicates <= 0 or not raw_path.exists():
+        return []
+    raw = read_commbench([raw_path])
+    if raw.empty:
+        return []
+    sampler = CellSampler(raw)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(int(replicates)):
+        fits = fit_commbench(sampler.draw(rng))
+        rep = {}
+        for setup, cal in calibrations.items():
+            drawn = {op: fits[(cal.library, op, HOST)] for op in cal.fits if (cal.library, op, HOST) in fits}
+            rep[setup] = (
+                dataclasses.replace(cal, fits={**cal.fits, **drawn}) if cal.source == "commbench" else cal
+            )
+        out.append(rep)
+    return out
+
+
+# --- the replay -----------------------------------------------------------------------------------
+
+
+def system_link(system: System) -> Link:
+    """The system's network as the projection's ``Link`` (full duplex where the file says so)."""
+    return dataclasses.replace(Link.of_preset(system.network), full_duplex=system.full_duplex)
+
+
+def anchor_compute(system: System, cal: Calibration, link: Link) -> float:
+    """The compute step: the anchor's step time (its batch per node over its throughput per
+    node) less the modelled communication there (``step_at`` with no compute)."""
+    if system.compute_step_s is not None:
+        return system.compute_step_s
+    anchor = system.anchor
+    step = anchor * system.batch_per_node / float(system.measured[anchor])
+    comm = float(
+        step_at(cal, 0.0, system.gradient, [anchor], 1, link, system.num_ps[anchor], system.batch_per_node)[0]
+    )
+    if comm >= step:
+        raise SystemFileError(
+            f"{system.path}: key 'measured.{anchor}': the modelled communication at the anchor ({comm:.4g} s)"
+            f" is at least its step ({step:.4g} s): give 'compute_step_s'"
+        )
+    return step - comm
+
+
+def predicted_throughputs(system: System, cal: Calibration) -> tuple[float, np.ndarray]:
+    """The compute step and the predicted global throughput at each measured count, in
+    order (``projection.throughput_at``: one node is one peer, its batch per node)."""
+    link = system_link(system)
+    compute = anchor_compute(system, cal, link)
+    counts = sorted(system.measured)
+    values = [
+        float(
+            throughput_at(
+                cal, compute, system.gradient, [n], 1, link, system.num_ps[n], system.batch_per_node
+            )[0]
+        )
+        for n in counts
+    ]
+    return compute, np.asarray(values)
+
+
+def replay_system(
+    system: System, cal: Calibration, label: str, replicates: Sequence[Calibration] = ()
+) -> pd.DataFrame:
+    """One system's rows of ``replay.csv``: each measured count's throughput predicted, its
+    efficiency against the anchor's (measured against measured, predicted against
+    predicted), the error, and the band of the replicates' predictions."""
+    counts = np.asarray(sorted(system.measured), dtype="float64")
+    anchor = system.anchor
+    compute, predicted = predicted_throughputs(system, cal)
+    measured = np.asarray(
+        [np.nan if system.measured[n] is None else system.measured[n] for n in sorted(system.measured)]
+    )
+    measured_eff = (measured / counts) / (measured[0] / anchor)
+    predicted_eff = (predicted / counts) / (predicted[0] / anchor)
+    drawn = []
+    for rep in replicates:
+        try:
+            drawn.append(predicted_throughputs(system, rep)[1])
+        except SystemFileError:
+            continue  # a draw whose communication alone outlasts the anchor's step
+    band = np.full((2, len(counts)), np.nan)
+    eff_band = np.full((2, len(counts)), np.nan)
+    if drawn:
+        values = np.vstack(drawn)
+        eff = (values / counts) / (values[:, :1] / anchor)
+        band = np.percentile(values, BAND, axis=0)
+        eff_band = np.percentile(eff, BAND, axis=0)
+    rows = []
+    for i, nodes in enumerate(sorted(system.measured)):
+        rows.append(
+            {
+                "name": system.name, "nodes": nodes, "measured": measured[i], "predicted": predicted[i],
+                "lower": band[0][i], "upper": band[1][i], "measured_efficiency": measured_eff[i],
+                "predicted_efficiency": predicted_eff[i], "error": predicted_eff[i] - measured_eff[i],
+                "efficiency_lower": eff_band[0][i], "efficiency_upper": eff_band[1][i], "calibration": label,
+                "setup": system.setup, "pattern": system.pattern, "network": system.network.name,
+                "latency_s": system.network.latency_s, "bandwidth_Bps": system.network.bandwidth_Bps,
+                "num_ps": system.num_ps[nodes], "full_duplex": system.full_duplex, "anchor": anchor, "compute_step_s": compute,
+                "compute_source": "compute_step_s" if system.compute_step_s is not None else f"anchor {anchor}",
+                "replicates": len(drawn),
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=list(REPLAY_COLUMNS))
+
+
+def replay(
+    systems: Iterable[System],
+    calibrations: Mapping[str, Calibration] | None = None,
+    replicates: Sequence[Mapping[str, Calibration]] = (),
+    source: str = "",
+) -> pd.DataFrame:
+    """``replay.csv``: every system replayed, with the study's ``calibrations`` where given
+    (a set-up the study did not calibrate falls back to the network-level model, and its
+    rows say so), else with the network-level model alone."""
+    frames = []
+    for system in systems:
+        cal = (calibrations or {}).get(system.setup)
+        if cal is None:
+            label = (
+                NETWORK_LABEL if calibrations is None else f"{NETWORK_LABEL} ({system.setup} not in {source})"
+            )
+            frames.append(replay_system(system, network_calibration(system.setup), label))
+            continue
+        reps = [r[system.setup] for r in replicates if system.setup in r]
+        frames.append(replay_system(system, cal, f"{source} ({cal.source})", reps))
+    if not frames:
+        return pd.DataFrame(columns=list(REPLAY_COLUMNS))
+    return pd.concat(frames, ignore_index=True)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per communication pattern: the median and worst |error| of efficiency over every
+    measured count but the anchors (their error is 0 by construction), against the bar."""
+    rows = []
+    scored = table[table["nodes"].ne(table["anchor"]) & table["measured"].notna()]
+    for pattern, group in scored.groupby("pattern", sort=True):
+        errors = group["error"].abs()
+        worst = group.loc[errors.idxmax()]
+        median, largest = float(errors.median()), float(errors.max())
+        rows.append(
+            {
+                "pattern": pattern, "systems": group["name"].nunique(), "points": len(group),
+                "median_abs_error": median, "max_abs_error": largest,
+                "worst": f"{worst['name']} at {int(worst['nodes'])}", "median_target": MEDIAN_TARGET,
+                "max_target": MAX_TARGET, "meets": bool(median <= MEDIAN_TARGET and largest <= MAX_TARGET),
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: replay system files, write ``DIR/replay.csv`` and ``DIR/replay_summary.csv``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dlscale.perfmodel.replay",
+        description="Replay published scaling measurements through the study's projection.",
+    )
+    parser.add_argument("systems", nargs="+", help="system files (schemas/system.schema.yaml)")
+    parser.add_argument("--out", required=True, help="folder for replay.csv and replay_summary.csv")
+    parser.add_argument(
+        "--calibration", help="a study's calibration.csv (commbench_fits.csv and commbench.csv beside it)"
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=100, help="replicates of the band (with --calibration)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the band's bootstrap")
+    args = parser.parse_args(argv)
+    try:
+        systems = [load(path) for path in args.systems]
+        names = [s.name for s in systems]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise SystemFileError(f"system name {repeated[0]!r} is given by more than one file")
+        calibrations = replicates = None
+        if args.calibration:
+            calibrations = read_calibration(args.calibration)
+            replicates = calibration_replicates(args.calibration, calibrations, args.bootstrap, args.seed)
+        table = replay(systems, calibrations, replicates or (), str(args.calibration or ""))
+    except (SystemFileError, OSError, KeyError, ValueError) as err:
+        print(f"replay: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.replace_with(out / "replay.csv", lambda tmp: table.to_csv(tmp, index=False))
+    atomic.replace_with(out / "replay_summary.csv", lambda tmp: summary(table).to_csv(tmp, index=False))
+    for row in summary(table).itertuples(index=False):
+        print(
+            f"{row.pattern}: {row.systems} systems, {row.points} points, median |error| {row.median_abs_error:.3f},"
+            f" worst {row.max_abs_error:.3f} ({row.worst}); bar {row.median_target}/{row.max_target}:"
+            f" {'met' if row.meets else 'missed'}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

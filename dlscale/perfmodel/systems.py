@@ -1,0 +1,273 @@
+"""The system-file contract: a published (or any foreign) scaling measurement as the replay
+reads it (``schemas/system.schema.yaml``).
+
+A system file says whose communication pattern the system runs (a framework of the
+catalog, and its strategy), the gradient it moves, the network, the batch per node and the
+global throughput measured at each node count. The schema refuses unknown keys and wrong
+types; this module then refuses what a schema cannot say (a strategy the framework does
+not have, parameter servers of a ring, a ``num_ps`` map that misses a measured count, an
+anchor with neither a throughput nor ``compute_step_s``). Every error names the file and
+the key, so a published record that cannot be replayed says why.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from dlscale import catalog
+from dlscale.networks import GBIT, PRESETS, NetworkPreset
+from dlscale.perfmodel.comm import Gradient
+from dlscale.perfmodel.patterns import PS, SETUP_PATTERN
+from dlscale.perfmodel.runs import setup_of
+
+SCHEMA = catalog.REPO_DIR / "schemas" / "system.schema.yaml"
+#: A system file is a few dozen lines; anything far larger is not one (and is not parsed).
+MAX_FILE_BYTES = 1 << 20
+
+
+class SystemFileError(ValueError):
+    """A system file that cannot be replayed; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class System:
+    """One validated system file: what ``replay`` needs to predict each measured count."""
+
+    name: str
+    source: str
+    path: str
+    framework: str
+    setup: str
+    pattern: str
+    parameters: int
+    model: str | None
+    bytes_per_parameter: float
+    network: NetworkPreset
+    batch_per_node: int
+    #: Node count -> global samples per second as published (None: not printed).
+    measured: Mapping[int, float | None]
+    compute_step_s: float | None
+    #: Node count -> parameter servers at that count (1 where the pattern has none).
+    num_ps: Mapping[int, int]
+    notes: str = ""
+    #: Pulls and pushes cross the servers' links at once (``Link.full_duplex``; ps only).
+    full_duplex: bool = False
+
+    @property
+    def anchor(self) -> int:
+        """The smallest measured node count: the compute step comes from it."""
+        return min(self.measured)
+
+    @property
+    def gradient(self) -> Gradient:
+        """The gradient one step synchronises: a catalog model's (its blobs too) or a flat
+        one of ``parameters x bytes_per_parameter`` bytes (one blob: the layers are unknown)."""
+        if self.model is not None:
+            return Gradient.of_model(self.model, self.bytes_per_parameter)
+        return Gradient.flat(self.parameters * self.bytes_per_parameter)
+
+
+@functools.cache
+def load_schema() -> Mapping[str, Any]:
+    """The system schema with the catalog's frameworks and models and the network presets
+    as the enums of their keys (the catalog is the one list of them)."""
+    schema = yaml.safe_load(SCHEMA.read_text(encoding="utf-8"))
+    props = schema["properties"]
+    props["framework"]["enum"] = list(catalog.FRAMEWORK_NAMES)
+    props["model"]["enum"] = list(catalog.MODEL_NAMES)
+    props["network"]["oneOf"][0]["enum"] = sorted(PRESETS)
+    return schema
+
+
+def load(path: str | Path) -> System:
+    """A system file, validated (``SystemFileError`` naming the file and the key)."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise SystemFileError(f"{path}: {path.stat().st_size} bytes, not a system file")
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SystemFileError(f"{path}: cannot be read: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise SystemFileError(f"{path}: not YAML: {err}") from None
+    return parse(data, str(path))
+
+
+def parse(data: Any, where: str = "<system>") -> System:
+    """A system from its loaded YAML (``where`` names it in errors)."""
+    if not isinstance(data, dict):
+        raise SystemFileError(f"{where}: a system file is a mapping of keys to values")
+    data = copy.deepcopy(data)
+    for key in ("measured", "num_ps"):
+        if isinstance(data.get(key), dict):
+            data[key] = _string_keys(data[key], key, where)
+    errors = sorted(
+        _VALIDATOR(load_schema()).iter_errors(data),
+        key=lambda e: (len(e.absolute_path), str(e.absolute_path)),
+    )
+    if errors:
+        raise SystemFileError(f"{where}: {_message(errors[0])}")
+    framework = data["framework"]
+    setup = _setup(framework, data.get("strategy"), where)
+    pattern = SETUP_PATTERN[setup]
+    measured = {int(n): (None if v is None else float(v)) for n, v in data["measured"].items()}
+    anchor = min(measured)
+    compute = data.get("compute_step_s")
+    if measured[anchor] is None and compute is None:
+        raise SystemFileError(
+            f"{where}: key 'measured.{anchor}' (the anchor, the smallest node count) has no throughput"
+            " and key 'compute_step_s' is not given: the compute step comes from one of them"
+        )
+    model = data.get("model")
+    parameters = int(data["parameters"]) if model is None else catalog.PARAMETERS[model]
+    return System(
+        name=data["name"],
+        source=data["source"],
+        path=where,
+        framework=framework,
+        setup=setup,
+        pattern=pattern,
+        parameters=parameters,
+        model=model,
+        bytes_per_parameter=float(data.get("bytes_per_parameter", 4)),
+        network=_network(data["network"], data["name"]),
+        batch_per_node=int(data["batch_per_node"]),
+        measured=measured,
+        compute_step_s=None if compute is None else float(compute),
+        num_ps=_num_ps(data.get("num_ps"), pattern, sorted(measured), where),
+        notes=data.get("notes", ""),
+        full_duplex=_full_duplex(bool(data.get("full_duplex", False)), pattern, where),
+    )
+
+
+def _full_duplex(value: bool, pattern: str, where: str) -> bool:
+    """Pulls and pushes at once: a property of parameter servers' links only."""
+    if value and pattern != PS:
+        raise SystemFileError(f"{where}: key 'full_duplex': the {pattern} pattern has no parameter servers")
+    return value
+
+
+def _string_keys(mapping: dict[Any, Any], key: str, where: str) -> dict[str, Any]:
+    """A node-count map with its keys as the schema reads them (YAML gives ``1:`` as an
+    int): a key that is no whole node count is named, not silently converted."""
+    out: dict[str, Any] = {}
+    for name, value in mapping.items():
+        if isinstance(name, bool) or not isinstance(name, int | str):
+            raise SystemFileError(f"{where}: key '{key}.{name}' is not a node count")
+        text = str(name)
+        if text in out:
+            raise SystemFileError(f"{where}: key '{key}.{text}' is given twice")
+        out[text] = value
+    return out
+
+
+def _setup(framework: str, strategy: str | None, where: str) -> str:
+    """The set-up a framework and its strategy name (``tensorflow-ps``): the strategy must be
+    one of the framework's (its runner's options schema lists them)."""
+    options = json.loads(catalog.FRAMEWORKS[framework].options_schema.read_text(encoding="utf-8"))
+    known = options.get("properties", {}).get("strategy", {}).get("enum", [])
+    if strategy is not None and strategy not in known:
+        choices = f"one of {', '.join(known)}" if known else "not given: it has one strategy"
+        raise SystemFileError(f"{where}: key 'strategy': {strategy!r} is not {framework}'s ({choices})")
+    return setup_of(framework, {"strategy": strategy} if strategy else None)
+
+
+def _network(value: str | Mapping[str, float], name: str) -> NetworkPreset:
+    """A preset by name, or the file's own latency and bandwidth as a preset of its own."""
+    if isinstance(value, str):
+        return PRESETS[value]
+    return NetworkPreset(
+        f"{name}-network",
+        float(value["latency_s"]),
+        float(value["bandwidth_gbit"]) * GBIT,
+        False,
+        "system file",
+    )
+
+
+def _num_ps(value: Any, pattern: str, counts: list[int], where: str) -> dict[int, int]:
+    """Parameter servers at each measured count: ``nodes`` is one per node, a map must cover
+    every count; a pattern without servers takes none (and a file giving some is refused)."""
+    if value is None:
+        return dict.fromkeys(counts, 1)
+    if pattern != PS:
+        raise SystemFileError(f"{where}: key 'num_ps': the {pattern} pattern has no parameter servers")
+    if value == "nodes":
+        return {n: n for n in counts}
+    if isinstance(value, int):
+        return dict.fromkeys(counts, value)
+    given = {int(n): int(v) for n, v in value.items()}
+    missing = [n for n in counts if n not in given]
+    if missing:
+        raise SystemFileError(
+            f"{where}: key 'num_ps.{missing[0]}' is missing: the map covers every measured count"
+        )
+    return {n: given[n] for n in counts}
+
+
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    """An integer is an int (not 2.0, not YAML's ``true``)."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _finite_number(checker: Any, instance: Any) -> bool:
+    """A number is a finite int or float (not ``.inf``/``.nan``, not a bool)."""
+    return isinstance(instance, int | float) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
+_VALIDATOR = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _strict_integer, "number": _finite_number}
+    ),
+)
+
+
+def _key_path(path: Any) -> str:
+    """A key as a dotted path (``measured.8``)."""
+    return ".".join(str(part) for part in path)
+
+
+def _message(err: jsonschema.ValidationError) -> str:
+    """A schema error in words that name the key and the value."""
+    where = _key_path(err.absolute_path)
+    if err.validator == "additionalProperties":
+        known = sorted(err.schema.get("properties", {}))
+        unknown = sorted(set(err.instance) - set(known))
+        if known:
+            prefix = f"{where}." if where else ""
+            return f"key '{prefix}{unknown[0]}' is not a known key (known here: {', '.join(known)})"
+    if err.validator == "required":
+        missing = next(k for k in err.validator_value if k not in err.instance)
+        prefix = f"{where}." if where else ""
+        return f"key '{prefix}{missing}' is required"
+    if err.validator == "oneOf" and not err.absolute_path:
+        both = "parameters" in err.instance and "model" in err.instance
+        return (
+            "keys 'parameters' and 'model' are both given: give one"
+            if both
+            else "key 'parameters' (or 'model') is required: the gradient's size"
+        )
+    if "propertyNames" in err.schema_path:
+        return f"key '{where}.{err.instance}' is not a node count (a whole number from 1)"
+    if err.validator == "oneOf" and err.context:
+        fitting = [e for e in err.context if e.validator not in ("type", "enum")]
+        if fitting:
+            return _message(max(fitting, key=lambda e: len(e.absolute_path)))
+        if err.absolute_path and err.absolute_path[-1] == "network" and isinstance(err.instance, str):
+            return f"key 'network': {err.instance!r} is not a network preset (known: {', '.join(sorted(PRESETS))})"
+        forms = " or ".join(
+            str(b.get("type", b.get("$ref", "?")).rpartition("/")[2]) for b in err.validator_value
+        )
+        return f"key '{where}': {err.instance!r} is not a {forms} of the allowed values (schemas/system.schema.yaml)"
+    return f"key '{where}': {err.message}"

@@ -1,0 +1,307 @@
+"""dlscale.perfmodel.replay and .systems: the system-file contract, a synthetic ring recovered,
+the replay and the study's projection as one code path, and the published record."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from helpers.paths import REPO
+from helpers.perfmodel_inputs import synthetic_bench
+
+from dlscale import perfmodel as pm
+from dlscale.networks import GBIT, PRESETS
+from dlscale.perfmodel import pipeline, projection, replay, systems
+
+PUBLISHED = REPO / "published"
+
+
+def ring_system(**changes: Any) -> dict[str, Any]:
+    """A torch (ring) system on a network of its own, measured exactly as an alpha-beta ring
+    says: ``N·B / (c + 2(N-1)·a + 2(N-1)/N·S/beta)`` (computed here by hand, not by the model)."""
+    parameters, latency, gbit, batch, compute = 10_000_000, 20e-6, 25.0, 256, 0.5
+    nbytes, beta = parameters * 4, gbit * GBIT
+    measured = {
+        n: n * batch / (compute + 2 * (n - 1) * latency + 2 * (n - 1) / n * nbytes / beta)
+        for n in (1, 2, 4, 16, 128, 1024)
+    }
+    system = {
+        "name": "synthetic-ring", "source": "this test", "framework": "torch", "parameters": parameters,
+        "network": {"latency_s": latency, "bandwidth_gbit": gbit}, "batch_per_node": batch,
+        "measured": measured,
+    }  # fmt: skip
+    return {**system, **changes}
+
+
+def test_a_synthetic_alpha_beta_ring_is_recovered() -> None:
+    system = systems.parse(ring_system())
+    table = replay.replay([system])
+    assert list(table.columns) == list(replay.REPLAY_COLUMNS)
+    assert table["nodes"].tolist() == [1, 2, 4, 16, 128, 1024]
+    assert (table["calibration"] == replay.NETWORK_LABEL).all()
+    np.testing.assert_allclose(table["predicted"], table["measured"], rtol=1e-12)
+    assert table["error"].abs().max() < 1e-12
+    assert table["compute_step_s"].iloc[0] == pytest.approx(
+        0.5, rel=1e-12
+    )  # the anchor's step, nothing to remove
+    assert table["measured_efficiency"].iloc[-1] < 0.9  # a ring that does lose efficiency
+    # anchored at 2 nodes (its communication taken off the step) it is recovered as well
+    anchored = dict(ring_system(), measured={n: v for n, v in ring_system()["measured"].items() if n > 1})
+    again = replay.replay([systems.parse(anchored)])
+    assert again["compute_step_s"].iloc[0] == pytest.approx(0.5, rel=1e-12)
+    np.testing.assert_allclose(again["predicted"], again["measured"], rtol=1e-12)
+    # and given its compute step, with no throughput at the anchor
+    given = dict(ring_system(compute_step_s=0.5))
+    given["measured"] = {**given["measured"], 1: None}
+    third = replay.replay([systems.parse(given)])
+    assert math.isnan(third["measured"].iloc[0]) and third["compute_source"].iloc[0] == "compute_step_s"
+    np.testing.assert_allclose(third["predicted"].iloc[1:], third["measured"].iloc[1:], rtol=1e-12)
+
+
+def test_a_file_without_the_anchor_s_throughput_or_compute_step_is_refused() -> None:
+    data = ring_system()
+    data["measured"] = {**data["measured"], 1: None}
+    with pytest.raises(systems.SystemFileError) as err:
+        systems.parse(data, "sys.yaml")
+    assert "sys.yaml" in str(err.value) and "'measured.1'" in str(err.value)
+    assert "'compute_step_s'" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"speed": 3}, "'speed' is not a known key"),
+        (
+            {"network": {"latency_s": 1e-6, "bandwidth_gbit": 10, "mtu": 9000}},
+            "'network.mtu' is not a known key",
+        ),
+        ({"network": "token-ring"}, "key 'network': 'token-ring' is not a network preset"),
+        ({"framework": "mxnet"}, "key 'framework'"),
+        ({"measured": {"one": 3.0}}, "'measured.one' is not a node count"),
+        ({"measured": {2.5: 3.0}}, "'measured.2.5' is not a node count"),
+        ({"measured": {1: -3.0}}, "key 'measured.1'"),
+        ({"batch_per_node": 2.0}, "key 'batch_per_node'"),
+        ({"model": "lenet"}, "'parameters' and 'model' are both given"),
+        ({"strategy": "ps"}, "key 'strategy': 'ps' is not torch's"),
+        ({"num_ps": 2}, "key 'num_ps': the ring pattern has no parameter servers"),
+        ({"full_duplex": True}, "key 'full_duplex': the ring pattern"),
+    ],
+)
+def test_what_a_system_file_may_not_say_is_refused_naming_the_key(change: dict[str, Any], key: str) -> None:
+    with pytest.raises(systems.SystemFileError) as err:
+        systems.parse(ring_system(**change), "sys.yaml")
+    assert str(err.value).startswith("sys.yaml: ") and key in str(err.value)
+
+
+def test_required_keys_and_the_parameter_server_maps() -> None:
+    data = ring_system()
+    del data["parameters"]
+    with pytest.raises(systems.SystemFileError, match="'parameters' \\(or 'model'\\) is required"):
+        systems.parse(data)
+    del data["batch_per_node"]
+    with pytest.raises(systems.SystemFileError, match="'batch_per_node' is required"):
+        systems.parse(dict(data, parameters=10))
+    ps = ring_system(framework="tensorflow", strategy="ps", num_ps={1: 1, 2: 2})
+    with pytest.raises(systems.SystemFileError, match="'num_ps.4' is missing"):
+        systems.parse(ps)
+    assert systems.parse(dict(ps, num_ps="nodes")).num_ps == {n: n for n in (1, 2, 4, 16, 128, 1024)}
+    assert set(systems.parse(dict(ps, num_ps=3)).num_ps.values()) == {3}
+    ring = {k: v for k, v in ps.items() if k != "num_ps"}
+    assert systems.parse(dict(ring, strategy="mwms")).setup == "tensorflow"
+    with pytest.raises(systems.SystemFileError, match="key 'strategy': 'allreduce' is not tensorflow's"):
+        systems.parse(dict(ps, strategy="allreduce"))
+
+
+def test_files_are_read_and_their_errors_name_them(tmp_path: Path) -> None:
+    good = tmp_path / "ring.yaml"
+    good.write_text(yaml.safe_dump(ring_system()))
+    assert systems.load(good).name == "synthetic-ring"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(systems.SystemFileError, match="bad.yaml: not YAML"):
+        systems.load(bad)
+    with pytest.raises(systems.SystemFileError, match="missing.yaml: cannot be read"):
+        systems.load(tmp_path / "missing.yaml")
+    assert replay.main([str(good), str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert replay.main([str(good), "--out", str(tmp_path / "out")]) == 0
+    written = pd.read_csv(tmp_path / "out" / "replay.csv")
+    assert list(written.columns) == list(replay.REPLAY_COLUMNS) and len(written) == 6
+    assert list(pd.read_csv(tmp_path / "out" / "replay_summary.csv").columns) == list(replay.SUMMARY_COLUMNS)
+    assert replay.main([str(good), str(good), "--out", str(tmp_path / "out")]) == 2  # one name twice
+
+
+def test_an_anchor_whose_modelled_communication_outlasts_its_step_is_refused() -> None:
+    slow = ring_system(network={"latency_s": 1.0, "bandwidth_gbit": 0.001})
+    slow["measured"] = {2: 1000.0, 4: 1800.0}
+    with pytest.raises(systems.SystemFileError, match="'measured.2': the modelled communication"):
+        replay.replay([systems.parse(slow)])
+
+
+def test_full_duplex_parameter_servers_pay_the_longer_of_pull_and_push() -> None:
+    """Pulls leave a server's link while pushes arrive: max instead of sum (by hand), and the
+    study's own links keep the sum."""
+    base = ring_system(framework="tensorflow", strategy="ps", num_ps=2, compute_step_s=0.5)
+    s, beta, latency = 40_000_000, 25 * GBIT, 20e-6
+    for duplex, wire in (
+        (False, 2 * (latency + 3 * s / 2 / beta)),
+        (True, latency + 3 * s / 2 / beta),
+    ):
+        table = replay.replay([systems.parse(dict(base, full_duplex=duplex))])
+        four = table.set_index("nodes").loc[4]
+        assert four["predicted"] == pytest.approx(4 * 256 / (0.5 + wire), rel=1e-12)
+    assert pm.Link.of_preset(PRESETS["10gbe"]).full_duplex is False
+
+
+# --- one code path with the study's projection -------------------------------------------------
+
+
+def run_row(framework: str, nodes: int, compute: float, exposed: float, strategy: str | None = None) -> dict:
+    """One ok host run of LeNet as ``dlscale.analysis`` writes it (what the model reads)."""
+    step = compute + exposed
+    return {
+        "run_id": f"{framework}{'-' + strategy if strategy else ''}/lenet/n{nodes}x1/b64/r0",
+        "framework": framework, "model": "lenet", "network": "host", "nodes": nodes, "ranks_per_node": 1,
+        "world_size": nodes, "batch_per_rank": 64, "status": "ok", "step_s": step, "compute_s": compute,
+        "comm_s": exposed, "exposed_comm_s": exposed, "throughput": nodes * 64 / step, "speedup": math.nan,
+        "efficiency": math.nan, "versions": json.dumps({"strategy": strategy} if strategy else {}),
+    }  # fmt: skip
+
+
+def study_tables(tmp_path: Path) -> tuple[pipeline.Tables, Path]:
+    """A study of every set-up (host runs whose exposed time is the model's plus 2 ms, and
+    every library's micro-benchmarks) through ``pipeline.run``, its tables written as the
+    rule writes them."""
+    raw = synthetic_bench(noise=0.05, seed=4)
+    fits = pm.fit_commbench(pm.commbench_cells(raw))
+    rows = []
+    for setup, cal in pm.calibrate(pd.DataFrame(), fits).items():
+        framework, strategy = setup.split("-")[0], ("ps" if setup.endswith("-ps") else None)
+        for nodes in (1, 2, 4):
+            compute = 0.016 * max(1.0, nodes / 2)
+            library = float(pm.library_comm(cal, "lenet", [nodes], 1, pm.Link.host(), 2, 1, 64, "mnist")[0])
+            rows.append(
+                run_row(framework, nodes, compute, library + (0.002 if library > 0 else 0.0), strategy)
+            )
+    runs = pd.DataFrame(rows)
+    settings = pipeline.Settings.of({"network": "10gbe", "max_nodes": 64, "bootstrap": 2, "seed": 1})
+    tables = pipeline.run(runs, None, raw, settings)
+    folder = tmp_path / "perfmodel"
+    folder.mkdir()
+    for name, table in tables.csv().items():
+        table.to_csv(folder / f"{name}.csv", index=False)
+    return tables, folder / "calibration.csv"
+
+
+def test_the_replay_and_the_projection_give_the_same_numbers(tmp_path: Path) -> None:
+    """A system file made of a projected curve (its compute, batch, model and network)
+    replays to the projection's throughput and efficiency at every node count, through the
+    study's calibration read back from its calibration.csv."""
+    tables, calibration = study_tables(tmp_path)
+    cals = replay.read_calibration(calibration)
+    assert set(cals) == set(tables.calibrations)
+    for setup, cal in tables.calibrations.items():
+        back = cals[setup]
+        assert (back.pattern, back.library, back.source) == (cal.pattern, cal.library, cal.source)
+        assert back.projection_offset_s == cal.projection_offset_s
+        for op, fit in cal.fits.items():
+            assert dict(back.fits[op].coefficients) == pytest.approx(dict(fit.coefficients), rel=1e-15), (
+                setup,
+                op,
+            )
+    checked = set()
+    for (setup, model), curve in tables.projection.groupby(["setup", "model"]):
+        if setup == "tensorflow-ps":  # the projection ships the chief's MNIST batches; a system file has none
+            continue
+        framework = setup.split("-")[0]
+        data = {
+            "name": f"{setup}-{model}", "source": "the study's projection", "framework": framework,
+            "model": model, "network": "10gbe", "batch_per_node": int(curve["batch_per_rank"].iloc[0]),
+            "compute_step_s": float(curve["compute_s"].iloc[0]),
+            "measured": {int(n): float(t) for n, t in zip(curve["nodes"], curve["throughput"], strict=True)},
+        }  # fmt: skip
+        table = replay.replay([systems.parse(data)], cals, source=str(calibration)).set_index("nodes")
+        expected = curve.set_index("nodes")
+        np.testing.assert_allclose(table["predicted"], expected["throughput"], rtol=1e-12)
+        np.testing.assert_allclose(table["predicted_efficiency"], expected["efficiency"], rtol=1e-12)
+        assert table["error"].abs().max() < 1e-12
+        checked.add(setup)
+    assert checked == {"torch", "tensorflow", "caffe", "bigdl"}
+
+
+def test_replay_and_projection_call_the_one_step_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step of both, the parameter servers' included, is made by ``projection.step_at``."""
+    assert replay.step_at is projection.step_at and replay.throughput_at is projection.throughput_at
+    calls: list[str] = []
+    real = projection.step_at
+
+    def spy(cal: pm.Calibration, *args: Any, **kwargs: Any) -> np.ndarray:
+        calls.append(cal.setup)
+        return real(cal, *args, **kwargs)
+
+    monkeypatch.setattr(projection, "step_at", spy)
+    monkeypatch.setattr(replay, "step_at", spy)
+    ps = ring_system(framework="tensorflow", strategy="ps", num_ps="nodes")
+    replay.replay([systems.parse(ps)])
+    assert calls and set(calls) == {"tensorflow-ps"}
+    calls.clear()
+    curve = pm.Curve("tensorflow-ps", "lenet", "mnist", 64, 0.02)
+    pm.project_point(
+        {"tensorflow-ps": replay.network_calibration("tensorflow-ps")}, [curve], pm.Link.host(), [1], 4
+    )
+    assert calls == ["tensorflow-ps"]
+
+
+def test_a_study_s_calibration_gives_the_band(tmp_path: Path) -> None:
+    _, calibration = study_tables(tmp_path)
+    system = systems.parse(ring_system(measured={1: 500.0, 8: 3600.0, 64: 25000.0}))
+    cals = replay.read_calibration(calibration)
+    reps = replay.calibration_replicates(calibration, cals, 6, seed=2)
+    assert len(reps) == 6
+    table = replay.replay([system], cals, reps, source="study")
+    assert (table["replicates"] == 6).all() and table["calibration"].str.startswith("study (commbench)").all()
+    assert table["lower"].notna().all() and (table["lower"] <= table["upper"]).all()
+    assert (table["efficiency_lower"] <= table["efficiency_upper"] + 1e-12).all()
+    # without the micro-benchmark cells beside it there is no bootstrap, and a set-up the
+    # study did not calibrate falls back to the network-level model, saying so
+    (calibration.parent / "commbench.csv").unlink()
+    assert replay.calibration_replicates(calibration, cals, 6) == []
+    bare = replay.replay([system], {}, source="study")
+    assert bare["calibration"].iloc[0] == f"{replay.NETWORK_LABEL} (torch not in study)"
+    assert bare["lower"].isna().all()
+
+
+# --- the published record -------------------------------------------------------------------------
+
+
+def published_files() -> list[Path]:
+    return sorted(PUBLISHED.glob("*.yaml"))
+
+
+def test_the_published_record_has_its_files() -> None:
+    assert len(published_files()) >= 5
+
+
+@pytest.mark.parametrize("path", published_files(), ids=lambda p: p.stem)
+def test_every_published_file_validates_and_replays(path: Path) -> None:
+    system = systems.load(path)
+    assert system.name == path.stem and system.source.strip() and system.notes.strip()
+    table = replay.replay([system])
+    assert len(table) == len(system.measured) and np.isfinite(table["predicted"]).all()
+    assert table["error"].iloc[0] == 0.0  # the anchor
+
+
+def test_the_committed_replay_table_is_what_the_published_files_replay_to() -> None:
+    """published/replay.csv is made by the command in published/README.md, unedited."""
+    committed = pd.read_csv(PUBLISHED / "replay.csv", keep_default_na=False, na_values=[""])
+    made = replay.replay([systems.load(p) for p in published_files()])
+    made = pd.read_csv(io.StringIO(made.to_csv(index=False)), keep_default_na=False, na_values=[""])
+    pd.testing.assert_frame_equal(committed, made)
+    summary = pd.read_csv(PUBLISHED / "replay_summary.csv")
+    assert set(summary["pattern"]) == set(made["pattern"])
