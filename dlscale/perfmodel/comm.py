@@ -195,13 +195,17 @@ def ps_parts(
         else np.where(remote > 0, ranks_per_node * nbytes, 0.0)
     )
     # pulls leave the server's node, pushes cross the workers' links (emulated) or the
-    # server's ingress (real): each link has its own budget (and bucket), paid in turn,
-    # unless the link is full duplex (``Link.full_duplex``: the two at once)
+    # server's ingress (real): each link has its own budget (and bucket), paid in turn
     talks = np.where(remote > 0, 1.0, 0.0)
-    pulled, pushed = link.wire(talks, pull), link.wire(talks, push)
     if link.full_duplex and link.ingress_shaped:
-        return fixed, per_byte, np.maximum(pulled, pushed)
-    return fixed, per_byte, pulled + pushed
+        # pushes and pulls pipelined on a full-duplex link: each direction of a server's
+        # node carries its share for the remote workers and its own workers' traffic to
+        # the other servers (egress: pulls served + own pushes; ingress: the mirror)
+        own = np.where(
+            remote > 0, ranks_per_node * nbytes * (1.0 - 1.0 / np.asarray(num_ps, dtype="float64")), 0.0
+        )
+        return fixed, per_byte, link.wire(talks, pull + own)
+    return fixed, per_byte, link.wire(talks, pull) + link.wire(talks, push)
 
 
 def exchange_parts(

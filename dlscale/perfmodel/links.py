@@ -38,10 +38,11 @@ class Link:
     wire_scale: float = 1.0
     #: An emulated network (``dlscale.netns``), not a projection preset.
     emulated: bool = False
-    #: A parameter server's pulls (its egress) and pushes (its ingress) cross its link at
-    #: once, the step paying the longer of the two instead of their sum: a switched
-    #: full-duplex network with per-variable transfers. Set only by a replayed system file
-    #: that says so (``full_duplex``); the study's projection keeps them in turn.
+    #: A parameter-server step's pushes and pulls are pipelined on a full-duplex link: each
+    #: direction of a server's node carries its share for the remote workers plus its own
+    #: workers' traffic to the other servers, at once, instead of pushes then pulls
+    #: (``ps_parts``). Set only by a replayed system file that says so (``full_duplex``);
+    #: the study's projection keeps them in turn.
     full_duplex: bool = False
 
     def wire(self, messages: Any, nbytes: Any) -> np.ndarray:

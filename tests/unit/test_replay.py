@@ -144,18 +144,28 @@ def test_an_anchor_whose_modelled_communication_outlasts_its_step_is_refused() -
         replay.replay([systems.parse(slow)])
 
 
-def test_full_duplex_parameter_servers_pay_the_longer_of_pull_and_push() -> None:
-    """Pulls leave a server's link while pushes arrive: max instead of sum (by hand), and the
-    study's own links keep the sum."""
+def test_full_duplex_parameter_servers_pipeline_pushes_and_pulls() -> None:
+    """By hand, 4 nodes and 2 servers: in turn, a server's node pays the remote workers'
+    pushes then pulls (3 x S/2 each way, one latency each); full duplex, one crossing of
+    its share for the 3 remote workers plus its own worker's half for the other server.
+    The study's own links keep them in turn."""
     base = ring_system(framework="tensorflow", strategy="ps", num_ps=2, compute_step_s=0.5)
     s, beta, latency = 40_000_000, 25 * GBIT, 20e-6
     for duplex, wire in (
         (False, 2 * (latency + 3 * s / 2 / beta)),
-        (True, latency + 3 * s / 2 / beta),
+        (True, latency + (3 * s / 2 + s / 2) / beta),
     ):
         table = replay.replay([systems.parse(dict(base, full_duplex=duplex))])
         four = table.set_index("nodes").loc[4]
         assert four["predicted"] == pytest.approx(4 * 256 / (0.5 + wire), rel=1e-12)
+    # as many servers as nodes: the same bytes either way (one latency less)
+    same = dict(base, num_ps="nodes")
+    apart, duplex = (replay.replay([systems.parse(dict(same, full_duplex=d))]) for d in (False, True))
+    gap = (
+        4 * 256 / duplex.set_index("nodes").loc[4, "predicted"]
+        - 4 * 256 / apart.set_index("nodes").loc[4, "predicted"]
+    )
+    assert gap == pytest.approx(-latency, rel=1e-6)
     assert pm.Link.of_preset(PRESETS["10gbe"]).full_duplex is False
 
 
