@@ -11,9 +11,11 @@ Modules, each importing only those above it in this list: ``patterns`` (message 
 counts), ``fits`` (library costs on micro-benchmark cells), ``links`` (networks), ``comm``
 (one step's communication from a calibration), ``library`` (emulated-link parameters and
 checks), ``runs`` (the runs table as the model reads it), ``calibration``, ``validation``,
-``projection``, ``bootstrap``, ``pipeline`` (all of it on a study's tables) and
-``figures``. Everything is arithmetic on small tables: it runs in the analysis step, never
-at DAG time.
+``projection``, ``bootstrap``, ``pipeline`` (all of it on a study's tables), ``figures``,
+``systems`` (the system-file contract of a published measurement) and ``replay`` (published
+systems predicted through the projection's own ``throughput_at``; ``python -m
+dlscale.perfmodel.replay``, not re-exported here). Everything is arithmetic on small
+tables: it runs in the analysis step, never at DAG time.
 """
 
 from __future__ import annotations
