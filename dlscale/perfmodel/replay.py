@@ -251,14 +251,18 @@ def replay_system(
 ) -> pd.DataFrame:
     """One system's rows of ``replay.csv``: each measured count's throughput predicted, its
     efficiency against the anchor's (measured against measured, predicted against
-    predicted), the error, and the band of the replicates' predictions."""
+    predicted; measured against the predicted anchor where the source prints none there),
+    the error, and the band of the replicates' predictions."""
     counts = np.asarray(sorted(system.measured), dtype="float64")
     anchor = system.anchor
     compute, predicted = predicted_throughputs(system, cal)
     measured = np.asarray(
         [np.nan if system.measured[n] is None else system.measured[n] for n in sorted(system.measured)]
     )
-    measured_eff = (measured / counts) / (measured[0] / anchor)
+    # against the anchor's measured throughput, or its predicted one where the source
+    # prints none there (its compute step then came from ``compute_step_s``)
+    reference = measured[0] if np.isfinite(measured[0]) else predicted[0]
+    measured_eff = (measured / counts) / (reference / anchor)
     predicted_eff = (predicted / counts) / (predicted[0] / anchor)
     drawn = []
     for rep in replicates:
@@ -320,7 +324,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per communication pattern: the median and worst |error| of efficiency over every
     measured count but the anchors (their error is 0 by construction), against the bar."""
     rows = []
-    scored = table[table["nodes"].ne(table["anchor"]) & table["measured"].notna()]
+    scored = table[table["nodes"].ne(table["anchor"]) & table["error"].notna()]
     for pattern, group in scored.groupby("pattern", sort=True):
         errors = group["error"].abs()
         worst = group.loc[errors.idxmax()]

@@ -62,6 +62,8 @@ def test_a_synthetic_alpha_beta_ring_is_recovered() -> None:
     given["measured"] = {**given["measured"], 1: None}
     third = replay.replay([systems.parse(given)])
     assert math.isnan(third["measured"].iloc[0]) and third["compute_source"].iloc[0] == "compute_step_s"
+    assert third["error"].iloc[1:].abs().max() < 1e-12  # efficiency against the predicted anchor
+    assert replay.summary(third)["points"].tolist() == [5]
     np.testing.assert_allclose(third["predicted"].iloc[1:], third["measured"].iloc[1:], rtol=1e-12)
 
 
@@ -278,6 +280,12 @@ def test_a_study_s_calibration_gives_the_band(tmp_path: Path) -> None:
     assert (table["replicates"] == 6).all() and table["calibration"].str.startswith("study (commbench)").all()
     assert table["lower"].notna().all() and (table["lower"] <= table["upper"]).all()
     assert (table["efficiency_lower"] <= table["efficiency_upper"] + 1e-12).all()
+    path = tmp_path / "ring.yaml"
+    path.write_text(yaml.safe_dump(ring_system(measured={1: 500.0, 8: 3600.0})))
+    args = [str(path), "--out", str(tmp_path / "out"), "--calibration", str(calibration), "--bootstrap", "3"]
+    assert replay.main(args) == 0
+    written = pd.read_csv(tmp_path / "out" / "replay.csv")
+    assert (written["replicates"] == 3).all() and written["calibration"].str.endswith("(commbench)").all()
     # without the micro-benchmark cells beside it there is no bootstrap, and a set-up the
     # study did not calibrate falls back to the network-level model, saying so
     (calibration.parent / "commbench.csv").unlink()
