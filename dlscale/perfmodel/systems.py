@@ -261,13 +261,12 @@ def _message(err: jsonschema.ValidationError) -> str:
     if "propertyNames" in err.schema_path:
         return f"key '{where}.{err.instance}' is not a node count (a whole number from 1)"
     if err.validator == "oneOf" and err.context:
-        fitting = [e for e in err.context if e.validator not in ("type", "enum")]
-        if fitting:
-            return _message(max(fitting, key=lambda e: len(e.absolute_path)))
         if err.absolute_path and err.absolute_path[-1] == "network" and isinstance(err.instance, str):
             return f"key 'network': {err.instance!r} is not a network preset (known: {', '.join(sorted(PRESETS))})"
-        forms = " or ".join(
-            str(b.get("type", b.get("$ref", "?")).rpartition("/")[2]) for b in err.validator_value
-        )
-        return f"key '{where}': {err.instance!r} is not a {forms} of the allowed values (schemas/system.schema.yaml)"
+        # the branches of the value's own type (a branch with a type error is another type's)
+        mistyped = {e.relative_schema_path[0] for e in err.context if e.validator == "type"}
+        fitting = [e for e in err.context if e.relative_schema_path[0] not in mistyped]
+        if fitting:
+            return _message(max(fitting, key=lambda e: len(e.absolute_path)))
+        return f"key '{where}': {err.instance!r} is not of an allowed form (schemas/system.schema.yaml)"
     return f"key '{where}': {err.message}"

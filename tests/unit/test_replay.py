@@ -85,6 +85,7 @@ def test_a_file_without_the_anchor_s_throughput_or_compute_step_is_refused() -> 
             "'network.mtu' is not a known key",
         ),
         ({"network": "token-ring"}, "key 'network': 'token-ring' is not a network preset"),
+        ({"network": {"latency_s": 1e-6}}, "key 'network.bandwidth_gbit' is required"),
         ({"framework": "mxnet"}, "key 'framework'"),
         ({"measured": {"one": 3.0}}, "'measured.one' is not a node count"),
         ({"measured": {2.5: 3.0}}, "'measured.2.5' is not a node count"),
