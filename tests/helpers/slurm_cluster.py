@@ -56,6 +56,13 @@ JOBSTEP_KEEPS = (
 )  # fmt: skip
 
 
+#: The one test-only flag the workflow tests give the SLURM profile: the plugin's first job
+#: status check after 2 s instead of the profile's 10, then 10 s more each time no job has
+#: ended. The waits are then the study's, not the poller's (each run waited up to 30 s for
+#: it); the cluster's MinJobAge (60 s) stays above 3 x 2 s, as the profile asks.
+FAST_STATUS_CHECKS = ("--slurm-init-seconds-before-status-checks", "2")
+
+
 def launch_job(job: Path, python: Path | str, spec: dict, data: Path | str, events: Path) -> Path:
     """A batch script that runs one run as the training rule does: the launcher alone, with
     nothing in its environment that a user's job would not have, and without what the

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.paths import ENVS_DIR, REPO
-from helpers.slurm_cluster import SlurmCluster
+from helpers.slurm_cluster import FAST_STATUS_CHECKS, SlurmCluster
 
 pytestmark = pytest.mark.workflow
 
@@ -32,7 +32,7 @@ def check_site(cluster: SlurmCluster, workdir: Path, envs_dir: Path) -> subproce
     cmd = [
         *cluster.netns_prefix(), sys.executable, "-m", "snakemake", "results/site/check.json",
         "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-        "--profile", str(REPO / "profiles" / "slurm"), "--configfile", str(workdir / "study.yaml"),
+        "--profile", str(REPO / "profiles" / "slurm"), *FAST_STATUS_CHECKS, "--configfile", str(workdir / "study.yaml"),
     ]  # fmt: skip
     return subprocess.run(cmd, env=cluster.env(), cwd=workdir, capture_output=True, text=True, timeout=600)
 
