@@ -41,6 +41,18 @@ def processes_mentioning(text: str) -> list[int]:
     return pids
 
 
+def kill_leftovers(root: Path) -> list[int]:
+    """Kill (by PID) every live process whose command line names ``root`` (a test's own run
+    or study folder), and return their PIDs: a test fails on them after cleaning up."""
+    leftovers = processes_mentioning(str(root))
+    for pid in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return leftovers
+
+
 def spec(model="lenet", nodes=2, batch=64, iterations=20, warmup=2, lr=0.02, timeout_s=600, **options):
     return {
         "framework": "bigdl",
@@ -99,12 +111,7 @@ def run_ok(python: Path, run_spec: dict, data: Path, root: Path) -> tuple[Path, 
     events_path = root / "run" / "events.jsonl"
     proc = launch(python, run_spec, data, events_path, retries=0)
     output = proc.stdout + proc.stderr
-    leftovers = processes_mentioning(str(root))
-    for pid in leftovers:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    leftovers = kill_leftovers(root)
     assert proc.returncode == 0, output[-5000:]
     assert not leftovers, f"processes left running: {leftovers}"
     events = read_events(events_path)

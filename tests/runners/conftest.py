@@ -3,13 +3,11 @@ process of a test's run outlives it, and the two BigDL runs several tests read."
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.bigdl_runs import SHARED_INIT, TWO_EXECUTOR_TARGET, processes_mentioning, run_ok, spec
+from helpers.bigdl_runs import SHARED_INIT, TWO_EXECUTOR_TARGET, kill_leftovers, run_ok, spec
 from helpers.paths import REPO, framework_python
 
 from dlscale import catalog
@@ -25,12 +23,7 @@ def bigdl_py() -> Path:
 def no_leftovers(tmp_path):
     """Fail (after killing them by PID) if any process of this test's run is still alive."""
     yield tmp_path
-    leftovers = processes_mentioning(str(tmp_path))
-    for pid in leftovers:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    leftovers = kill_leftovers(tmp_path)
     assert not leftovers, f"processes left running: {leftovers}"
 
 

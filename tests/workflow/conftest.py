@@ -6,13 +6,11 @@ beside its framework again, and the aggregation, scaling model, figures and repo
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers.bigdl_runs import processes_mentioning
+from helpers.bigdl_runs import kill_leftovers
 from helpers.paths import framework_python
 from helpers.workflow import FOUR_FRAMEWORKS, snakemake
 
@@ -27,12 +25,7 @@ def four_framework_study(tmp_path_factory, torch_py, caffe_py) -> Path:
     try:
         proc = snakemake(workdir, timeout=2400)
     finally:
-        leftovers = processes_mentioning(str(workdir))
-        for pid in leftovers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        leftovers = kill_leftovers(workdir)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert not leftovers, f"Spark, MPI or runner processes outlived the workflow: {leftovers}"
     return workdir
