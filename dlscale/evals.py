@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlscale import quality
+from dlscale.data import fashion_mnist, mnist
 from dlscale.events import EventError
 
 #: Per-run columns this module adds to the runs table (NaN / empty for a failed run).
@@ -63,6 +64,14 @@ EVAL_COLUMNS: tuple[str, ...] = (
     "train_s",
     "heldout",
 )
+
+
+#: Samples of each known held-out split: the test sets' canonical shapes, which dlscale.data
+#: checks on every fetch. An evaluation of another count left some of the split out.
+HELDOUT_SAMPLES: Mapping[str, int] = {
+    name: int(module.CANONICAL["shapes"]["test_images"][0])
+    for name, module in (("mnist", mnist), ("fashion-mnist", fashion_mnist))
+}
 
 
 @dataclass(frozen=True)
@@ -131,7 +140,7 @@ def check_evals(path: str, start: Mapping[str, Any], evals: Iterable[tuple[int, 
     for line, event in evals:
         where = f"{path}:{line}: eval event"
         samples = int(event["samples"])
-        known = quality.HELDOUT_SAMPLES.get(str(event.get("heldout") or ""))
+        known = HELDOUT_SAMPLES.get(str(event.get("heldout") or ""))
         if known is not None and samples != known:
             raise EventError(
                 f"{where}: {samples} samples evaluated, but the {event['heldout']} held-out split has {known}"

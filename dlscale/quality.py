@@ -40,10 +40,6 @@ METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
 #: Classes per dataset (top-k chance is k / classes).
 NUM_CLASSES: Mapping[str, int] = MappingProxyType({"mnist": 10, "fashion-mnist": 10, "imagenet": 1000})
 
-#: Samples of each known held-out split (MNIST's and Fashion-MNIST's test sets, whose
-#: shapes dlscale.data checks): an evaluation of another count left some out.
-HELDOUT_SAMPLES: Mapping[str, int] = MappingProxyType({"mnist": 10000, "fashion-mnist": 10000})
-
 #: Pixel mean and standard deviation of each greyscale dataset's training set on [0, 1]
 #: (MNIST's are canonical, STACK.md; Fashion-MNIST's the same computation on Debian's
 #: dataset-fashion-mnist).
