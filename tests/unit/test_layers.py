@@ -60,6 +60,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("dlscale.analysis",),
     # archives in and out
     ("dlscale.artifact", "dlscale.verify"),
+    # studies against each other (archives read through verify)
+    ("dlscale.compare", "dlscale.compare_page"),
 )  # fmt: skip
 
 

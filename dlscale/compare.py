@@ -1,0 +1,906 @@
+"""Studies against each other: ``python -m dlscale.compare BASE NEW [MORE ...] --out DIR``.
+
+People re-check a framework decision when the software or the machine changes (torch
+upgraded, a setting tuned, a new cluster, a laptop study repeated on the real machine).
+This module says, cell by cell and with intervals, what changed between two or more
+studies, and which verdicts changed with it.
+
+* **Input.** Each argument is a study's results folder (``runs.csv`` with ``runs/``
+  beside it, as the workflow or ``python -m dlscale.analysis`` writes it, or the study
+  folder above it) or its archive from ``make artifact``. An archive, and a folder with a
+  ``MANIFEST.json`` (an unpacked one), is checked with ``dlscale.verify`` first: an archive
+  that fails is refused, never read.
+* **Cells** are matched by their set-up (``MATCH_KEYS``: framework, model, dataset,
+  scaling, network, ranks per node, the batch that stays fixed, threads per rank, nodes).
+  A cell of one study without its match in the other is listed (``unmatched.csv``),
+  never dropped silently. ``--ignore-key threads_per_rank`` matches across a deliberate
+  change of that key (it then shows among the differences).
+* **Per matched cell and metric** (``METRICS``, each with the direction that is better):
+  the NEW/BASE ratio of the medians over the repeats, with the interval of
+  ``dlscale.stats.ratio_interval`` (the verdicts' rules: a seeded bootstrap with 6 or more
+  repeats on each side, else the conservative range ratio with its coverage), and a
+  Mann-Whitney U test where the repeats allow one (``rank_test``). ``change`` is
+  ``improved`` or ``regressed`` only when the interval excludes 1 and the test, where
+  there is one, rejects at ``1 - CONFIDENCE``; otherwise ``no change``.
+* **Verdict changes**: every finding (the three questions) and seed claim whose answer
+  differs between the studies (a different winner, or a winner against "no clear
+  winner").
+* **Differences**: what the studies ran with, as their tables, run_start events and
+  archive manifests record it (``study_facts``).
+
+The repeats are the samples, as in the verdicts: a run contributes its median over timed
+iterations (``runs.csv``), never its iterations. The CLI writes every output or none
+(``atomic.replace_all``); bad input is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scistats
+
+from dlscale import atomic, compare_page, verdicts
+from dlscale import verify as dlverify
+from dlscale.archive_safety import Refused
+from dlscale.networks import HOST
+from dlscale.stats import CONFIDENCE, Interval, ratio_interval
+from dlscale.tables import batch_key
+
+# --- what is compared, declared once -----------------------------------------------------
+
+IMPROVED, REGRESSED, NO_CHANGE = "improved", "regressed", "no change"
+#: A rank test rejects "no change" below this p-value (the intervals' complement).
+ALPHA = 1.0 - CONFIDENCE
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A quantity compared per cell: its runs.csv column and which direction is better."""
+
+    name: str
+    higher_is_better: bool
+    #: Independent of the machine's raw speed (led with when the hardware differs).
+    normalised: bool
+    label: str
+
+
+#: Every metric compared, with the direction that is better: the one place that says so.
+METRICS: tuple[Metric, ...] = (
+    Metric("throughput", True, False, "throughput (samples/s, global)"),
+    Metric("exposed_comm_share", False, True, "exposed-communication share of the step"),
+    Metric("efficiency", True, True, "scaling efficiency against the set-up's smallest node count"),
+    Metric("time_to_target_s", False, False, "time to the quality target (s)"),
+)
+METRIC_BY_NAME: Mapping[str, Metric] = {m.name: m for m in METRICS}
+
+#: What makes two cells the same experiment. ``batch``: per rank under weak scaling,
+#: global under strong (what stays fixed, ``tables.batch_key``).
+MATCH_KEYS: tuple[str, ...] = (
+    "framework",
+    "model",
+    "dataset",
+    "scaling",
+    "network",
+    "ranks_per_node",
+    "batch",
+    "threads_per_rank",
+    "nodes",
+)
+#: Keys a comparison may be told to ignore (a deliberate change of that setting).
+IGNORABLE_KEYS: tuple[str, ...] = ("threads_per_rank", "dataset", "network")
+
+COMPARISON_COLUMNS: tuple[str, ...] = (
+    "study",
+    "base",
+    "cell",
+    *MATCH_KEYS,
+    "metric",
+    "better",
+    "base_median",
+    "new_median",
+    "ratio",
+    "ratio_lower",
+    "ratio_upper",
+    "coverage",
+    "interval",
+    "base_repeats",
+    "new_repeats",
+    "p_value",
+    "change",
+)
+VERDICT_CHANGE_COLUMNS: tuple[str, ...] = (
+    "study",
+    "base",
+    "kind",
+    *verdicts.SETUP,
+    "question",
+    "base_verdict",
+    "new_verdict",
+    "what_changed",
+)
+UNMATCHED_COLUMNS: tuple[str, ...] = ("study", "base", "only_in", "cell", *MATCH_KEYS, "repeats")
+
+#: The files ``write_comparison`` writes under the output folder.
+OUTPUT_FILES: Mapping[str, str] = {
+    "comparison": "comparison.csv",
+    "verdict_changes": "verdict_changes.csv",
+    "differences": "differences.csv",
+    "unmatched": "unmatched.csv",
+    "page": "comparison.html",
+    **{f"figure_{fmt}": f"ratios.{fmt}" for fmt in compare_page.FIGURE_FORMATS},
+}
+
+# --- the tables' schema -------------------------------------------------------------------
+
+#: The runs table's columns this comparison cannot do without (every dlscale version's
+#: runs.csv has them, the legacy one before cells and claims included).
+REQUIRED_RUNS_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "framework",
+    "model",
+    "nodes",
+    "ranks_per_node",
+    "batch_per_rank",
+    "status",
+    "throughput",
+)
+#: The tables carry no version of their own (their bytes are pinned by the golden test):
+#: the version is derived from the columns (``table_schema``). A runs table that one day
+#: carries a ``schema_version`` column is read only at a version listed here.
+SUPPORTED_SCHEMAS: tuple[int, ...] = (1, 2)
+
+
+class CompareError(ValueError):
+    """Input the comparison refuses; the message is one line naming what is wrong."""
+
+
+def table_schema(runs: pd.DataFrame, name: str = "runs.csv") -> int:
+    """The runs table's schema version: its ``schema_version`` column where it has one,
+    else derived from its columns (1: the legacy table without dataset, network and the
+    exposed share; 2: the current one). ``CompareError`` for a table this comparison
+    cannot read (a required column missing, a version it does not know)."""
+    if "schema_version" in runs:
+        found = sorted({str(v) for v in runs["schema_version"].dropna().unique()})
+        versions = [int(v) for v in found if v.isdigit()]
+        if len(found) != 1 or len(versions) != 1 or versions[0] not in SUPPORTED_SCHEMAS:
+            raise CompareError(
+                f"{name}: tables of schema version {', '.join(found) or '(empty)'}, this comparison reads"
+                f" version(s) {', '.join(map(str, SUPPORTED_SCHEMAS))}: compare with the dlscale that made them"
+            )
+        return versions[0]
+    missing = [c for c in REQUIRED_RUNS_COLUMNS if c not in runs]
+    if missing:
+        raise CompareError(
+            f"{name}: an incompatible table schema: no column(s) {', '.join(missing)} (not a dlscale runs"
+            " table of a version this comparison reads)"
+        )
+    for column in ("throughput", "nodes", "ranks_per_node", "batch_per_rank"):
+        if not pd.api.types.is_numeric_dtype(runs[column]) and runs[column].notna().any():
+            raise CompareError(f"{name}: an incompatible table schema: column {column} is not numeric")
+    current = ("dataset", "network", "exposed_comm_share", "efficiency")
+    return 2 if all(c in runs for c in current) else 1
+
+
+# --- a study ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Study:
+    """One study as the comparison reads it."""
+
+    label: str
+    source: str
+    runs: pd.DataFrame
+    findings: pd.DataFrame
+    claims: pd.DataFrame
+    #: What the study ran with (``study_facts``): key -> value.
+    facts: dict[str, str] = field(default_factory=dict)
+    verified: str = "not an archive: read as it is"
+    schema: int = 2
+
+
+def results_folder(target: Path) -> tuple[Path, bool]:
+    """``(results folder, is an archive or an unpacked one)`` for a comparison argument;
+    ``CompareError`` when there is no study there or its runs table is missing."""
+    if target.is_file():
+        return target, True
+    if not target.is_dir():
+        raise CompareError(f"{target}: no such file or folder")
+    if (target / dlverify.MANIFEST).is_file():
+        return target / "results", True
+    if (target.parent / dlverify.MANIFEST).is_file() and target.name == "results":
+        return target, True
+    for results in (target, target / "results"):
+        if (results / "runs.csv").is_file():
+            return results, False
+    for results in (target, target / "results"):
+        if (results / "runs").is_dir() or (results / "cells.csv").is_file():
+            raise CompareError(
+                f"{results}: a results folder without its runs table (runs.csv): aggregate it first"
+                f" (python -m dlscale.analysis {results / 'runs'} --out {results})"
+            )
+    raise CompareError(f"{target}: not a study (no runs.csv, results/runs.csv or {dlverify.MANIFEST})")
+
+
+@contextlib.contextmanager
+def opened(target: str | Path) -> Iterator[tuple[Path, Path, str]]:
+    """``(study root, results folder, what verify said)``; an archive or unpacked archive
+    is verified first and refused (``CompareError``) unless every check passes."""
+    path = Path(target)
+    results, archived = results_folder(path)
+    if not archived:
+        yield results.parent, results, "not an archive: read as it is"
+        return
+    try:
+        report = dlverify.verify(path)
+    except Refused as err:
+        raise CompareError(f"{path}: refused by verify: {err}") from None
+    except dlverify.NotAStudy as err:
+        raise CompareError(f"{path}: {err}") from None
+    if not report.ok:
+        first = report.lines()[0]
+        raise CompareError(
+            f"{path}: the archive fails verify ({len(report.problems)} difference(s) in"
+            f" {', '.join(report.files()[:3])}; first: {first}): refused"
+        )
+    with dlverify.opened(path) as (root, unpacked):
+        if not (unpacked / "runs.csv").is_file():
+            raise CompareError(f"{path}: a study without its runs table (results/runs.csv)")
+        yield root, unpacked, "verified: every checksum and table matches"
+
+
+def _read_csv(path: Path, name: str) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, low_memory=False)
+    except (ValueError, OSError, UnicodeDecodeError) as err:  # pandas' ParserError is a ValueError
+        raise CompareError(f"{name}: unreadable ({type(err).__name__}: {err})") from None
+
+
+def load_study(target: str | Path, label: str) -> Study:
+    """Read one study (``opened``): its runs, findings and claims (made from the runs
+    with ``dlscale.verdicts`` where the folder has none) and what it ran with."""
+    with opened(target) as (root, results, verified):
+        runs = _read_csv(results / "runs.csv", f"{target}: runs.csv")
+        schema = table_schema(runs, f"{target}: runs.csv")
+        cells = None
+        tables: dict[str, pd.DataFrame] = {}
+        for name in ("findings", "claims"):
+            path = results / f"{name}.csv"
+            if path.is_file():
+                tables[name] = _read_csv(path, f"{target}: {name}.csv")
+                continue
+            cells = verdicts.cells(runs) if cells is None else cells
+            tables[name] = verdicts.findings(cells) if name == "findings" else verdicts.claims(cells)
+        facts = study_facts(root, results, runs)
+    return Study(label, str(target), runs, tables["findings"], tables["claims"], facts, verified, schema)
+
+
+# --- what a study ran with ---------------------------------------------------------------------
+
+#: Facts that describe the machine: when one differs, raw throughput compares machines.
+HARDWARE_FACTS: tuple[str, ...] = ("cpu_model", "cpu_cores", "platform", "host", "hosts", "matmul_peak_flops")
+#: Most characters of one fact's value (a long host list is cut, with how many more).
+MAX_FACT_CHARS = 300
+
+
+def _joined(values: Any) -> str:
+    found = sorted({str(v) for v in values if v is not None and str(v) not in ("", "nan", "None")})
+    text = ";".join(found)
+    return text if len(text) <= MAX_FACT_CHARS else text[:MAX_FACT_CHARS] + f"... ({len(found)} values)"
+
+
+def _flat(prefix: str, value: Any, out: dict[str, set[str]]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flat(f"{prefix}.{key}" if prefix else str(key), inner, out)
+    else:
+        text = json.dumps(value, sort_keys=True) if isinstance(value, list) else str(value)
+        out.setdefault(prefix, set()).add(text)
+
+
+#: run_start's spec fields that name the run rather than configure it.
+_RUN_FIELDS = {"run_id", "framework", "model", "nodes", "ranks_per_node", "batch", "repeat"}
+_RUN_FIELDS |= {"world_size", "global_batch", "seed", "network", "dataset", "scaling"}
+#: Most events files whose run_start is read for the facts.
+MAX_RUN_STARTS = 5000
+
+
+def _run_starts(results: Path) -> Iterator[dict[str, Any]]:
+    """Each run's run_start (the first line of its events), the tuning stage's left out."""
+    runs_dir = results / "runs"
+    if not runs_dir.is_dir():
+        return
+    for count, path in enumerate(sorted(runs_dir.rglob("events.jsonl"))):
+        parts = path.relative_to(runs_dir).parts
+        if count >= MAX_RUN_STARTS or "tune" in parts or any(p.startswith(".") for p in parts):
+            continue
+        try:
+            with open(path, encoding="utf-8") as handle:
+                start = json.loads(handle.readline(1 << 20))
+        except (OSError, ValueError):
+            continue
+        if isinstance(start, dict) and start.get("event") == "run_start":
+            yield start
+
+
+def study_facts(root: Path, results: Path, runs: pd.DataFrame) -> dict[str, str]:
+    """What the study ran with, as far as it recorded it: per framework its versions, venv
+    lock hash, CPU settings and threads per rank (runs.csv, run_start), each spec key (the
+    config as the runs saw it), the launcher (the profile's mode), hosts and network, and
+    from an archive's manifest the host, platform, CPU count, git revision and locks. The
+    CPU model is recorded by no dlscale table: it is "not recorded" unless a manifest or
+    ``host/cpu.json`` names it."""
+    facts: dict[str, str] = {}
+    ok = runs[runs["status"].eq("ok")] if "status" in runs else runs
+    for framework, mine in ok.groupby("framework", sort=True):
+        versions: dict[str, set[str]] = {}
+        for text in mine.get("versions", pd.Series(dtype=object)).dropna():
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                for package, version in json.loads(text).items():
+                    versions.setdefault(str(package), set()).add(str(version))
+        for package, found in versions.items():
+            facts[f"version {framework}: {package}"] = _joined(found)
+        for column, key in (("settings", "settings"), ("threads_per_rank", "threads_per_rank")):
+            if column in mine:
+                facts[f"{key} {framework}"] = _joined(mine[column])
+    for column in ("git_sha", "config_sha256", "network"):
+        if column in ok:
+            facts[column] = _joined(ok[column])
+    if "hosts" in ok:
+        facts["hosts"] = _joined(h for text in ok["hosts"].dropna() for h in str(text).split(";"))
+    spec: dict[str, dict[str, set[str]]] = {}
+    launchers: set[str] = set()
+    for start in _run_starts(results):
+        framework = str(start.get("framework"))
+        env = start.get("env") if isinstance(start.get("env"), dict) else {}
+        if env.get("lock_sha256"):
+            facts.setdefault(f"lock_sha256 {framework}", "")
+            facts[f"lock_sha256 {framework}"] = _joined(
+                [*facts[f"lock_sha256 {framework}"].split(";"), env["lock_sha256"]]
+            )
+        if start.get("caffe_build_key"):
+            facts["caffe_build_key"] = str(start["caffe_build_key"])
+        if start.get("launcher"):
+            launchers.add(str(start["launcher"]))
+        mine = spec.setdefault(framework, {})
+        if isinstance(start.get("spec"), dict):
+            _flat("", {k: v for k, v in start["spec"].items() if k not in _RUN_FIELDS}, mine)
+    if launchers:
+        facts["launcher (profile)"] = _joined(launchers)
+    for framework, keys in spec.items():
+        for key, values in keys.items():
+            facts[f"config {framework}: {key}"] = _joined(values)
+    manifest_path = root / dlverify.MANIFEST
+    if manifest_path.is_file():
+        with contextlib.suppress(ValueError, OSError, Refused):
+            manifest = dlverify.load_manifest(root)
+            provenance = manifest.get("provenance") or {}
+            for key in ("host", "platform", "git_sha", "git_dirty", "analysis_sha256"):
+                if provenance.get(key) is not None:
+                    facts[key] = str(provenance[key])
+            if provenance.get("cpu_count") is not None:
+                facts["cpu_cores"] = str(provenance["cpu_count"])
+            for env, entry in (provenance.get("environments") or {}).items():
+                if isinstance(entry, dict) and entry.get("lock_sha256"):
+                    facts.setdefault(f"lock_sha256 {env}", str(entry["lock_sha256"]))
+    for name, keys in (("matmul_peak.json", ("cores",)), ("cpu.json", ("model", "cores"))):
+        path = results / "host" / name
+        if path.is_file():
+            with contextlib.suppress(ValueError, OSError, AttributeError):
+                record = json.loads(path.read_text(encoding="utf-8"))
+                for key in keys:
+                    if record.get(key) is not None:
+                        facts["cpu_model" if key == "model" else "cpu_cores"] = str(record[key])
+                if name == "matmul_peak.json" and isinstance(record.get("peak_flops"), dict):
+                    facts["matmul_peak_flops"] = _joined(
+                        f"{t}:{float(v):.3g}" for t, v in record["peak_flops"].items()
+                    )
+    facts.setdefault("cpu_model", "not recorded")
+    return facts
+
+
+def differences(studies: Sequence[Study]) -> pd.DataFrame:
+    """One row per fact that differs between the studies: ``fact``, ``hardware`` (a fact
+    of the machine) and each study's value ("" where it did not record it)."""
+    keys = sorted({k for s in studies for k in s.facts})
+    rows = []
+    for key in keys:
+        values = [s.facts.get(key, "") for s in studies]
+        if len(set(values)) > 1:
+            rows.append(
+                {
+                    "fact": key,
+                    "hardware": key in HARDWARE_FACTS,
+                    **dict(zip(_labels(studies), values, strict=True)),
+                }
+            )
+    return pd.DataFrame(rows, columns=["fact", "hardware", *_labels(studies)])
+
+
+def _labels(studies: Sequence[Study]) -> list[str]:
+    return [s.label for s in studies]
+
+
+def hardware_differs(diffs: pd.DataFrame) -> list[str]:
+    """The machine's facts that differ (raw throughput then compares machines)."""
+    if diffs.empty:
+        return []
+    mine = diffs[diffs["hardware"].astype(bool)]
+    return [
+        str(f) for f in mine["fact"] if not str(f).startswith("cpu_model") or "not recorded" not in str(f)
+    ]
+
+
+# --- cells and their samples -------------------------------------------------------------------
+
+
+def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs with every match key (neutral values for columns an older table lacks)."""
+    table = runs.copy()
+    defaults: dict[str, Any] = {"dataset": "", "scaling": "weak", "network": HOST, "contended": False}
+    for name, default in defaults.items():
+        table[name] = (
+            table[name].astype(object).where(table[name].notna(), default) if name in table else default
+        )
+    if "world_size" not in table:
+        table["world_size"] = table["nodes"] * table["ranks_per_node"]
+    if "global_batch" not in table:
+        table["global_batch"] = table["batch_per_rank"] * table["world_size"]
+    table["batch"] = batch_key(table).astype("int64")
+    threads = table["threads_per_rank"] if "threads_per_rank" in table else pd.Series("", index=table.index)
+    table["threads_per_rank"] = threads.map(
+        lambda v: (
+            "" if pd.isna(v) else str(int(v)) if isinstance(v, float) and float(v).is_integer() else str(v)
+        )
+    )
+    table["contended"] = table["contended"].astype(str).str.lower().isin(("true", "1"))
+    for name in ("exposed_comm_share", "efficiency", "time_to_target_s", "baseline_nodes", "throughput"):
+        table[name] = pd.to_numeric(table[name], errors="coerce") if name in table else np.nan
+    for name in ("framework", "model", "dataset", "scaling", "network"):
+        table[name] = table[name].astype(str)
+    for name in ("nodes", "ranks_per_node"):
+        table[name] = table[name].astype("int64")
+    return table
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One set-up at one node count in one study: its repeats' values per metric."""
+
+    key: tuple[Any, ...]
+    name: str
+    values: Mapping[str, np.ndarray]
+    repeats: int
+    world_size: int
+    nodes: int
+    baseline_nodes: float
+
+
+def study_cells(runs: pd.DataFrame, keys: Sequence[str] = MATCH_KEYS) -> dict[tuple[Any, ...], Cell]:
+    """The study's cells by their match key, each with its repeats' values: its ok runs
+    with a throughput that ran alone (contended ones left out, as in the verdicts)."""
+    table = _keyed(runs)
+    usable = table[table["status"].eq("ok") & table["throughput"].notna() & ~table["contended"]]
+    out: dict[tuple[Any, ...], Cell] = {}
+    for key, mine in usable.groupby(list(keys), sort=True, dropna=False):
+        row = mine.iloc[0]
+        name = verdicts.cell_name(
+            row["framework"],
+            row["model"],
+            row["network"],
+            row["nodes"],
+            row["ranks_per_node"],
+            row["batch_per_rank"],
+        )
+        if "threads_per_rank" in keys and row["threads_per_rank"]:
+            name += f"/t{row['threads_per_rank']}"
+        values = {m.name: mine[m.name].to_numpy(dtype="float64") for m in METRICS}
+        bases = mine["baseline_nodes"].dropna().unique()
+        out[tuple(key)] = Cell(
+            tuple(key),
+            name,
+            values,
+            len(mine),
+            int(row["world_size"]),
+            int(row["nodes"]),
+            float(bases[0]) if len(bases) == 1 else math.nan,
+        )
+    return out
+
+
+def rank_test(base: Sequence[float], new: Sequence[float], alpha: float = ALPHA) -> float:
+    """Two-sided Mann-Whitney U p-value of ``new`` against ``base`` (scipy), or NaN where
+    the repeats are too few for any outcome to reject at ``alpha`` (the smallest exact
+    p-value, ``2 / C(n1 + n2, n1)``, is above it: e.g. 3 repeats against 3)."""
+    a = np.asarray([v for v in base if np.isfinite(v)], dtype="float64")
+    b = np.asarray([v for v in new if np.isfinite(v)], dtype="float64")
+    if len(a) == 0 or len(b) == 0 or 2.0 / math.comb(len(a) + len(b), len(a)) > alpha:
+        return math.nan
+    if np.all(a == a[0]) and np.all(b == a[0]):
+        return 1.0
+    return float(scistats.mannwhitneyu(b, a, alternative="two-sided").pvalue)
+
+
+def decide_change(ratio: Interval, p_value: float, higher_is_better: bool, alpha: float = ALPHA) -> str:
+    """``improved``/``regressed`` only when the ratio's interval excludes 1 and the rank
+    test (where there is one) rejects; ``no change`` otherwise, an unknown interval (one
+    repeat) included: one run says nothing about the next."""
+    if not ratio.known or ratio.low <= 1.0 <= ratio.high:
+        return NO_CHANGE
+    if not math.isnan(p_value) and p_value >= alpha:
+        return NO_CHANGE
+    return IMPROVED if (ratio.low > 1.0) == higher_is_better else REGRESSED
+
+
+def compare_metric(base: np.ndarray, new: np.ndarray, metric: Metric) -> dict[str, Any] | None:
+    """One comparison row's numbers, or None where the metric has no value on a side or
+    the base median is 0 (a ratio of nothing)."""
+    a, b = base[np.isfinite(base)], new[np.isfinite(new)]
+    if len(a) == 0 or len(b) == 0 or float(np.median(a)) == 0.0:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = ratio_interval(b, a)
+    p_value = rank_test(a, b)
+    return {
+        "metric": metric.name,
+        "better": "higher" if metric.higher_is_better else "lower",
+        "base_median": float(np.median(a)),
+        "new_median": float(np.median(b)),
+        "ratio": ratio.value,
+        "ratio_lower": ratio.low,
+        "ratio_upper": ratio.high,
+        "coverage": ratio.coverage,
+        "interval": ratio.method,
+        "base_repeats": len(a),
+        "new_repeats": len(b),
+        "p_value": p_value,
+        "change": decide_change(ratio, p_value, metric.higher_is_better),
+    }
+
+
+def _applies(metric: Metric, base: Cell, new: Cell) -> bool:
+    if metric.name == "exposed_comm_share":
+        return base.world_size > 1 and new.world_size > 1
+    if metric.name == "efficiency":
+        return base.baseline_nodes == new.baseline_nodes and base.nodes > base.baseline_nodes
+    return True
+
+
+@dataclass
+class Pair:
+    """BASE against one NEW study: the comparison rows, the unmatched cells, the verdicts."""
+
+    comparison: pd.DataFrame
+    unmatched: pd.DataFrame
+    verdict_changes: pd.DataFrame
+    matched: int
+
+
+def compare_pair(base: Study, new: Study, keys: Sequence[str] = MATCH_KEYS) -> Pair:
+    """Every matched cell's metrics (``compare_metric``), the cells of either study
+    without a match, and the verdicts that changed. ``CompareError`` when no cell is in
+    common."""
+    mine, theirs = study_cells(base.runs, keys), study_cells(new.runs, keys)
+    common = [k for k in mine if k in theirs]
+    if not common:
+        raise CompareError(
+            f"no cell in common between {base.label} ({base.source}, {len(mine)} cells) and {new.label}"
+            f" ({new.source}, {len(theirs)} cells): they ran different set-ups"
+            f" (matched on {', '.join(keys)})"
+        )
+    rows = []
+    for key in common:
+        for metric in METRICS:
+            if not _applies(metric, mine[key], theirs[key]):
+                continue
+            numbers = compare_metric(mine[key].values[metric.name], theirs[key].values[metric.name], metric)
+            if numbers is not None:
+                rows.append(
+                    {
+                        "study": new.label,
+                        "base": base.label,
+                        "cell": mine[key].name,
+                        **_key_dict(key, keys),
+                        **numbers,
+                    }
+                )
+    unmatched = [
+        {"study": new.label, "base": base.label, "only_in": label, "cell": cell.name, **_key_dict(k, keys),
+         "repeats": cell.repeats}
+        for label, cells, other in ((base.label, mine, theirs), (new.label, theirs, mine))
+        for k, cell in cells.items()
+        if k not in other
+    ]  # fmt: skip
+    return Pair(
+        pd.DataFrame(rows, columns=list(COMPARISON_COLUMNS)),
+        pd.DataFrame(unmatched, columns=list(UNMATCHED_COLUMNS)),
+        verdict_changes(base, new),
+        len(common),
+    )
+
+
+def _key_dict(key: tuple[Any, ...], keys: Sequence[str]) -> dict[str, Any]:
+    out = dict.fromkeys(MATCH_KEYS, "(any)")
+    out.update(zip(keys, key, strict=True))
+    return out
+
+
+# --- verdicts ------------------------------------------------------------------------------------
+
+
+def _setup_key(row: Mapping[str, Any]) -> tuple[str, ...]:
+    out = []
+    for name in verdicts.SETUP:
+        value = row.get(name)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            out.append(HOST if name == "network" else "")
+        elif isinstance(value, float) and value.is_integer():
+            out.append(str(int(value)))
+        else:
+            out.append(str(value))
+    return tuple(out)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def what_changed(base: str, new: str) -> str:
+    """How a verdict changed, in words: a different winner, a winner gained or lost."""
+    undecided = ("", verdicts.NO_CLEAR_WINNER)
+    if base.startswith("n/a") or new.startswith("n/a") or not base or not new:
+        return "asked in one study only"
+    if base in undecided or new in undecided:
+        return (
+            f"winner {new} where there was no clear winner" if base in undecided else f"{base} no longer wins"
+        )
+    if base in (verdicts.REPRODUCED, verdicts.CONTRADICTED, verdicts.INCONCLUSIVE):
+        return f"claim {base} -> {new}"
+    return f"different winner: {base} -> {new}"
+
+
+def verdict_changes(base: Study, new: Study) -> pd.DataFrame:
+    """Every finding (the three questions) and seed claim answered differently by ``new``
+    than by ``base``, per set-up in both studies."""
+    rows: list[dict[str, Any]] = []
+    theirs = {_setup_key(r): r for r in new.findings.to_dict("records")}
+    for row in base.findings.to_dict("records"):
+        other = theirs.get(_setup_key(row))
+        if other is None:
+            continue
+        for question in verdicts.QUESTIONS:
+            was, now = _text(row.get(question)), _text(other.get(question))
+            if was != now:
+                rows.append(_verdict_row(base, new, "finding", row, question, was, now))
+    claims = {(_setup_key(r), str(r.get("claim"))): r for r in new.claims.to_dict("records")}
+    for row in base.claims.to_dict("records"):
+        other = claims.get((_setup_key(row), str(row.get("claim"))))
+        if other is None:
+            continue
+        was, now = _text(row.get("verdict")), _text(other.get("verdict"))
+        if was != now:
+            rows.append(_verdict_row(base, new, "claim", row, str(row.get("claim")), was, now))
+    return pd.DataFrame(rows, columns=list(VERDICT_CHANGE_COLUMNS))
+
+
+def _verdict_row(
+    base: Study, new: Study, kind: str, row: Mapping[str, Any], question: str, was: str, now: str
+) -> dict[str, Any]:
+    return {
+        "study": new.label,
+        "base": base.label,
+        "kind": kind,
+        **dict(zip(verdicts.SETUP, _setup_key(row), strict=True)),
+        "question": question,
+        "base_verdict": was,
+        "new_verdict": now,
+        "what_changed": what_changed(was, now),
+    }
+
+
+# --- the whole comparison ---------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    """Everything ``compare`` makes (``compare_page`` draws it)."""
+
+    studies: list[Study]
+    comparison: pd.DataFrame
+    verdict_changes: pd.DataFrame
+    differences: pd.DataFrame
+    unmatched: pd.DataFrame
+    hardware: list[str]
+    keys: tuple[str, ...]
+    matched: dict[str, int]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per NEW study: how many cell-metrics improved, regressed or did not change."""
+        out: dict[str, dict[str, int]] = {}
+        for study in self.studies[1:]:
+            mine = self.comparison[self.comparison["study"].eq(study.label)]
+            out[study.label] = {c: int(mine["change"].eq(c).sum()) for c in (IMPROVED, REGRESSED, NO_CHANGE)}
+        return out
+
+
+def unique_labels(targets: Sequence[str | Path]) -> list[str]:
+    """A short label per study: its folder's name (the study folder above ``results``),
+    or its archive's, numbered where two would read the same."""
+    labels = []
+    for target in targets:
+        path = Path(target).resolve()
+        name = path.name
+        for suffix in (".gz", ".tgz", ".tar"):
+            name = name.removesuffix(suffix)
+        if name == "results" and path.parent.name:
+            name = path.parent.name
+        label, n = name or "study", 2
+        while label in labels:
+            label, n = f"{name}#{n}", n + 1
+        labels.append(label)
+    return labels
+
+
+def check_distinct(targets: Sequence[str | Path]) -> None:
+    """``CompareError`` when two arguments are the same study by path (a study folder and
+    its results folder count as one)."""
+    seen: dict[Path, str] = {}
+    for target in targets:
+        path = Path(target)
+        try:
+            where = results_folder(path)[0] if path.is_dir() else path
+        except CompareError:
+            where = path
+        resolved = where.resolve()
+        if resolved in seen:
+            raise CompareError(
+                f"{target}: the same study as {seen[resolved]} (both are {resolved}): compare two different studies"
+            )
+        seen[resolved] = str(target)
+
+
+def compare(targets: Sequence[str | Path], ignore: Sequence[str] = ()) -> Comparison:
+    """Compare the studies at ``targets`` (the first is BASE) cell by cell; ``ignore``:
+    match keys left out of the matching (``IGNORABLE_KEYS``)."""
+    if len(targets) < 2:
+        raise CompareError("give at least two studies: BASE NEW [MORE ...]")
+    unknown = [k for k in ignore if k not in IGNORABLE_KEYS]
+    if unknown:
+        raise CompareError(
+            f"--ignore-key {', '.join(unknown)}: only {', '.join(IGNORABLE_KEYS)} may be ignored"
+        )
+    check_distinct(targets)
+    keys = tuple(k for k in MATCH_KEYS if k not in ignore)
+    studies = [load_study(t, label) for t, label in zip(targets, unique_labels(targets), strict=True)]
+    pairs = [compare_pair(studies[0], other, keys) for other in studies[1:]]
+    diffs = differences(studies)
+    return Comparison(
+        studies,
+        _concat([p.comparison for p in pairs], COMPARISON_COLUMNS),
+        _concat([p.verdict_changes for p in pairs], VERDICT_CHANGE_COLUMNS),
+        diffs,
+        _concat([p.unmatched for p in pairs], UNMATCHED_COLUMNS),
+        hardware_differs(diffs),
+        keys,
+        {s.label: p.matched for s, p in zip(studies[1:], pairs, strict=True)},
+    )
+
+
+def _concat(frames: Sequence[pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(columns))
+
+
+def write_comparison(result: Comparison, out: str | Path) -> list[Path]:
+    """Write every output of ``OUTPUT_FILES`` under ``out``, all or none."""
+    folder = Path(out)
+    chart = compare_page.ratio_chart(
+        result.comparison, [s.label for s in result.studies[1:]], result.hardware
+    )
+    svg = compare_page.chart_svg(chart)
+    page = compare_page.page(
+        [
+            {"label": s.label, "role": "BASE" if i == 0 else "NEW", "source": s.source, "runs": str(len(s.runs)),
+             "checked": s.verified, "table schema": str(s.schema)}
+            for i, s in enumerate(result.studies)
+        ],
+        result.comparison,
+        result.verdict_changes,
+        result.differences,
+        result.unmatched,
+        result.hardware,
+        result.counts(),
+        {m.name: (m.label, m.higher_is_better, m.normalised) for m in METRICS},
+        result.keys,
+        svg,
+    )  # fmt: skip
+    tables = {
+        "comparison": result.comparison,
+        "verdict_changes": result.verdict_changes,
+        "differences": result.differences,
+        "unmatched": result.unmatched,
+    }
+    writers: dict[Path, Any] = {
+        folder / OUTPUT_FILES[name]: (lambda tmp, t=table: t.to_csv(tmp, index=False))
+        for name, table in tables.items()
+    }
+    writers[folder / OUTPUT_FILES["page"]] = lambda tmp: Path(tmp).write_text(page, encoding="utf-8")
+    for fmt in compare_page.FIGURE_FORMATS:
+        target = folder / OUTPUT_FILES[f"figure_{fmt}"]
+        if fmt == "svg":
+            writers[target] = lambda tmp: Path(tmp).write_text(svg, encoding="utf-8")
+        else:
+            writers[target] = lambda tmp, f=fmt: compare_page.save(chart, tmp, f)
+    return atomic.replace_all(writers)
+
+
+def summary(result: Comparison) -> list[str]:
+    """Lines for the terminal: per NEW study the matched cells and the changes."""
+    lines = []
+    for label, counts in result.counts().items():
+        changed = result.verdict_changes[result.verdict_changes["study"].eq(label)]
+        only = result.unmatched[result.unmatched["study"].eq(label)]
+        lines.append(
+            f"{label} against {result.studies[0].label}: {result.matched[label]} cells matched"
+            f" ({len(only)} unmatched); {counts[IMPROVED]} improved, {counts[REGRESSED]} regressed,"
+            f" {counts[NO_CHANGE]} no change; {len(changed)} verdict(s) changed"
+        )
+    if result.hardware:
+        lines.append(
+            f"the hardware differs ({', '.join(result.hardware)}): raw throughput compares the machines"
+        )
+    return lines
+
+
+def one_line(err: Exception) -> str:
+    """A message on one line, whatever a name in it held."""
+    return str(err).replace("\r", "\\r").replace("\n", "\\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dlscale.compare BASE NEW [MORE ...] --out DIR``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dlscale.compare",
+        description="Compare studies cell by cell with intervals: NEW/BASE ratios of each metric's median,"
+        " the verdicts that changed and what the studies ran with (docs/compare.md).",
+    )
+    parser.add_argument("base", help="the reference study: a results folder, a study folder or an archive")
+    parser.add_argument("new", nargs="+", help="the study (or studies) compared with BASE")
+    parser.add_argument("--out", required=True, help="folder for the comparison (created if missing)")
+    parser.add_argument(
+        "--ignore-key",
+        action="append",
+        default=[],
+        choices=IGNORABLE_KEYS,
+        help="match cells without this key (a deliberate change of it, e.g. threads_per_rank); repeatable",
+    )
+    args = parser.parse_args(argv)
+    try:
+        result = compare([args.base, *args.new], args.ignore_key)
+    except CompareError as err:
+        print(f"compare: {one_line(err)}", file=sys.stderr)
+        return 2
+    try:
+        written = write_comparison(result, args.out)
+    except atomic.WriteError as err:
+        print(f"compare: {err}", file=sys.stderr)
+        return 1
+    for line in summary(result):
+        print(line)
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
