@@ -196,7 +196,14 @@ def test_killed_worker_fails_the_ps_run(tf_py, mnist_shards, tmp_path):
         while time.time() < deadline and part_iterations(part) < 5:
             time.sleep(0.2)
         assert part_iterations(part) >= 5, "the chief never started iterating"
-        pid = next(int(line.split()[3]) for line in list(lines) if line.startswith("[worker 1] pid"))
+        # The worker's own line reaches us through the launcher's pipe, which may trail the
+        # chief's iterations in the part file: wait for it, bounded.
+        pids: list[int] = []
+        while time.time() < deadline and not pids:
+            pids = [int(line.split()[3]) for line in list(lines) if line.startswith("[worker 1] pid")]
+            time.sleep(0.2)
+        assert pids, "worker 1 never said its pid:\n" + "".join(lines[-40:])
+        pid = pids[0]
         os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=90)
     finally:
