@@ -1,0 +1,367 @@
+"""Studies compared cell by cell (dlscale.compare): the rules of a change, and the CLI on the
+golden study (tests/data/golden, aggregated as tests/unit/test_golden.py does) against copies
+of it whose events were changed in a stated way:
+
+* ``same``: the golden events unchanged, in another folder;
+* ``bigdl_faster``: every BigDL iteration's step, compute and communication time x 0.8
+  (BigDL's throughput x 1.25, its shares and efficiencies unchanged);
+* ``bigdl_fastest``: BigDL's LeNet iterations x 0.5 (0.015 s a step, under TensorFlow's
+  0.018 s: the fastest_compute finding and the "BigDL computes fastest" claim change);
+* ``torch_2_threads``: torch's runs say ``threads_per_rank: 2`` (a setting changed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers.paths import REPO
+from helpers.verify_study import make_archive
+from helpers.verify_study import make_study as make_verify_study
+
+from dlscale import analysis, compare
+from dlscale.stats import BOOTSTRAP, RANGE_RATIO_LOW_N, Interval
+
+GOLDEN_RUNS = REPO / "tests" / "data" / "golden" / "runs"
+Event = dict[str, Any]
+
+
+def make_study(root: Path, change: Callable[[Event], None] | None = None) -> Path:
+    """A study folder (``root/results`` with runs/ and the tables, made by the aggregation
+    from the golden events, each event first passed through ``change``)."""
+    results = root / "results"
+    shutil.copytree(GOLDEN_RUNS, results / "runs")
+    if change is not None:
+        for path in sorted((results / "runs").rglob("events.jsonl")):
+            events = [json.loads(line) for line in path.read_text().splitlines()]
+            for event in events:
+                change(event)
+            path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events))
+    with contextlib.chdir(results):
+        paths = analysis.find_events("runs")
+        analysis.write_outputs(analysis.aggregate(paths), dict(analysis.OUTPUT_FILES))
+    return root
+
+
+def scale_steps(framework: str, factor: float, model: str | None = None) -> Callable[[Event], None]:
+    state: dict[str, bool] = {}
+
+    def change(event: Event) -> None:
+        if event["event"] == "run_start":
+            state["mine"] = event["framework"] == framework and model in (None, event["model"])
+        elif event["event"] == "iteration" and state["mine"]:
+            for key in ("step_s", "compute_s", "comm_s"):
+                event[key] = round(event[key] * factor, 6)
+
+    return change
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("studies")
+
+    def torch_threads(event: Event) -> None:
+        if event["event"] == "run_start" and event["framework"] == "torch":
+            event["threads_per_rank"] = 2
+
+    def hostile_version(event: Event) -> None:
+        if event["event"] == "run_start":
+            event["versions"]["python"] = "3.11.7</td><script>alert(1)</script>"
+
+    made = {
+        "base": make_study(root / "base"),
+        "same": make_study(root / "same"),
+        "bigdl_faster": make_study(root / "bigdl_faster", scale_steps("bigdl", 0.8)),
+        "bigdl_fastest": make_study(root / "bigdl_fastest", scale_steps("bigdl", 0.5, "lenet")),
+        "torch_2_threads": make_study(root / "torch_2_threads", torch_threads),
+        "hostile": make_study(root / "hostile", hostile_version),
+    }
+    return made
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    code = compare.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --- pure functions ---------------------------------------------------------------------------
+
+
+def test_each_metric_declares_which_direction_is_better() -> None:
+    better = {m.name: m.higher_is_better for m in compare.METRICS}
+    assert better == {
+        "throughput": True,
+        "exposed_comm_share": False,
+        "efficiency": True,
+        "time_to_target_s": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("interval", "p_value", "higher", "change"),
+    [
+        (Interval(1.1, 0.95, 1.2, BOOTSTRAP), 0.001, True, compare.NO_CHANGE),  # spans 1
+        (Interval(1.1, 1.05, 1.2, BOOTSTRAP), 0.001, True, compare.IMPROVED),
+        (Interval(1.1, 1.05, 1.2, BOOTSTRAP), 0.001, False, compare.REGRESSED),  # a larger share is worse
+        (Interval(0.8, 0.7, 0.9, BOOTSTRAP), 0.001, True, compare.REGRESSED),
+        (Interval(0.8, 0.7, 0.9, BOOTSTRAP), 0.2, True, compare.NO_CHANGE),  # the test does not reject
+        (Interval(0.8, 0.7, 0.9, RANGE_RATIO_LOW_N, 0.25), float("nan"), False, compare.IMPROVED),
+        (Interval(2.0, float("nan"), float("nan"), "single run"), float("nan"), True, compare.NO_CHANGE),
+    ],
+)
+def test_a_change_is_named_only_when_the_interval_excludes_1_and_the_test_rejects(
+    interval: Interval, p_value: float, higher: bool, change: str
+) -> None:
+    assert compare.decide_change(interval, p_value, higher) == change
+
+
+def test_the_rank_test_runs_only_where_the_repeats_can_reject() -> None:
+    # 3 against 3: the smallest exact two-sided p-value is 2/20 = 0.1, above 0.05.
+    assert np.isnan(compare.rank_test([1, 2, 3], [4, 5, 6]))
+    assert compare.rank_test([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
+    assert compare.rank_test([1.0] * 6, [1.0] * 6) == 1.0
+
+
+def test_the_ratio_uses_the_verdicts_intervals() -> None:
+    metric = compare.METRIC_BY_NAME["throughput"]
+    six = compare.compare_metric(
+        np.array([10, 11, 12, 10, 11, 12.0]), np.array([20, 22, 24, 20, 22, 24.0]), metric
+    )
+    assert six is not None
+    assert six["interval"] == BOOTSTRAP and six["coverage"] == 0.95
+    assert six["ratio"] == pytest.approx(2.0) and six["change"] == compare.IMPROVED
+    two = compare.compare_metric(np.array([10, 12.0]), np.array([20, 24.0]), metric)
+    assert two is not None
+    # The conservative range ratio [min(new)/max(base), max(new)/min(base)], 50 % x 50 %.
+    assert (two["interval"], two["ratio_lower"], two["ratio_upper"]) == (RANGE_RATIO_LOW_N, 20 / 12, 24 / 10)
+    assert two["coverage"] == 0.25 and np.isnan(two["p_value"])
+    assert compare.compare_metric(np.array([0.0, 0.0]), np.array([1.0, 1.0]), metric) is None
+
+
+def test_the_table_schema_is_read_from_the_columns() -> None:
+    runs = pd.read_csv(REPO / "tests" / "data" / "golden" / "expected" / "runs.csv")
+    assert compare.table_schema(runs) == 2
+    legacy = runs.drop(columns=["dataset", "network", "exposed_comm_share"])
+    assert compare.table_schema(legacy) == 1
+    with pytest.raises(compare.CompareError, match="incompatible table schema: no column.s. throughput"):
+        compare.table_schema(runs.drop(columns=["throughput"]))
+    with pytest.raises(compare.CompareError, match="schema version 99"):
+        compare.table_schema(runs.assign(schema_version=99))
+    assert compare.table_schema(runs.assign(schema_version=2)) == 2
+
+
+def test_verdict_changes_are_put_in_words() -> None:
+    assert compare.what_changed("tensorflow", "bigdl") == "different winner: tensorflow -> bigdl"
+    assert compare.what_changed("no clear winner", "torch") == "winner torch where there was no clear winner"
+    assert compare.what_changed("torch", "no clear winner") == "torch no longer wins"
+    assert compare.what_changed("contradicted", "reproduced") == "claim contradicted -> reproduced"
+
+
+# --- the CLI on real tables -------------------------------------------------------------------
+
+
+def test_the_same_study_twice_shows_no_change(studies: dict[str, Path], tmp_path: Path, capsys) -> None:
+    out = tmp_path / "cmp"
+    code, stdout, err = run_cli(capsys, studies["base"], studies["same"] / "results", "--out", out)
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == sorted(compare.OUTPUT_FILES.values())
+    table = pd.read_csv(out / "comparison.csv")
+    assert list(table.columns) == list(compare.COMPARISON_COLUMNS)
+    # 20 cells (the contended TensorFlow run is left out of its cell, as in the verdicts).
+    assert table["cell"].nunique() == 20
+    assert set(table["change"]) == {compare.NO_CHANGE}
+    assert np.allclose(table["ratio"], 1.0)
+    assert pd.read_csv(out / "verdict_changes.csv").empty
+    assert pd.read_csv(out / "differences.csv").empty
+    assert pd.read_csv(out / "unmatched.csv").empty
+    assert "20 cells matched (0 unmatched); 0 improved, 0 regressed" in stdout
+
+
+def test_one_framework_made_faster_changes_only_that_framework(
+    studies: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "cmp"
+    code, _, err = run_cli(capsys, studies["base"], studies["bigdl_faster"], "--out", out)
+    assert code == 0, err
+    table = pd.read_csv(out / "comparison.csv")
+    throughput = table[table["metric"].eq("throughput")]
+    bigdl = throughput[throughput["framework"].eq("bigdl")]
+    assert len(bigdl) == 6 and set(bigdl["change"]) == {compare.IMPROVED}
+    assert np.allclose(bigdl["ratio"], 1.25, rtol=1e-3)
+    # LeNet has 6 repeats a side: a bootstrap interval and a rank test that rejects.
+    lenet = bigdl[bigdl["model"].eq("lenet")]
+    assert set(lenet["interval"]) == {BOOTSTRAP} and (lenet["p_value"] < 0.05).all()
+    others = table[table["framework"].ne("bigdl") | table["metric"].ne("throughput")]
+    assert set(others["change"]) == {compare.NO_CHANGE}
+
+
+def test_a_changed_winner_is_listed(studies: dict[str, Path], tmp_path: Path, capsys) -> None:
+    out = tmp_path / "cmp"
+    code, stdout, err = run_cli(capsys, studies["base"], studies["bigdl_fastest"], "--out", out)
+    assert code == 0, err
+    changes = pd.read_csv(out / "verdict_changes.csv")
+    finding = changes[changes["kind"].eq("finding") & changes["question"].eq("fastest_compute")]
+    assert finding[["model", "network", "base_verdict", "new_verdict"]].values.tolist() == [
+        ["lenet", "host", "tensorflow", "bigdl"]
+    ]
+    assert finding["what_changed"].iloc[0] == "different winner: tensorflow -> bigdl"
+    claim = changes[changes["kind"].eq("claim") & changes["question"].eq("BigDL computes fastest")]
+    assert claim[["base_verdict", "new_verdict"]].values.tolist() == [["contradicted", "reproduced"]]
+    page = (out / "comparison.html").read_text()
+    assert "different winner: tensorflow -&gt; bigdl" in page
+
+
+def test_a_changed_setting_is_unmatched_unless_ignored_and_then_stated(
+    studies: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    code, _, err = run_cli(capsys, studies["base"], studies["torch_2_threads"], "--out", tmp_path / "strict")
+    assert code == 0, err
+    unmatched = pd.read_csv(tmp_path / "strict" / "unmatched.csv")
+    # Every torch cell of either study is listed, none dropped silently.
+    assert set(unmatched["framework"]) == {"torch"} and len(unmatched) == 2 * 7
+    assert set(unmatched["only_in"]) == {"base", "torch_2_threads"}
+    code, _, err = run_cli(
+        capsys,
+        studies["base"],
+        studies["torch_2_threads"],
+        "--out",
+        tmp_path / "loose",
+        "--ignore-key",
+        "threads_per_rank",
+    )
+    assert code == 0, err
+    assert pd.read_csv(tmp_path / "loose" / "unmatched.csv").empty
+    diffs = pd.read_csv(tmp_path / "loose" / "differences.csv", dtype=str)
+    row = diffs[diffs["fact"].eq("threads_per_rank torch")]
+    assert row[["base", "torch_2_threads"]].values.tolist() == [["1", "2"]]
+
+
+def test_a_different_machine_is_stated_and_the_page_leads_with_normalised_quantities(
+    studies: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    other = tmp_path / "cluster"
+    shutil.copytree(studies["same"], other)
+    (other / "results" / "host").mkdir()
+    (other / "results" / "host" / "matmul_peak.json").write_text(
+        json.dumps({"cores": 48, "peak_flops": {"1": 9e10}})
+    )
+    out = tmp_path / "cmp"
+    code, stdout, err = run_cli(capsys, studies["base"], other, "--out", out)
+    assert code == 0, err
+    diffs = pd.read_csv(out / "differences.csv", dtype=str)
+    assert diffs.set_index("fact").loc["cpu_cores", "cluster"] == "48"
+    assert "the hardware differs (cpu_cores, matmul_peak_flops)" in stdout
+    page = (out / "comparison.html").read_text()
+    assert "The hardware differs" in page
+    assert page.index("scaling efficiency") < page.index("throughput (samples/s")
+
+
+def test_three_studies_side_by_side(studies: dict[str, Path], tmp_path: Path, capsys) -> None:
+    out = tmp_path / "cmp"
+    code, stdout, err = run_cli(
+        capsys, studies["base"], studies["same"], studies["bigdl_faster"], "--out", out
+    )
+    assert code == 0, err
+    table = pd.read_csv(out / "comparison.csv")
+    assert set(table["study"]) == {"same", "bigdl_faster"} and set(table["base"]) == {"base"}
+    assert len(stdout.splitlines()[0:2]) == 2
+
+
+def test_strings_from_a_study_are_escaped_in_the_page(
+    studies: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "cmp"
+    code, _, err = run_cli(capsys, studies["base"], studies["hostile"], "--out", out)
+    assert code == 0, err
+    page = (out / "comparison.html").read_text()
+    assert "<script>alert(1)" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+# --- bad input: one line, exit 2, nothing written ----------------------------------------------
+
+
+def refused(capsys, out: Path, *targets: str | Path) -> str:
+    code, stdout, err = run_cli(capsys, *targets, "--out", out)
+    assert code == 2, (stdout, err)
+    assert not out.exists()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("compare: ")
+    return lines[0]
+
+
+def test_no_cell_in_common_is_refused(studies: dict[str, Path], tmp_path: Path, capsys) -> None:
+    other = tmp_path / "other"
+    results = other / "results"
+    results.mkdir(parents=True)
+    runs = pd.read_csv(studies["base"] / "results" / "runs.csv")
+    runs.assign(model="resnet").to_csv(results / "runs.csv", index=False)
+    assert "no cell in common between base" in refused(capsys, tmp_path / "out", studies["base"], other)
+
+
+def test_a_results_folder_without_its_runs_table_is_refused(studies, tmp_path: Path, capsys) -> None:
+    other = tmp_path / "other" / "results"
+    shutil.copytree(studies["base"] / "results" / "runs", other / "runs")
+    line = refused(capsys, tmp_path / "out", studies["base"], tmp_path / "other")
+    assert "a results folder without its runs table (runs.csv)" in line
+
+
+def test_tables_of_an_incompatible_schema_are_refused(studies, tmp_path: Path, capsys) -> None:
+    for name, edit in (
+        ("old", lambda runs: runs.drop(columns=["throughput"])),
+        ("future", lambda runs: runs.assign(schema_version=3)),
+    ):
+        results = tmp_path / name / "results"
+        results.mkdir(parents=True)
+        edit(pd.read_csv(studies["base"] / "results" / "runs.csv")).to_csv(results / "runs.csv", index=False)
+        line = refused(capsys, tmp_path / "out", studies["base"], tmp_path / name)
+        assert "schema" in line and "runs.csv" in line
+
+
+def test_the_same_study_twice_by_path_is_refused(studies, tmp_path: Path, capsys) -> None:
+    base = studies["base"]
+    assert "the same study as" in refused(capsys, tmp_path / "out", base, base)
+    assert "the same study as" in refused(capsys, tmp_path / "out", base, base / "results")
+
+
+@pytest.fixture(scope="module")
+def archived(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """An honest study (helpers.verify_study) and its archive, and a copy of the archive
+    with one events file edited (the manifest left as it was)."""
+    study = make_verify_study(tmp_path_factory.mktemp("archived"))
+    archive = make_archive(study)
+    tampered = archive.with_name("tampered.tar.gz")
+    with tarfile.open(archive) as src, tarfile.open(tampered, "w:gz") as dst:
+        for info in src.getmembers():
+            data = src.extractfile(info).read() if info.isfile() else None  # type: ignore[union-attr]
+            if data is not None and info.name.endswith("torch/lenet/n2x1/b64/r0/events.jsonl"):
+                data = data.replace(b'"step_s":0.0', b'"step_s":0.1', 1)
+                info.size = len(data)
+            dst.addfile(info, None if data is None else io.BytesIO(data))
+    return archive, tampered
+
+
+def test_an_archive_is_verified_then_compared(archived, tmp_path: Path, capsys) -> None:
+    archive, _ = archived
+    out = tmp_path / "cmp"
+    code, stdout, err = run_cli(capsys, archive, archive.parent, "--out", out)
+    assert code == 0, err
+    table = pd.read_csv(out / "comparison.csv")
+    assert not table.empty and set(table["change"]) == {compare.NO_CHANGE}
+    assert "verified: every checksum and table matches" in (out / "comparison.html").read_text()
+
+
+def test_an_archive_that_fails_verify_is_refused(archived, tmp_path: Path, capsys) -> None:
+    archive, tampered = archived
+    line = refused(capsys, tmp_path / "out", archive, tampered)
+    assert "tampered.tar.gz: the archive fails verify" in line and "refused" in line
