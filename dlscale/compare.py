@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import math
 import sys
@@ -128,7 +129,7 @@ VERDICT_CHANGE_COLUMNS: tuple[str, ...] = (
     "new_verdict",
     "what_changed",
 )
-UNMATCHED_COLUMNS: tuple[str, ...] = ("study", "base", "only_in", "cell", *MATCH_KEYS, "repeats")
+UNMATCHED_COLUMNS: tuple[str, ...] = ("study", "base", "only_in", "cell", *MATCH_KEYS, "repeats", "why")
 
 #: The files ``write_comparison`` writes under the output folder.
 OUTPUT_FILES: Mapping[str, str] = {
@@ -353,9 +354,14 @@ def study_facts(root: Path, results: Path, runs: pd.DataFrame) -> dict[str, str]
         for column, key in (("settings", "settings"), ("threads_per_rank", "threads_per_rank")):
             if column in mine:
                 facts[f"{key} {framework}"] = _joined(mine[column])
-    for column in ("git_sha", "config_sha256", "network"):
+    for column in ("git_sha", "network"):
         if column in ok:
             facts[column] = _joined(ok[column])
+    if "config_sha256" in ok:
+        # One hash per run spec: a digest of them all says whether the specs are the same.
+        specs = sorted({str(v) for v in ok["config_sha256"].dropna()})
+        digest = hashlib.sha256("\n".join(specs).encode()).hexdigest()[:16]
+        facts["run specs (config_sha256)"] = f"{len(specs)} distinct, digest {digest}"
     if "hosts" in ok:
         facts["hosts"] = _joined(h for text in ok["hosts"].dropna() for h in str(text).split(";"))
     spec: dict[str, dict[str, set[str]]] = {}
@@ -435,10 +441,7 @@ def hardware_differs(diffs: pd.DataFrame) -> list[str]:
     """The machine's facts that differ (raw throughput then compares machines)."""
     if diffs.empty:
         return []
-    mine = diffs[diffs["hardware"].astype(bool)]
-    return [
-        str(f) for f in mine["fact"] if not str(f).startswith("cpu_model") or "not recorded" not in str(f)
-    ]
+    return [str(f) for f in diffs[diffs["hardware"].astype(bool)]["fact"]]
 
 
 # --- cells and their samples -------------------------------------------------------------------
@@ -456,6 +459,8 @@ def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
         table["world_size"] = table["nodes"] * table["ranks_per_node"]
     if "global_batch" not in table:
         table["global_batch"] = table["batch_per_rank"] * table["world_size"]
+    for name in ("nodes", "ranks_per_node", "batch_per_rank", "global_batch", "world_size"):
+        table[name] = pd.to_numeric(table[name], errors="coerce").fillna(0).astype("int64")
     table["batch"] = batch_key(table).astype("int64")
     threads = table["threads_per_rank"] if "threads_per_rank" in table else pd.Series("", index=table.index)
     table["threads_per_rank"] = threads.map(
@@ -468,8 +473,6 @@ def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
         table[name] = pd.to_numeric(table[name], errors="coerce") if name in table else np.nan
     for name in ("framework", "model", "dataset", "scaling", "network"):
         table[name] = table[name].astype(str)
-    for name in ("nodes", "ranks_per_node"):
-        table[name] = table[name].astype("int64")
     return table
 
 
@@ -484,6 +487,12 @@ class Cell:
     world_size: int
     nodes: int
     baseline_nodes: float
+
+
+def run_keys(runs: pd.DataFrame, keys: Sequence[str] = MATCH_KEYS) -> set[tuple[Any, ...]]:
+    """Every cell the study ran, usable or not (failed and contended runs included)."""
+    table = _keyed(runs)
+    return {tuple(k) for k in table[list(keys)].drop_duplicates().itertuples(index=False)}
 
 
 def study_cells(runs: pd.DataFrame, keys: Sequence[str] = MATCH_KEYS) -> dict[tuple[Any, ...], Cell]:
@@ -614,10 +623,14 @@ def compare_pair(base: Study, new: Study, keys: Sequence[str] = MATCH_KEYS) -> P
                         **numbers,
                     }
                 )
+    ran = {base.label: run_keys(base.runs, keys), new.label: run_keys(new.runs, keys)}
     unmatched = [
         {"study": new.label, "base": base.label, "only_in": label, "cell": cell.name, **_key_dict(k, keys),
-         "repeats": cell.repeats}
-        for label, cells, other in ((base.label, mine, theirs), (new.label, theirs, mine))
+         "repeats": cell.repeats,
+         "why": f"no ok, uncontended repeat in {other_label}" if k in ran[other_label] else f"not run in {other_label}"}
+        for label, cells, other, other_label in (
+            (base.label, mine, theirs, new.label), (new.label, theirs, mine, base.label)
+        )
         for k, cell in cells.items()
         if k not in other
     ]  # fmt: skip

@@ -262,7 +262,7 @@ def page(
         " A fact a study did not record is empty.</p>",
         table_html(differences),
         "<h2>Cells without a match</h2>",
-        table_html(unmatched, ["study", "only_in", "cell", "repeats"]),
+        table_html(unmatched, ["study", "only_in", "cell", "repeats", "why"]),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"

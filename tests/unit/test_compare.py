@@ -230,6 +230,7 @@ def test_a_changed_setting_is_unmatched_unless_ignored_and_then_stated(
     # Every torch cell of either study is listed, none dropped silently.
     assert set(unmatched["framework"]) == {"torch"} and len(unmatched) == 2 * 7
     assert set(unmatched["only_in"]) == {"base", "torch_2_threads"}
+    assert set(unmatched["why"]) == {"not run in base", "not run in torch_2_threads"}
     code, _, err = run_cli(
         capsys,
         studies["base"],
