@@ -48,4 +48,5 @@ rule all:
         perfmodel_files(),
         tune_files(),
         PARITY_FILES,
+        COMPARE_TARGETS,
     localrule: True

@@ -54,6 +54,7 @@ from dlscale import atomic, compare_page, verdicts
 from dlscale import verify as dlverify
 from dlscale.archive_safety import Refused
 from dlscale.networks import HOST
+from dlscale.outputs import COMPARE_FILES
 from dlscale.stats import CONFIDENCE, Interval, ratio_interval
 from dlscale.tables import batch_key
 
@@ -132,14 +133,7 @@ VERDICT_CHANGE_COLUMNS: tuple[str, ...] = (
 UNMATCHED_COLUMNS: tuple[str, ...] = ("study", "base", "only_in", "cell", *MATCH_KEYS, "repeats", "why")
 
 #: The files ``write_comparison`` writes under the output folder.
-OUTPUT_FILES: Mapping[str, str] = {
-    "comparison": "comparison.csv",
-    "verdict_changes": "verdict_changes.csv",
-    "differences": "differences.csv",
-    "unmatched": "unmatched.csv",
-    "page": "comparison.html",
-    **{f"figure_{fmt}": f"ratios.{fmt}" for fmt in compare_page.FIGURE_FORMATS},
-}
+OUTPUT_FILES: Mapping[str, str] = COMPARE_FILES
 
 # --- the tables' schema -------------------------------------------------------------------
 

@@ -25,8 +25,9 @@ import numpy as np
 import pandas as pd
 
 from dlscale import catalog
+from dlscale.outputs import FIGURE_FORMATS
 
-FIGURE_FORMATS: tuple[str, ...] = ("html", "svg", "png")
+__all__ = ["FIGURE_FORMATS", "chart_svg", "page", "ranking", "ratio_chart", "save", "table_html"]
 #: Colours of a change, the same in the figure and the page.
 CHANGE_COLOURS: Mapping[str, str] = {"improved": "#1a9850", "regressed": "#d73027", "no change": "#7f7f7f"}
 #: Ratio axis limits: an interval beyond them (a range ratio over a zero) is clipped.

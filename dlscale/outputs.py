@@ -66,6 +66,21 @@ CATEGORY_PERFMODEL = "6. Scaling model"
 CATEGORY_CAFFE_LAYERS = "7. Caffe per-layer time"
 #: The tuning stage's table (rules/tune.smk) and the host's matmul peak (roofline).
 CATEGORY_TUNING = "8. Tuning: each framework at its best"
+#: The comparison with another study (config key compare_with; dlscale.compare).
+CATEGORY_COMPARE = "9. Compared with another study"
+
+#: The comparison's files (python -m dlscale.compare, rule compare): output name -> file name.
+COMPARE_DIR = "results/compare"
+COMPARE_FILES: Mapping[str, str] = MappingProxyType(
+    {
+        "comparison": "comparison.csv",
+        "verdict_changes": "verdict_changes.csv",
+        "differences": "differences.csv",
+        "unmatched": "unmatched.csv",
+        "page": "comparison.html",
+        **{f"figure_{fmt}": f"ratios.{fmt}" for fmt in FIGURE_FORMATS},
+    }
+)
 
 
 def figure_paths(names: Iterable[str]) -> list[str]:

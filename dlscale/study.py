@@ -464,6 +464,17 @@ def _check_semantics(study: dict[str, Any], base_dir: Path) -> None:
             )
     _check_data_source(study, base_dir)
     _check_pooled_studies(study, base_dir)
+    _check_compare_with(study, base_dir)
+
+
+def _check_compare_with(study: dict[str, Any], base_dir: Path) -> None:
+    """The study to compare with (``compare_with``, dlscale.compare) must exist before any job."""
+    other = study.get("compare_with")
+    if other and not _resolve(other, base_dir).exists():
+        raise ConfigError(
+            f"config key 'compare_with': {other!r} does not exist (give another study's results"
+            " folder, study folder or archive)"
+        )
 
 
 def _check_pooled_studies(study: dict[str, Any], base_dir: Path) -> None:

@@ -152,6 +152,38 @@ rule perfmodel:
         "../scripts/perfmodel.py"
 
 
+rule compare:
+    """This study (NEW) against the study of config key compare_with (BASE): each matched
+    cell's ratios with intervals, the verdicts that changed, what differs (dlscale.compare).
+    """
+    input:
+        runs="results/runs.csv",
+        findings="results/findings.csv",
+        claims="results/claims.csv",
+    output:
+        **{
+            name: (
+                report(
+                    f"{COMPARE_DIR}/{filename}",
+                    caption="../report/compare.rst",
+                    category=CATEGORY_COMPARE,
+                )
+                if name in COMPARE_REPORTED
+                else f"{COMPARE_DIR}/{filename}"
+            )
+            for name, filename in COMPARE_FILES.items()
+        },
+    log:
+        "results/logs/compare.log",
+    localrule: True
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        base=STUDY["compare_with"] or "",
+    script:
+        "../scripts/compare.py"
+
+
 checkpoint repeat_check:
     """repeats: auto: is a cell's interval tight enough after its first {done} repeats?"""
     input:

@@ -5,9 +5,12 @@ import dataclasses
 import json
 
 from dlscale.outputs import (
+    CATEGORY_COMPARE,
     CATEGORY_FINDINGS,
     CATEGORY_PERFMODEL,
     CATEGORY_RUNS,
+    COMPARE_DIR,
+    COMPARE_FILES,
     FIGURE_CATEGORIES,
     FIGURE_FORMATS,
     FIGURES,
@@ -21,6 +24,20 @@ from dlscale.outputs import (
 AUTO_REPEATS = STUDY["repeats"] == "auto"
 #: The parity check's table, where the study runs the shared initialisation (rule parity).
 PARITY_FILES = ["results/parity.csv"] if STUDY["init"] == "shared" else []
+#: The comparison with the study of config key compare_with (rule compare), if any; the
+#: files of COMPARE_REPORTED go into the report.
+COMPARE_TARGETS = (
+    [f"{COMPARE_DIR}/{name}" for name in COMPARE_FILES.values()]
+    if STUDY["compare_with"]
+    else []
+)
+COMPARE_REPORTED = (
+    "page",
+    "comparison",
+    "verdict_changes",
+    "differences",
+    "figure_svg",
+)
 
 
 @inspected

@@ -24,12 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers.paths import REPO
+from helpers.paths import REPO, SCHEMA
 from helpers.verify_study import make_archive
 from helpers.verify_study import make_study as make_verify_study
 
 from dlscale import analysis, compare
+from dlscale.outputs import COMPARE_FILES
 from dlscale.stats import BOOTSTRAP, RANGE_RATIO_LOW_N, Interval
+from dlscale.study import ConfigError, load_schema, validate_config
 
 GOLDEN_RUNS = REPO / "tests" / "data" / "golden" / "runs"
 Event = dict[str, Any]
@@ -366,3 +368,26 @@ def test_an_archive_that_fails_verify_is_refused(archived, tmp_path: Path, capsy
     archive, tampered = archived
     line = refused(capsys, tmp_path / "out", archive, tampered)
     assert "tampered.tar.gz: the archive fails verify" in line and "refused" in line
+
+
+# --- the config key -----------------------------------------------------------------------
+
+
+def test_the_config_key_compare_with_must_name_an_existing_study(studies, tmp_path: Path) -> None:
+    schema = load_schema(SCHEMA)
+    assert validate_config({}, schema)["compare_with"] is None
+    assert validate_config({"compare_with": str(studies["base"])}, schema)["compare_with"] == str(
+        studies["base"]
+    )
+    with pytest.raises(ConfigError, match="config key 'compare_with': 'nowhere' does not exist"):
+        validate_config({"compare_with": "nowhere"}, schema, tmp_path)
+    with pytest.raises(ConfigError, match="compare_with"):
+        validate_config({"compare_with": ""}, schema)
+
+
+def test_the_rule_writes_the_files_the_cli_writes() -> None:
+    """rules/analysis.smk declares outputs.COMPARE_FILES; the CLI writes the same names."""
+    assert compare.OUTPUT_FILES is COMPARE_FILES
+    rules = (REPO / "rules" / "analysis.smk").read_text()
+    assert "rule compare:" in rules and "COMPARE_FILES.items()" in rules
+    assert "COMPARE_TARGETS" in (REPO / "Snakefile").read_text()
