@@ -269,12 +269,34 @@ class SlurmCluster:
             )
             wrapper.write_text(f'#!/bin/sh\n{record}SLURM_CONF="{self.conf}" exec /usr/bin/{client} "$@"\n')
             wrapper.chmod(0o755)
+        # sbatch --wait polls the job at 2, 10 and 42 s (then every 32 s): a 12-s job held a
+        # test for 42 s. This waits as it does, polled every 0.25 s: until the job has left
+        # the queue (not pending, running or completing), exit status the job's.
+        waiter = self.bin / "sbatch-wait"
+        waiter.write_text(
+            "#!/bin/sh\n"
+            "# sbatch-wait SBATCH-ARGS...: sbatch --wait, polled every 0.25 s\n"
+            'id=$(sbatch --parsable "$@") || exit $?\nid=${id%%;*}\n'
+            # A failing squeue (the controller busy) is asked again, a few times.
+            "fails=0\nwhile :; do\n"
+            '  queued=$(squeue -h -j "$id" -o %i 2>/dev/null); rc=$?\n'
+            "  if [ $rc -ne 0 ]; then fails=$((fails + 1)); [ $fails -lt 40 ] || break\n"
+            '  elif [ -z "$queued" ]; then break; fi\n'
+            "  sleep 0.25\ndone\n"
+            'code=$(scontrol -o show job "$id" 2>/dev/null | sed -n "s/.* ExitCode=\\([0-9]*\\):\\([0-9]*\\).*/\\1 \\2/p")\n'
+            "set -- $code\n"
+            'if [ -z "$1" ]; then echo "sbatch-wait: job $id: no exit code" >&2; exit 1; fi\n'
+            'if [ "$1" = 0 ] && [ "${2:-0}" != 0 ]; then exit $((128 + $2)); fi\n'
+            'exit "$1"\n'
+        )
+        waiter.chmod(0o755)
 
     def sbatch_wait(self, job: Path, log: Path, nodes: int, mem_mb: int, minutes: int) -> list[str]:
-        """``sbatch --wait`` of ``job`` on ``nodes`` nodes, one 1-core task each, run from the
-        controller's namespace (with ``env()``): the allocation a training job asks for."""
+        """``sbatch --wait`` of ``job`` (as ``bin/sbatch-wait``, polled sooner) on ``nodes``
+        nodes, one 1-core task each, run from the controller's namespace (with ``env()``):
+        the allocation a training job asks for."""
         return [
-            *self.netns_prefix(), "sbatch", "--wait", "-N", str(nodes), "-n", str(nodes),
+            *self.netns_prefix(), str(self.bin / "sbatch-wait"), "-N", str(nodes), "-n", str(nodes),
             "--cpus-per-task=1", f"--mem={mem_mb}", "-t", str(minutes), "-o", str(log), str(job),
         ]  # fmt: skip
 
