@@ -10,6 +10,9 @@ rule check_site:
         "results/site/check.json",
     log:
         "results/site/check.log",
+    # A check that failed names what is wrong; the profile's retry would only submit the
+    # same 2-node job again and report the same failure one allocation later.
+    retries: 0
     conda:
         "../envs/workflow.yaml"
     resources:
