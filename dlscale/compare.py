@@ -19,9 +19,15 @@ studies, and which verdicts changed with it.
   the NEW/BASE ratio of the medians over the repeats, with the interval of
   ``dlscale.stats.ratio_interval`` (the verdicts' rules: a seeded bootstrap with 6 or more
   repeats on each side, else the conservative range ratio with its coverage), and a
-  Mann-Whitney U test where the repeats allow one (``rank_test``). ``change`` is
-  ``improved`` or ``regressed`` only when the interval excludes 1 and the test, where
-  there is one, rejects at ``1 - CONFIDENCE``; otherwise ``no change``.
+  Mann-Whitney U test with 2 or more repeats a side (``rank_test``). Efficiency is a
+  ratio of ratios (each study's cell over its baseline cell): its interval comes from the
+  four cells' repeats (``efficiency_ratio_interval``) and it has no rank test. ``change``
+  is ``improved`` or ``regressed`` only with evidence at ``1 - CONFIDENCE``
+  (``decide_change``): the interval excludes 1 and the rank test rejects (or, without a
+  test, the interval is a 95 % bootstrap one); otherwise ``no change``, and ``note`` says
+  why when the interval alone excludes 1. With 2 or 3 repeats a side no rank test can
+  reject (``smallest_p``): a range that happens to exclude 1 is no evidence (2 against 2
+  separate completely one time in three by chance).
 * **Verdict changes**: every finding (the three questions) and seed claim whose answer
   differs between the studies (a different winner, or a winner against "no clear
   winner").
@@ -55,7 +61,19 @@ from dlscale import verify as dlverify
 from dlscale.archive_safety import Refused
 from dlscale.networks import HOST
 from dlscale.outputs import COMPARE_FILES
-from dlscale.stats import CONFIDENCE, Interval, ratio_interval
+from dlscale.stats import (
+    BOOTSTRAP,
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    CONFIDENCE,
+    MIN_CI_REPEATS,
+    NO_RUNS,
+    RANGE_RATIO_LOW_N,
+    SINGLE_RUN,
+    Interval,
+    finite_sorted,
+    ratio_interval,
+)
 from dlscale.tables import batch_key
 
 # --- what is compared, declared once -----------------------------------------------------
@@ -119,6 +137,7 @@ COMPARISON_COLUMNS: tuple[str, ...] = (
     "new_repeats",
     "p_value",
     "change",
+    "note",
 )
 VERDICT_CHANGE_COLUMNS: tuple[str, ...] = (
     "study",
@@ -521,13 +540,19 @@ def study_cells(runs: pd.DataFrame, keys: Sequence[str] = MATCH_KEYS) -> dict[tu
     return out
 
 
-def rank_test(base: Sequence[float], new: Sequence[float], alpha: float = ALPHA) -> float:
-    """Two-sided Mann-Whitney U p-value of ``new`` against ``base`` (scipy), or NaN where
-    the repeats are too few for any outcome to reject at ``alpha`` (the smallest exact
-    p-value, ``2 / C(n1 + n2, n1)``, is above it: e.g. 3 repeats against 3)."""
+def smallest_p(n_base: int, n_new: int) -> float:
+    """The smallest two-sided p-value a rank test of ``n_base`` against ``n_new`` repeats
+    can give (complete separation, exact: ``2 / C(n1 + n2, n1)``): 0.33 for 2 against 2,
+    0.1 for 3 against 3, 0.029 for 4 against 4."""
+    return min(1.0, 2.0 / math.comb(n_base + n_new, n_base)) if n_base and n_new else 1.0
+
+
+def rank_test(base: Sequence[float], new: Sequence[float]) -> float:
+    """Two-sided Mann-Whitney U p-value of ``new`` against ``base`` (scipy: exact for small
+    samples without ties), or NaN with fewer than 2 repeats on a side."""
     a = np.asarray([v for v in base if np.isfinite(v)], dtype="float64")
     b = np.asarray([v for v in new if np.isfinite(v)], dtype="float64")
-    if len(a) == 0 or len(b) == 0 or 2.0 / math.comb(len(a) + len(b), len(a)) > alpha:
+    if len(a) < 2 or len(b) < 2:
         return math.nan
     if np.all(a == a[0]) and np.all(b == a[0]):
         return 1.0
@@ -535,25 +560,85 @@ def rank_test(base: Sequence[float], new: Sequence[float], alpha: float = ALPHA)
 
 
 def decide_change(ratio: Interval, p_value: float, higher_is_better: bool, alpha: float = ALPHA) -> str:
-    """``improved``/``regressed`` only when the ratio's interval excludes 1 and the rank
-    test (where there is one) rejects; ``no change`` otherwise, an unknown interval (one
-    repeat) included: one run says nothing about the next."""
+    """``improved``/``regressed`` only with evidence at ``alpha``: the ratio's interval
+    excludes 1 and the rank test rejects, or, where no rank test applies (``p_value`` NaN:
+    efficiency, a ratio of ratios), the interval is a 95 % bootstrap one. ``no change``
+    otherwise: an interval spanning 1, a test that does not reject (with 2 or 3 repeats
+    a side it never can), a low-n range without a test, one repeat."""
     if not ratio.known or ratio.low <= 1.0 <= ratio.high:
         return NO_CHANGE
-    if not math.isnan(p_value) and p_value >= alpha:
+    if math.isnan(p_value):
+        if ratio.method != BOOTSTRAP:
+            return NO_CHANGE
+    elif p_value >= alpha:
         return NO_CHANGE
     return IMPROVED if (ratio.low > 1.0) == higher_is_better else REGRESSED
 
 
-def compare_metric(base: np.ndarray, new: np.ndarray, metric: Metric) -> dict[str, Any] | None:
-    """One comparison row's numbers, or None where the metric has no value on a side or
-    the base median is 0 (a ratio of nothing)."""
-    a, b = base[np.isfinite(base)], new[np.isfinite(new)]
-    if len(a) == 0 or len(b) == 0 or float(np.median(a)) == 0.0:
+def why_no_change(
+    ratio: Interval, p_value: float, n_base: int, n_new: int, alpha: float = ALPHA
+) -> str | None:
+    """Why an interval that excludes 1 is still ``no change`` (None when it is not so)."""
+    if not ratio.known or ratio.low <= 1.0 <= ratio.high:
         return None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = ratio_interval(b, a)
-    p_value = rank_test(a, b)
+    if math.isnan(p_value):
+        return None if ratio.method == BOOTSTRAP else f"{ratio.method} without a rank test: no change claimed"
+    if p_value < alpha:
+        return None
+    floor = smallest_p(n_base, n_new)
+    if floor >= alpha:
+        return (
+            f"the interval excludes 1 but {n_base} against {n_new} repeats cannot reject at {alpha:g}"
+            f" (smallest possible p {floor:.2g}): more repeats needed"
+        )
+    return f"the interval excludes 1 but the rank test does not reject (p {p_value:.2g})"
+
+
+def _medians_ratio_of_ratios(
+    new_cell: np.ndarray, new_base: np.ndarray, base_cell: np.ndarray, base_base: np.ndarray, axis: int = -1
+) -> np.ndarray:
+    new = np.median(new_cell, axis=axis) / np.median(new_base, axis=axis)
+    return new / (np.median(base_cell, axis=axis) / np.median(base_base, axis=axis))
+
+
+def efficiency_ratio_interval(
+    new_cell: np.ndarray, new_base: np.ndarray, base_cell: np.ndarray, base_base: np.ndarray
+) -> Interval:
+    """NEW/BASE of a cell's efficiency, made from the throughputs of the four cells it
+    depends on (each study's cell and its baseline cell): efficiency is
+    ``median(cell) / median(baseline) / node ratio``, the node ratio cancels. The per-run
+    efficiencies of runs.csv share their study's baseline median, so they are not
+    independent samples; the four cells' repeats are. Interval as ``stats.ratio_interval``
+    does it: a seeded percentile bootstrap (``scipy.stats.bootstrap``, the four resampled
+    apart) with 6 or more repeats in each, else the conservative range, whose coverage is
+    at least the product of the four ranges'."""
+    samples = [finite_sorted(x) for x in (new_cell, new_base, base_cell, base_base)]
+    if any(len(x) == 0 for x in samples):
+        return Interval(math.nan, math.nan, math.nan, NO_RUNS)
+    value = float(_medians_ratio_of_ratios(*samples))
+    if any(len(x) < 2 for x in samples):
+        return Interval(value, math.nan, math.nan, SINGLE_RUN)
+    if all(len(x) >= MIN_CI_REPEATS for x in samples):
+        result = scistats.bootstrap(
+            tuple(samples),
+            _medians_ratio_of_ratios,
+            paired=False,
+            vectorized=True,
+            method="percentile",
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            confidence_level=CONFIDENCE,
+            rng=np.random.default_rng(BOOTSTRAP_SEED),
+        )
+        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        return Interval(value, min(low, value), max(high, value), BOOTSTRAP, CONFIDENCE)
+    nc, nb, bc, bb = samples
+    coverage = float(np.prod([1.0 - 2.0 ** (1 - min(len(x), MIN_CI_REPEATS)) for x in samples]))
+    low = (nc[0] / nb[-1]) / (bc[-1] / bb[0])
+    high = (nc[-1] / nb[0]) / (bc[0] / bb[-1])
+    return Interval(value, float(low), float(high), RANGE_RATIO_LOW_N, coverage)
+
+
+def _row(metric: Metric, a: np.ndarray, b: np.ndarray, ratio: Interval, p_value: float) -> dict[str, Any]:
     return {
         "metric": metric.name,
         "better": "higher" if metric.higher_is_better else "lower",
@@ -568,7 +653,37 @@ def compare_metric(base: np.ndarray, new: np.ndarray, metric: Metric) -> dict[st
         "new_repeats": len(b),
         "p_value": p_value,
         "change": decide_change(ratio, p_value, metric.higher_is_better),
+        "note": why_no_change(ratio, p_value, len(a), len(b)),
     }
+
+
+def compare_metric(base: np.ndarray, new: np.ndarray, metric: Metric) -> dict[str, Any] | None:
+    """One comparison row's numbers (``stats.ratio_interval`` and ``rank_test``), or None
+    where the metric has no value on a side or the base median is 0 (a ratio of nothing)."""
+    a, b = finite_sorted(base), finite_sorted(new)
+    if len(a) == 0 or len(b) == 0 or float(np.median(a)) == 0.0:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = ratio_interval(b, a)
+    return _row(metric, a, b, ratio, rank_test(a, b))
+
+
+def compare_efficiency(
+    base: Cell, base_baseline: Cell, new: Cell, new_baseline: Cell
+) -> dict[str, Any] | None:
+    """The efficiency row of a cell (``efficiency_ratio_interval``; no rank test)."""
+    metric = METRIC_BY_NAME["efficiency"]
+    a, b = finite_sorted(base.values[metric.name]), finite_sorted(new.values[metric.name])
+    if len(a) == 0 or len(b) == 0 or float(np.median(a)) == 0.0:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = efficiency_ratio_interval(
+            new.values["throughput"],
+            new_baseline.values["throughput"],
+            base.values["throughput"],
+            base_baseline.values["throughput"],
+        )
+    return _row(metric, a, b, ratio, math.nan)
 
 
 def _applies(metric: Metric, base: Cell, new: Cell) -> bool:
@@ -606,7 +721,15 @@ def compare_pair(base: Study, new: Study, keys: Sequence[str] = MATCH_KEYS) -> P
         for metric in METRICS:
             if not _applies(metric, mine[key], theirs[key]):
                 continue
-            numbers = compare_metric(mine[key].values[metric.name], theirs[key].values[metric.name], metric)
+            if metric.name == "efficiency":
+                baseline = _baseline_key(key, keys, mine[key].baseline_nodes)
+                if baseline not in mine or baseline not in theirs:
+                    continue
+                numbers = compare_efficiency(mine[key], mine[baseline], theirs[key], theirs[baseline])
+            else:
+                numbers = compare_metric(
+                    mine[key].values[metric.name], theirs[key].values[metric.name], metric
+                )
             if numbers is not None:
                 rows.append(
                     {
@@ -634,6 +757,13 @@ def compare_pair(base: Study, new: Study, keys: Sequence[str] = MATCH_KEYS) -> P
         verdict_changes(base, new),
         len(common),
     )
+
+
+def _baseline_key(key: tuple[Any, ...], keys: Sequence[str], nodes: float) -> tuple[Any, ...]:
+    """The key of a cell's baseline cell: the same set-up at ``nodes``."""
+    out = list(key)
+    out[list(keys).index("nodes")] = int(nodes)
+    return tuple(out)
 
 
 def _key_dict(key: tuple[Any, ...], keys: Sequence[str]) -> dict[str, Any]:

@@ -228,8 +228,11 @@ def page(
         "<h2>What changed</h2>",
         "<p>Per cell and metric, the ratio NEW/BASE of the medians over the repeats, with its interval"
         " (bootstrap with 6 or more repeats on each side, else the conservative range ratio, whose coverage"
-        " is given) and a Mann-Whitney U test where the repeats allow one. A change is named only when the"
-        " interval excludes 1 and the test, where there is one, rejects; otherwise <em>no change</em>."
+        " is given) and a Mann-Whitney U test with 2 or more repeats a side (efficiency, a ratio of ratios,"
+        " has none; its interval comes from both studies' cells and baseline cells). A change is named only"
+        " when the interval excludes 1 and the test rejects at 0.05 (without a test: a 95 % bootstrap"
+        " interval); otherwise <em>no change</em>, and <code>note</code> says why. With 2 or 3 repeats a"
+        " side no test can reject: run 4 or more (6 for bootstrap intervals) to see a change."
         f" Cells are matched on {esc(', '.join(keys))}.</p>",
         table_html(summary),
         "<h2>Verdicts that changed</h2>",
@@ -245,7 +248,7 @@ def page(
         order.sort(key=lambda m: not metrics[m][2])
     shown = [
         "study", "cell", "base_median", "new_median", "ratio", "ratio_lower", "ratio_upper", "coverage",
-        "interval", "base_repeats", "new_repeats", "p_value", "change",
+        "interval", "base_repeats", "new_repeats", "p_value", "change", "note",
     ]  # fmt: skip
     for name in order:
         label, higher, _ = metrics[name]

@@ -117,7 +117,11 @@ def test_each_metric_declares_which_direction_is_better() -> None:
         (Interval(1.1, 1.05, 1.2, BOOTSTRAP), 0.001, False, compare.REGRESSED),  # a larger share is worse
         (Interval(0.8, 0.7, 0.9, BOOTSTRAP), 0.001, True, compare.REGRESSED),
         (Interval(0.8, 0.7, 0.9, BOOTSTRAP), 0.2, True, compare.NO_CHANGE),  # the test does not reject
-        (Interval(0.8, 0.7, 0.9, RANGE_RATIO_LOW_N, 0.25), float("nan"), False, compare.IMPROVED),
+        # 2 against 2 repeats: a range that excludes 1 by chance one time in three, no test.
+        (Interval(0.8, 0.7, 0.9, RANGE_RATIO_LOW_N, 0.25), 0.33, False, compare.NO_CHANGE),
+        (Interval(0.8, 0.7, 0.9, RANGE_RATIO_LOW_N, 0.25), float("nan"), False, compare.NO_CHANGE),
+        # No rank test (efficiency): a 95 % bootstrap interval decides alone.
+        (Interval(0.8, 0.7, 0.9, BOOTSTRAP, 0.95), float("nan"), False, compare.IMPROVED),
         (Interval(2.0, float("nan"), float("nan"), "single run"), float("nan"), True, compare.NO_CHANGE),
     ],
 )
@@ -127,11 +131,34 @@ def test_a_change_is_named_only_when_the_interval_excludes_1_and_the_test_reject
     assert compare.decide_change(interval, p_value, higher) == change
 
 
-def test_the_rank_test_runs_only_where_the_repeats_can_reject() -> None:
-    # 3 against 3: the smallest exact two-sided p-value is 2/20 = 0.1, above 0.05.
-    assert np.isnan(compare.rank_test([1, 2, 3], [4, 5, 6]))
+def test_the_rank_test_is_exact_and_cannot_reject_with_three_repeats_a_side() -> None:
+    # Complete separation: the exact two-sided p-value is 2 / C(n1 + n2, n1).
+    assert compare.rank_test([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1) == compare.smallest_p(3, 3)
     assert compare.rank_test([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
+    assert compare.smallest_p(2, 2) == pytest.approx(1 / 3)
+    assert np.isnan(compare.rank_test([1.0], [2.0, 3.0]))
     assert compare.rank_test([1.0] * 6, [1.0] * 6) == 1.0
+    note = compare.why_no_change(Interval(2.0, 1.5, 2.5, RANGE_RATIO_LOW_N, 0.56), 0.1, 3, 3)
+    assert note is not None and "3 against 3 repeats cannot reject" in note
+
+
+def test_efficiency_is_a_ratio_of_ratios_from_the_four_cells() -> None:
+    cell, base = np.array([16.0, 18, 20, 16, 18, 20]), np.array([10.0, 11, 12, 10, 11, 12])
+    same = compare.efficiency_ratio_interval(cell, base, cell, base)
+    assert same.method == BOOTSTRAP and same.value == 1.0 and same.low < 1.0 < same.high
+    # NEW's baseline twice as fast, its cell as fast as BASE's: efficiency halved.
+    half = compare.efficiency_ratio_interval(cell, 2 * base, cell, base)
+    assert half.value == pytest.approx(0.5) and half.high < 1.0
+    low_n = compare.efficiency_ratio_interval(
+        np.array([4.0, 5]), np.array([2.0, 2.5]), np.array([2.0, 3]), np.array([1.0, 2])
+    )
+    # [min/max / (max/min), max/min / (min/max)] over the two studies' cells and baselines.
+    assert (low_n.method, low_n.low, low_n.high) == (
+        RANGE_RATIO_LOW_N,
+        (4 / 2.5) / (3 / 1),
+        (5 / 2) / (2 / 2),
+    )
+    assert low_n.coverage == 0.5**4
 
 
 def test_the_ratio_uses_the_verdicts_intervals() -> None:
@@ -146,7 +173,8 @@ def test_the_ratio_uses_the_verdicts_intervals() -> None:
     assert two is not None
     # The conservative range ratio [min(new)/max(base), max(new)/min(base)], 50 % x 50 %.
     assert (two["interval"], two["ratio_lower"], two["ratio_upper"]) == (RANGE_RATIO_LOW_N, 20 / 12, 24 / 10)
-    assert two["coverage"] == 0.25 and np.isnan(two["p_value"])
+    assert two["coverage"] == 0.25 and two["p_value"] == pytest.approx(1 / 3)
+    assert two["change"] == compare.NO_CHANGE and "more repeats needed" in two["note"]
     assert compare.compare_metric(np.array([0.0, 0.0]), np.array([1.0, 1.0]), metric) is None
 
 
@@ -198,11 +226,15 @@ def test_one_framework_made_faster_changes_only_that_framework(
     table = pd.read_csv(out / "comparison.csv")
     throughput = table[table["metric"].eq("throughput")]
     bigdl = throughput[throughput["framework"].eq("bigdl")]
-    assert len(bigdl) == 6 and set(bigdl["change"]) == {compare.IMPROVED}
-    assert np.allclose(bigdl["ratio"], 1.25, rtol=1e-3)
+    assert len(bigdl) == 6 and np.allclose(bigdl["ratio"], 1.25, rtol=1e-3)
     # LeNet has 6 repeats a side: a bootstrap interval and a rank test that rejects.
     lenet = bigdl[bigdl["model"].eq("lenet")]
     assert set(lenet["interval"]) == {BOOTSTRAP} and (lenet["p_value"] < 0.05).all()
+    assert set(lenet["change"]) == {compare.IMPROVED}
+    # The AutoEncoder has 2 a side: the range excludes 1, but no test could reject.
+    autoencoder = bigdl[bigdl["model"].eq("autoencoder")]
+    assert (autoencoder["ratio_lower"] > 1).all() and set(autoencoder["change"]) == {compare.NO_CHANGE}
+    assert autoencoder["note"].str.contains("2 against 2 repeats cannot reject").all()
     others = table[table["framework"].ne("bigdl") | table["metric"].ne("throughput")]
     assert set(others["change"]) == {compare.NO_CHANGE}
 
