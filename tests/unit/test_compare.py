@@ -30,7 +30,7 @@ from helpers.paths import REPO, SCHEMA
 from helpers.verify_study import make_archive
 from helpers.verify_study import make_study as make_verify_study
 
-from dlscale import analysis, compare
+from dlscale import analysis, compare, compare_studies
 from dlscale.outputs import COMPARE_FILES
 from dlscale.stats import BOOTSTRAP, RANGE_RATIO_LOW_N, Interval
 from dlscale.study import ConfigError, load_schema, validate_config
@@ -182,14 +182,14 @@ def test_the_ratio_uses_the_verdicts_intervals() -> None:
 
 def test_the_table_schema_is_read_from_the_columns() -> None:
     runs = pd.read_csv(REPO / "tests" / "data" / "golden" / "expected" / "runs.csv")
-    assert compare.table_schema(runs) == 2
+    assert compare_studies.table_schema(runs) == 2
     legacy = runs.drop(columns=["dataset", "network", "exposed_comm_share"])
-    assert compare.table_schema(legacy) == 1
+    assert compare_studies.table_schema(legacy) == 1
     with pytest.raises(compare.CompareError, match="incompatible table schema: no column.s. throughput"):
-        compare.table_schema(runs.drop(columns=["throughput"]))
+        compare_studies.table_schema(runs.drop(columns=["throughput"]))
     with pytest.raises(compare.CompareError, match="schema version 99"):
-        compare.table_schema(runs.assign(schema_version=99))
-    assert compare.table_schema(runs.assign(schema_version=2)) == 2
+        compare_studies.table_schema(runs.assign(schema_version=99))
+    assert compare_studies.table_schema(runs.assign(schema_version=2)) == 2
 
 
 def test_verdict_changes_are_put_in_words() -> None:
