@@ -44,6 +44,12 @@ OUTPUT_FILES: Mapping[str, str] = {
 }
 
 
+#: Rows per row group of iterations.parquet: the parquet writer holds a whole row group
+#: encoded before it writes it, so a long run's table is written in pieces of this many rows
+#: (docs/memory.md); the file reads back as the same table.
+ITERATION_ROW_GROUP = 1 << 16
+
+
 @dataclass(frozen=True)
 class Tables:
     """Everything one aggregation makes."""
@@ -95,7 +101,9 @@ def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]])
     writers = {
         "runs_csv": lambda tmp: tables.runs.to_csv(tmp, index=False),
         "runs_parquet": lambda tmp: tables.runs.to_parquet(tmp, index=False),
-        "iterations_parquet": lambda tmp: tables.iterations.to_parquet(tmp, index=False),
+        "iterations_parquet": lambda tmp: tables.iterations.to_parquet(
+            tmp, index=False, row_group_size=ITERATION_ROW_GROUP
+        ),
         "cells_csv": lambda tmp: tables.cells.to_csv(tmp, index=False),
         "findings_csv": lambda tmp: tables.findings.to_csv(tmp, index=False),
         "claims_csv": lambda tmp: tables.claims.to_csv(tmp, index=False),

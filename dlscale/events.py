@@ -85,14 +85,18 @@ _CONTENTION = {
 _LOADAVG = {"type": ["array", "null"], "items": {"type": "number"}}
 
 #: The events contract (docs/DESIGN "Events") as JSON Schema, one per event type. Fields
-#: beyond these are allowed (frameworks add their own measures) but the ones named here
-#: must have these types. What one event cannot say (a rank below the world size, samples
-#: equal to the run's batch, a run id that matches its fields and its folder) is checked
-#: against the run by ``dlscale.analysis``.
+#: beyond these are allowed in iteration, eval and run_end events (frameworks add their own
+#: measures; each line is bounded by ``MAX_LINE_CHARS``), but not in run_start, which only the
+#: launcher writes; the ones named here must have these types. What one event cannot say
+#: (a rank below the world size, samples equal to the run's batch, a run id that matches its
+#: fields and its folder) is checked against the run by ``dlscale.analysis``.
 EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "run_start": {
         "type": "object",
         "required": list(REQUIRED_FIELDS["run_start"]),
+        # One run_start a run, written by the launcher alone (dlscale.launch.records): a field
+        # it does not write is an error naming FILE:LINE, not a blob carried into the tables.
+        "additionalProperties": False,
         "properties": {
             "event": {"const": "run_start"},
             "run_id": {"type": "string"},
@@ -131,6 +135,9 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
                 "type": "object",
                 "properties": {"env": {"type": "object", "additionalProperties": {"type": "string"}}},
             },
+            # The venv the run ran in and Caffe's build (dlscale.launch.records.environment_record).
+            "env": {"type": "object"},
+            "caffe_build_key": {"type": "string"},
             "time": _FINITE_NUMBER,
         },
     },
@@ -272,30 +279,73 @@ def write_atomic(path: str | os.PathLike[str], events: Iterable[dict[str, Any]])
     return target
 
 
+#: The longest line an events file may have, in characters (its newline included). The
+#: longest a real run writes is its run_start (hosts, versions, settings, spec, the venv's
+#: record: a few kB, tens of kB for a thousand ranks); a longer line is an error naming
+#: ``FILE:LINE``, found before the line is parsed, so that one hostile line cannot take the
+#: reader's memory (docs/memory.md).
+MAX_LINE_CHARS = 1 << 20
+
+
+def _numbered_lines(path: str | os.PathLike[str], handle: IO[str]) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` for each line of ``handle``, one at a time; a line longer
+    than ``MAX_LINE_CHARS`` is cut there (the caller refuses it: ``_too_long``), and text that
+    is not UTF-8 is an EventError naming the line."""
+    number = 0
+    while True:
+        number += 1
+        try:
+            line = handle.readline(MAX_LINE_CHARS + 1)
+        except UnicodeDecodeError as err:
+            # The decoder reads ahead, so the bad bytes are on this line or a few kB after it.
+            raise EventError(
+                f"{path}:{number}: not UTF-8 text, here or in the next lines ({err.reason})"
+            ) from None
+        if not line:
+            return
+        yield number, line
+        if len(line) > MAX_LINE_CHARS:
+            return  # the rest of that line is not a line of its own
+
+
+def _too_long(line: str) -> bool:
+    return len(line) > MAX_LINE_CHARS
+
+
 def iter_numbered(
     path: str | os.PathLike[str], *, strict: bool = True
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line number, event)`` for each event of a JSON Lines file, validated.
 
+    The file is read one line at a time (never whole: a long run's file is hundreds of MB).
     With ``strict`` a malformed line raises EventError naming ``FILE:LINE``. Without it, a
     last line cut in the middle (a rank killed while writing its part file) is skipped;
-    that is only for part files, which are evidence, never for final events files.
+    that is only for part files, which are evidence, never for final events files. A line
+    longer than ``MAX_LINE_CHARS`` is an error in either mode.
     """
     with open(path, encoding="utf-8") as handle:
-        lines = handle.readlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        is_last = number == len(lines)
-        if not line.endswith("\n") and strict:
-            raise EventError(f"{path}:{number}: line is cut off (no newline): the file is truncated")
-        try:
-            event = json.loads(line)
-            yield number, validate_event(event)
-        except (json.JSONDecodeError, EventError) as err:
-            if not strict and is_last:
-                return
-            raise EventError(f"{path}:{number}: {err}") from None
+        lines = _numbered_lines(path, handle)
+        pending = next(lines, None)
+        while pending is not None:
+            number, line = pending
+            pending = next(lines, None)
+            if _too_long(line):
+                raise EventError(
+                    f"{path}:{number}: line is longer than {MAX_LINE_CHARS} characters"
+                    " (dlscale.events.MAX_LINE_CHARS): no run writes one"
+                )
+            if not line.strip():
+                continue
+            is_last = pending is None
+            if not line.endswith("\n") and strict:
+                raise EventError(f"{path}:{number}: line is cut off (no newline): the file is truncated")
+            try:
+                event = json.loads(line)
+                yield number, validate_event(event)
+            except (json.JSONDecodeError, EventError) as err:
+                if not strict and is_last:
+                    return
+                raise EventError(f"{path}:{number}: {err}") from None
 
 
 def iter_lines(path: str | os.PathLike[str], *, strict: bool = True) -> Iterator[dict[str, Any]]:
@@ -306,17 +356,53 @@ def iter_lines(path: str | os.PathLike[str], *, strict: bool = True) -> Iterator
 
 def read_numbered(path: str | os.PathLike[str]) -> list[tuple[int, dict[str, Any]]]:
     """Read a final events file as ``(line number, event)`` pairs and check its structure:
-    run_start first, run_end last (errors name the line)."""
+    run_start first, run_end last (errors name the line). The whole file is in memory: the
+    aggregation streams it instead (``scan``)."""
     numbered = list(iter_numbered(path, strict=True))
-    if not numbered:
-        raise EventError(f"{path}:1: events file is empty")
-    first_line, first = numbered[0]
-    if first["event"] != "run_start":
-        raise EventError(f"{path}:{first_line}: first event is {first['event']!r}, expected run_start")
-    last_line, last = numbered[-1]
-    if last["event"] != "run_end":
-        raise EventError(f"{path}:{last_line}: last event is {last['event']!r}, expected run_end")
+    check_ends(path, numbered[:1], numbered[-1:])
     return numbered
+
+
+def check_ends(
+    path: str | os.PathLike[str],
+    first: list[tuple[int, dict[str, Any]]],
+    last: list[tuple[int, dict[str, Any]]],
+) -> None:
+    """A final events file's structure from its first and last ``(line, event)`` (empty
+    lists for an empty file): run_start first, run_end last."""
+    if not first:
+        raise EventError(f"{path}:1: events file is empty")
+    first_line, start = first[0]
+    if start["event"] != "run_start":
+        raise EventError(f"{path}:{first_line}: first event is {start['event']!r}, expected run_start")
+    last_line, end = last[0]
+    if end["event"] != "run_end":
+        raise EventError(f"{path}:{last_line}: last event is {end['event']!r}, expected run_end")
+
+
+def scan(
+    path: str | os.PathLike[str],
+) -> Iterator[tuple[int, dict[str, Any], bool]]:
+    """A final events file one event at a time, in bounded memory: yields ``(line, event,
+    is_last)`` with each event validated, then checks the file's structure (``check_ends``)
+    once the last has been yielded. A consumer that keeps only what it needs of each
+    event (``dlscale.readevents``) reads a file of any length in the memory of that."""
+    events = iter_numbered(path, strict=True)
+    first = next(events, None)
+    pending = first
+    while pending is not None:
+        following = next(events, None)
+        yield pending[0], pending[1], following is None
+        if following is None:
+            break
+        pending = following
+    check_ends(path, [first] if first else [], [pending] if pending else [])
+
+
+def check_file(path: str | os.PathLike[str]) -> None:
+    """Check a final events file as ``read_numbered`` does, keeping none of it in memory."""
+    for _ in scan(path):
+        pass
 
 
 def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

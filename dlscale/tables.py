@@ -80,8 +80,9 @@ import pandas as pd
 from dlscale import catalog, roofline
 from dlscale import evals as dlevals
 from dlscale.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
-from dlscale.events import EVENT_SCHEMAS, EventError, read_numbered
+from dlscale.events import EVENT_SCHEMAS, EventError
 from dlscale.networks import HOST
+from dlscale.readevents import read_run
 from dlscale.study import RUN_ID_PATTERN, Run
 from dlscale.thresholds import CONTENDED_SHARE, FIXED_OVERHEAD_SHARE
 
@@ -317,14 +318,15 @@ def load_study(
     that reported no iteration N) makes the run's row failed, with that reason.
     """
     records: list[dict[str, Any]] = []
-    iteration_events: list[dict[str, Any]] = []
-    lines: list[int] = []
+    chunks: list[dict[str, np.ndarray]] = []
     counts: list[int] = []
     seen: dict[str, tuple[str, int]] = {}
     for path in paths:
-        numbered = read_numbered(path)
-        start_line, start = numbered[0]
-        end_line, end = numbered[-1]
+        # One file at a time, a line at a time, its iteration events as typed columns
+        # (dlscale.readevents): memory follows the iterations table, not the file's text.
+        run = read_run(path)
+        start_line, start = run.start
+        end_line, end = run.end
         check_schema(path, start_line, start)
         check_schema(path, end_line, end)
         check_run_start(path, start_line, start)
@@ -336,13 +338,12 @@ def load_study(
                 " two events files of one run would be counted twice in every median"
             )
         seen[run_id] = (str(path), start_line)
-        iterations = [(n, e) for n, e in numbered[1:-1] if e["event"] == "iteration"]
-        run_evals = [(n, e) for n, e in numbered[1:-1] if e["event"] == "eval"]
+        run_evals = run.evals
         for line, event in run_evals:
             check_schema(path, line, event)
         dlevals.check_evals(str(path), start, run_evals)
         record = _run_record(start, end, str(path))
-        record["_stray_events"] = len(numbered) - 2 - len(iterations) - len(run_evals)
+        record["_stray_events"] = run.stray
         target = (targets or {}).get(start["model"]) or dlevals.spec_target(start)
         stop = dlevals.target_stop([e for _, e in run_evals], dlevals.spec_target(start))
         # A run that trained to its target stopped at the first evaluation that met it.
@@ -352,28 +353,30 @@ def load_study(
         )
         record["_evals"] = run_evals
         records.append(record)
-        iteration_events.extend(e for _, e in iterations)
-        lines.extend(n for n, _ in iterations)
-        counts.append(len(iterations))
+        chunks.append(run.columns)
+        counts.append(run.iterations)
 
-    log.info("read %d events files, %d iteration events", len(records), len(iteration_events))
+    log.info("read %d events files, %d iteration events", len(records), sum(counts))
     if not records:
         runs = pd.DataFrame({name: pd.Series(dtype="float64") for name in RUN_COLUMNS})
         return runs, _empty_iterations(), _empty_evals()
     run_info = pd.DataFrame.from_records(records)
     run_info.index.name = "_run"
 
-    iterations = pd.DataFrame.from_records(iteration_events, columns=list(_EVENT_FIELDS))
-    iterations.insert(0, "_run", np.repeat(np.arange(len(records)), counts))
-    iterations.insert(1, "_line", np.asarray(lines, dtype="int64"))
-    iterations = _typed_iterations(iterations)
+    codes = np.repeat(np.arange(len(records)), counts)
+    columns = {"_run": codes}
+    for name in ("_line", *_EVENT_FIELDS):
+        parts = [chunk.pop(name) for chunk in chunks]
+        columns[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        del parts
+    iterations = pd.DataFrame(columns, copy=False)
+    del columns, chunks
     run_info["_global_shape"] = check_iterations(iterations, run_info)
     reported = iterations.groupby("_run")["iteration"].max().reindex(run_info.index).fillna(-1)
     for run, record in enumerate(records):
         dlevals.check_evals_within(record["events_path"], record["_evals"], int(reported.iat[run]) + 1)
     run_info["_missing"] = missing_reports(iterations, run_info)
-    hosts = _hosts_table(run_info)
-    iterations = iterations.merge(hosts, on=["_run", "rank"], how="left")
+    iterations["host"] = _hosts_of(iterations, run_info)
 
     stats = _run_statistics(iterations, len(records))
     runs = run_info.join(stats)
@@ -387,10 +390,15 @@ def load_study(
     runs["started_utc"] = pd.to_datetime(runs["started"], unit="s", utc=True)
     runs = runs.reset_index(drop=True)[list(RUN_COLUMNS)]
 
-    run_cols = run_info[list(ITERATION_RUN_COLUMNS)]
-    iterations = iterations.merge(run_cols, left_on="_run", right_index=True, how="left")
-    iterations = iterations.reset_index(drop=True)[list(ITERATION_COLUMNS)]
-    return runs, iterations, _evals_table(records)
+    # Each row's run columns taken from its run (no merge: a merge copies the whole table).
+    table = {
+        name: run_info[name].take(codes).reset_index(drop=True)
+        if name in ITERATION_RUN_COLUMNS
+        else iterations[name]
+        for name in ITERATION_COLUMNS
+    }
+    del iterations
+    return runs, pd.DataFrame(table, copy=False), _evals_table(records)
 
 
 def _empty_evals() -> pd.DataFrame:
@@ -572,7 +580,7 @@ def missing_reports(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Seri
     this gap, so it makes the run failed (``_decide_status``), not an error.
     """
     reporters = np.where(run_info["_global_shape"], 1, run_info["world_size"]).astype("int64")
-    unique = iterations.drop_duplicates(["_run", "rank", "iteration"])
+    unique = iterations[["_run", "rank", "iteration"]].drop_duplicates()
     per_run = unique.groupby("_run")["iteration"].agg(["size", "max"]).reindex(run_info.index)
     reported = per_run["size"].fillna(0).to_numpy()
     last = np.fmax(per_run["max"].to_numpy(dtype="float64"), run_info["_spec_iterations"].to_numpy() - 1)
@@ -591,25 +599,15 @@ def missing_reports(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Seri
     return missing
 
 
-def _typed_iterations(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Give the raw event columns their types (null compute/comm/loss become NaN)."""
-    out = iterations.copy()
-    for name in ("rank", "iteration", "samples"):
-        out[name] = out[name].astype("int64")
-    for name in ("step_s", "compute_s", "comm_s", "input_s", "loss"):
-        out[name] = pd.to_numeric(out[name], errors="coerce").astype("float64")
-    out["warmup"] = out["warmup"].eq(True)  # absent (NaN) means a timed iteration
-    return out
-
-
-def _hosts_table(run_info: pd.DataFrame) -> pd.DataFrame:
-    """(run, rank) -> host, from each run's ``hosts`` list (one entry per rank)."""
+def _hosts_of(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
+    """Each iteration event's host: its run's ``hosts`` list at its rank (one entry per
+    rank, ``check_run_start``; the rank is within the world, ``check_iterations``)."""
     lists = run_info["_hosts"]
-    lengths = lists.map(len).to_numpy()
-    runs = np.repeat(run_info.index.to_numpy(), lengths)
-    ranks = np.concatenate([np.arange(n) for n in lengths]) if len(lengths) else np.array([], dtype="int64")
-    names = [str(host) for hosts in lists for host in hosts]
-    return pd.DataFrame({"_run": runs.astype("int64"), "rank": ranks.astype("int64"), "host": names})
+    lengths = lists.map(len).to_numpy().astype("int64")
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype("int64")
+    names = pd.Series([str(host) for hosts in lists for host in hosts], dtype="str")
+    at = offsets[iterations["_run"].to_numpy()] + iterations["rank"].to_numpy()
+    return names.take(at).reset_index(drop=True)
 
 
 def _run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
@@ -678,7 +676,7 @@ def loss_curve(iterations: pd.DataFrame, run_key: str = "run_id") -> pd.DataFram
 
 
 def _loss_ends(iterations: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    curve = loss_curve(iterations, run_key="_run")
+    curve = loss_curve(iterations[["_run", "rank", "iteration", "loss"]], run_key="_run")
     grouped = curve.groupby("_run")["loss"]
     return grouped.first(), grouped.last()
 

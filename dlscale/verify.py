@@ -303,7 +303,7 @@ def recompute(
 ) -> dict[str, Path] | None:
     """Every table of the aggregate rule, made again from ``results``' events into ``out``."""
     from dlscale import analysis
-    from dlscale.events import EventError, read_events
+    from dlscale.events import EventError, check_file
 
     prefix, run_ids = _events_order(results, name_prefix)
     if os.path.isabs(prefix):
@@ -318,7 +318,7 @@ def recompute(
     for run_id in run_ids:
         path = f"{prefix}runs/{run_id}/events.jsonl"
         try:
-            read_events(results / "runs" / run_id / "events.jsonl")
+            check_file(results / "runs" / run_id / "events.jsonl")  # streamed: bounded memory
         except (EventError, ValueError, OSError) as err:
             where = str(err).replace(str(results / "runs"), f"{name_prefix}runs")
             report.add(
