@@ -18,6 +18,8 @@ import io
 import json
 import random
 import shutil
+import subprocess
+import sys
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +32,7 @@ from helpers.paths import REPO, SCHEMA
 from helpers.verify_study import make_archive
 from helpers.verify_study import make_study as make_verify_study
 
-from dlscale import analysis, compare, compare_studies
+from dlscale import analysis, compare, compare_page, compare_studies
 from dlscale.outputs import COMPARE_FILES
 from dlscale.stats import BOOTSTRAP, RANGE_RATIO_LOW_N, Interval
 from dlscale.study import ConfigError, load_schema, validate_config
@@ -454,3 +456,43 @@ def test_an_independent_repeat_of_the_study_changes_few_cells(studies, tmp_path:
     changed = table[table["change"].ne(compare.NO_CHANGE)]
     assert len(changed) <= 0.1 * len(table), changed[["cell", "metric", "ratio", "p_value"]]
     assert (abs(changed["ratio"] - 1) < 0.05).all()
+
+
+def test_a_shorter_time_to_target_is_an_improvement() -> None:
+    metric = compare.METRIC_BY_NAME["time_to_target_s"]
+    base, new = np.array([100.0, 102, 104, 101, 103, 105]), np.array([80.0, 81, 82, 83, 84, 85])
+    row = compare.compare_metric(base, new, metric)
+    assert row is not None and row["better"] == "lower" and row["ratio"] < 1
+    assert row["change"] == compare.IMPROVED
+
+
+def test_the_page_ranks_the_frameworks_per_set_up() -> None:
+    rows = [
+        {"study": "b", "metric": "throughput", "framework": f, "model": "lenet", "dataset": "mnist",
+         "scaling": "weak", "network": "host", "ranks_per_node": 1, "batch": 64, "threads_per_rank": "1",
+         "nodes": 2, "base_median": base, "new_median": new}
+        for f, base, new in (("torch", 3.0, 1.0), ("tensorflow", 2.0, 2.0), ("bigdl", 1.0, 3.0))
+    ]  # fmt: skip
+    ranking = compare_page.ranking(pd.DataFrame(rows))
+    assert ranking[["setup", "base_ranking", "new_ranking", "same"]].values.tolist() == [
+        ["lenet/host n2x1 b64", "torch > tensorflow > bigdl", "bigdl > tensorflow > torch", False]
+    ]
+
+
+def test_the_module_runs_as_a_command(studies: dict[str, Path], tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlscale.compare",
+            str(studies["base"]),
+            str(studies["base"]),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith("compare: ") and "the same study" in proc.stderr
+    assert not (tmp_path / "o").exists()
