@@ -7,7 +7,9 @@ of it whose events were changed in a stated way:
   (BigDL's throughput x 1.25, its shares and efficiencies unchanged);
 * ``bigdl_fastest``: BigDL's LeNet iterations x 0.5 (0.015 s a step, under TensorFlow's
   0.018 s: the fastest_compute finding and the "BigDL computes fastest" claim change);
-* ``torch_2_threads``: torch's runs say ``threads_per_rank: 2`` (a setting changed).
+* ``torch_2_threads``: torch's runs say ``threads_per_rank: 2`` (a setting changed);
+* ``on_slurm``: run_start says the runs were launched by SLURM on hosts cn00.., from venvs
+  with another lock, with a learning rate in their spec (the numbers unchanged).
 """
 
 from __future__ import annotations
@@ -83,6 +85,13 @@ def studies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         if event["event"] == "run_start":
             event["versions"]["python"] = "3.11.7</td><script>alert(1)</script>"
 
+    def on_slurm(event: Event) -> None:
+        if event["event"] == "run_start":
+            event["launcher"] = "slurm"
+            event["hosts"] = [f"cn{rank:02d}" for rank in range(len(event["hosts"]))]
+            event["env"] = {"env": event["framework"], "lock_sha256": f"{event['framework']}-lock-2"}
+            event["spec"]["learning_rate"] = 0.02
+
     made = {
         "base": make_study(root / "base"),
         "same": make_study(root / "same"),
@@ -90,6 +99,7 @@ def studies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "bigdl_fastest": make_study(root / "bigdl_fastest", scale_steps("bigdl", 0.5, "lenet")),
         "torch_2_threads": make_study(root / "torch_2_threads", torch_threads),
         "hostile": make_study(root / "hostile", hostile_version),
+        "on_slurm": make_study(root / "on_slurm", on_slurm),
     }
     return made
 
@@ -496,3 +506,18 @@ def test_the_module_runs_as_a_command(studies: dict[str, Path], tmp_path: Path) 
     )
     assert proc.returncode == 2 and proc.stderr.startswith("compare: ") and "the same study" in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_slurm_study_against_a_local_one_states_launcher_hosts_locks_and_config(
+    studies: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "cmp"
+    code, stdout, err = run_cli(capsys, studies["base"], studies["on_slurm"], "--out", out)
+    assert code == 0, err
+    diffs = pd.read_csv(out / "differences.csv", dtype=str, keep_default_na=False).set_index("fact")
+    assert diffs.loc["launcher (profile)", "on_slurm"] == "slurm"
+    assert diffs.loc["lock_sha256 torch", "on_slurm"] == "torch-lock-2"
+    assert diffs.loc["config bigdl: learning_rate", ["base", "on_slurm"]].tolist() == ["", "0.02"]
+    assert diffs.loc["hosts", "on_slurm"].startswith("cn00;cn01")
+    assert diffs.loc["hosts", "hardware"] == "True"
+    assert "the hardware differs (hosts)" in stdout
