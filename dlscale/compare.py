@@ -210,14 +210,26 @@ def run_keys(runs: pd.DataFrame, keys: Sequence[str] = MATCH_KEYS) -> set[tuple[
     return {tuple(k) for k in table[list(keys)].drop_duplicates().itertuples(index=False)}
 
 
-def study_cells(runs: pd.DataFrame, keys: Sequence[str] = MATCH_KEYS) -> dict[tuple[Any, ...], Cell]:
+def study_cells(
+    runs: pd.DataFrame, keys: Sequence[str] = MATCH_KEYS, label: str = "a study"
+) -> dict[tuple[Any, ...], Cell]:
     """The study's cells by their match key, each with its repeats' values: its ok runs
-    with a throughput that ran alone (contended ones left out, as in the verdicts)."""
+    with a throughput that ran alone (contended ones left out, as in the verdicts).
+    ``CompareError`` when a match key left out (``--ignore-key``) would merge two of the
+    study's own cells (two networks, say, of one framework at one node count)."""
     table = _keyed(runs)
     usable = table[table["status"].eq("ok") & table["throughput"].notna() & ~table["contended"]]
+    ignored = [k for k in MATCH_KEYS if k not in keys]
     out: dict[tuple[Any, ...], Cell] = {}
     for key, mine in usable.groupby(list(keys), sort=True, dropna=False):
         row = mine.iloc[0]
+        for name in ignored:
+            if mine[name].nunique() > 1:
+                raise CompareError(
+                    f"--ignore-key {name}: {label} has several values of it ({', '.join(map(str, mine[name].unique()))})"
+                    f" in one cell ({', '.join(f'{k}={v}' for k, v in zip(keys, key, strict=True))}): its cells"
+                    " cannot be matched without it"
+                )
         name = verdicts.cell_name(
             row["framework"],
             row["model"],
@@ -410,7 +422,7 @@ def compare_pair(base: Study, new: Study, keys: Sequence[str] = MATCH_KEYS) -> P
     """Every matched cell's metrics (``compare_metric``), the cells of either study
     without a match, and the verdicts that changed. ``CompareError`` when no cell is in
     common."""
-    mine, theirs = study_cells(base.runs, keys), study_cells(new.runs, keys)
+    mine, theirs = study_cells(base.runs, keys, base.label), study_cells(new.runs, keys, new.label)
     common = [k for k in mine if k in theirs]
     if not common:
         raise CompareError(

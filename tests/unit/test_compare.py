@@ -521,3 +521,11 @@ def test_a_slurm_study_against_a_local_one_states_launcher_hosts_locks_and_confi
     assert diffs.loc["hosts", "on_slurm"].startswith("cn00;cn01")
     assert diffs.loc["hosts", "hardware"] == "True"
     assert "the hardware differs (hosts)" in stdout
+
+
+def test_an_ignored_key_may_not_merge_a_studys_own_cells(
+    studies: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    # The golden study ran torch's LeNet at 2 nodes on the host and on an emulated 1 GbE.
+    line = refused(capsys, tmp_path / "out", studies["base"], studies["same"], "--ignore-key", "network")
+    assert "--ignore-key network: base has several values of it (emulated-1gbe, host) in one cell" in line
