@@ -526,6 +526,6 @@ def test_a_slurm_study_against_a_local_one_states_launcher_hosts_locks_and_confi
 def test_an_ignored_key_may_not_merge_a_studys_own_cells(
     studies: dict[str, Path], tmp_path: Path, capsys
 ) -> None:
-    # The golden study ran torch's LeNet at 2 nodes on the host and on an emulated 1 GbE.
+    # The golden study ran torch's and TensorFlow's LeNet at 2 nodes on the host and on an emulated 1 GbE.
     line = refused(capsys, tmp_path / "out", studies["base"], studies["same"], "--ignore-key", "network")
     assert "--ignore-key network: base has several values of it (emulated-1gbe, host) in one cell" in line
