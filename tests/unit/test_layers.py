@@ -50,7 +50,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # start, watch and record a run; the micro-benchmarks
     ("dlscale.launch", "dlscale.commbench"),
     # events -> tables
-    ("dlscale.evals", "dlscale.tables", "dlscale.parity", "dlscale.convergence"),
+    ("dlscale.evals", "dlscale.readevents", "dlscale.tables", "dlscale.parity", "dlscale.convergence"),
     # tables -> cells, findings, claims; the tuning stage's choice
     ("dlscale.verdicts", "dlscale.tunechoice"),
     # what a person reads, and the scaling model
