@@ -131,6 +131,14 @@ def _cells(runs: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def _questions_speed(flag: pd.Series) -> pd.Series:
+    """Whether a run's flag questions the speed a scaling figure plots: a flag about its
+    roofline fraction alone (``roofline: ...``, dlscale.roofline.flag_of) does not."""
+    return flag.map(
+        lambda text: isinstance(text, str) and any(not p.startswith("roofline: ") for p in text.split("; "))
+    ).astype(bool)
+
+
 def _scaling_data(runs: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ok runs, cells) for a per-node-count figure of ``metric``, in one long table.
 
@@ -145,7 +153,7 @@ def _scaling_data(runs: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.Dat
     flag = ok["flag"] if "flag" in ok else pd.Series(None, index=ok.index, dtype=object)
     run_rows = ok.assign(
         kind="run",
-        marker=np.where(flag.notna(), MARKERS[1], MARKERS[0]),
+        marker=np.where(_questions_speed(flag), MARKERS[1], MARKERS[0]),
         flag=flag.fillna(""),
         value=ok[metric],
         cell="",

@@ -796,9 +796,24 @@ def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
 def add_roofline(runs: pd.DataFrame, peak: Mapping[str, Any] | None) -> pd.DataFrame:
     """``peak_flops`` (the host's matmul peak at the run's threads per rank, from the
     workflow's measurement, dlscale.roofline) and ``roofline_fraction`` = throughput x
-    FLOPs per sample / (world size x peak): NaN where no peak was measured."""
+    FLOPs per sample / (world size x peak): NaN where no peak was measured or it was
+    refused as contended. An ok run's ``flag`` gains ``roofline.flag_of``'s reason (a
+    refused peak, a fraction above 1); a flag from an earlier call is replaced."""
     peaks = runs["threads_per_rank"].map(lambda t: roofline.peak_of(peak, t)).astype("float64")
     runs["peak_flops"] = peaks
     achieved = runs["throughput"].astype("float64") * runs["flops_per_sample"].astype("float64")
     runs["roofline_fraction"] = achieved / (runs["world_size"].astype("float64") * peaks)
+    if "flag" not in runs:
+        return runs
+    for index in runs.index[runs["throughput"].notna()]:
+        old = runs.at[index, "flag"]
+        parts = (
+            [p for p in str(old).split("; ") if not p.startswith("roofline: ")]
+            if isinstance(old, str)
+            else []
+        )
+        why = roofline.flag_of(runs.at[index, "roofline_fraction"], runs.at[index, "threads_per_rank"], peak)
+        new = "; ".join(parts + ([why] if why else [])) or None
+        if new != old:
+            runs.at[index, "flag"] = new
     return runs

@@ -70,7 +70,9 @@ rule tune_report:
 
 rule matmul_peak:
     """This host's float32 matmul peak at 1..cores threads (and the study's threads per
-    rank): the denominator of runs.csv's roofline fraction (dlscale.roofline)."""
+    rank): the denominator of runs.csv's roofline fraction (dlscale.roofline). Measured
+    under the contention probe; a thread count still contended after its redos is
+    recorded as refused (the rule succeeds, its fractions are NaN and flagged)."""
     output:
         peak="results/host/matmul_peak.json",
     log:
