@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.bigdl_runs import kill_leftovers
 from helpers.paths import framework_python
 from helpers.tensorflow_runs import iterations_of, launch, spec
 
@@ -38,6 +39,20 @@ def tf_py() -> Path:
 def falls(losses):
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     return first > 2.0 and last < 0.8 * first and last < 1.2, (first, last)
+
+
+def stop_run(proc: subprocess.Popen, root: Path) -> None:
+    """End a launched run that a failed assertion left running: the launcher by SIGTERM
+    (it stops its ranks), then by SIGKILL, then any rank still naming ``root`` (a killed
+    launcher cannot stop its ranks: a 100,000-iteration run outlived one such test)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    kill_leftovers(root)
 
 
 def part_iterations(path: Path) -> int:
@@ -172,9 +187,7 @@ def test_killed_worker_fails_the_mwms_run(tf_py, mnist_shards, tmp_path):
         os.kill(json.loads(part.read_text().splitlines()[0])["pid"], signal.SIGKILL)
         proc.wait(timeout=90)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_run(proc, tmp_path)
     end = read_events(events_path)[-1]
     assert end["status"] == "failed"
     # The launcher usually sees the death first; rank 0's failed all-reduce may win the race.
@@ -207,9 +220,7 @@ def test_killed_worker_fails_the_ps_run(tf_py, mnist_shards, tmp_path):
         os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=90)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_run(proc, tmp_path)
     end = read_events(events_path)[-1]
     assert end["status"] == "failed"
     assert end["reason"].startswith("worker 1 died (SIGKILL) at iteration"), end["reason"]
