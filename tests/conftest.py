@@ -1,6 +1,7 @@
 """The session's fixtures: the repository, the config schema, the framework venvs' pythons,
 MNIST, synthetic ImageNet, the session's one SLURM test cluster (tests/helpers/slurm_fixtures.py:
-``slurm`` for a test, started once), and the fault table printed at the end of a session.
+``slurm`` for a test, started once), the shared four-framework study and its report
+(tests/helpers/study_fixtures.py), and the fault table printed at the end of a session.
 
 Paths and the venvs' pythons are plain functions in tests/helpers/paths.py."""
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers.paths import CACHE, REPO, SCHEMA, caffe_python, torch_python
 from helpers.slurm_fixtures import slurm, slurm_guard  # noqa: F401  (the session's SLURM test cluster)
+from helpers.study_fixtures import four_framework_report, four_framework_study  # noqa: F401  (the shared study)
 
 
 @pytest.fixture(scope="session")
