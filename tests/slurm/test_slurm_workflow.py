@@ -97,7 +97,9 @@ def run_ids(study: dict) -> list[str]:
     ]
 
 
-def test_study_through_slurm_with_a_failure_and_a_rerun(slurm, tmp_path, torch_py, caffe_py, mnist_idx):
+def test_study_through_slurm_with_a_failure_and_a_rerun(
+    slurm, tmp_path, torch_py, caffe_py, mnist_idx, four_framework_study
+):
     subprocess.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
     # The namespace has no route to PyPI: MNIST comes from a local copy of the idx files.
     study = {**STUDY, "data": {"mnist": {"source": str(mnist_idx)}}}
@@ -173,6 +175,30 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(slurm, tmp_path, torch_p
     driver_log = (bigdl / "bigdl-driver.log").read_text(errors="replace")
     assert "Executor number is 4 and executor cores number is 1" in driver_log
     assert not processes_mentioning(str(tmp_path)), "a Spark daemon, executor or rank outlived the study"
+
+    # Compared with the session's study of the same four frameworks on the local profile
+    # (issue 30): the 1-node cells match, the rest are listed, and the page states that the
+    # two ran on other hosts under another launcher.
+    compared = tmp_path / "compared"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dlscale.compare", str(four_framework_study / "results"),
+         str(tmp_path / "results"), "--out", str(compared)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = pd.read_csv(compared / "comparison.csv")
+    assert set(rows["framework"]) == set(study["frameworks"])
+    assert set(rows["nodes"]) == {1}  # 2 nodes ran only locally, 4 only on SLURM
+    assert set(rows["change"]) <= {"improved", "regressed", "no change"}
+    unmatched = pd.read_csv(compared / "unmatched.csv")
+    assert {2, 4} <= set(unmatched["nodes"]), unmatched
+    diffs = pd.read_csv(compared / "differences.csv", keep_default_na=False).set_index("fact")
+    launcher = diffs.loc["launcher (profile)"]
+    assert "local" in launcher.iloc[-2] and "slurm" in launcher.iloc[-1], launcher
+    assert diffs.loc["hosts", "hardware"] in (True, "True"), diffs.loc["hosts"]
+    assert "n1" in diffs.loc["hosts"].iloc[-1]
+    page = (compared / "comparison.html").read_text()
+    assert "slurm" in page and "launcher" in page
     for name in ("throughput", "speedup", "breakdown", "loss"):
         assert (tmp_path / "results" / "figures" / f"{name}.png").stat().st_size > 0
 
