@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from dlscale import catalog
+from dlscale.figures import HTML_JSON
 from dlscale.outputs import FIGURE_FORMATS
 
 __all__ = ["FIGURE_FORMATS", "chart_svg", "page", "ranking", "ratio_chart", "save", "table_html"]
@@ -109,7 +110,7 @@ def chart_svg(chart: alt.TopLevelMixin) -> str:
 def save(chart: alt.TopLevelMixin, target: str | os.PathLike[str], fmt: str) -> None:
     """Write the chart to ``target`` as ``fmt`` (html: Vega inline, self-contained)."""
     if fmt == "html":
-        chart.save(str(target), format="html", inline=True)
+        chart.save(str(target), format="html", inline=True, json_kwds=HTML_JSON)  # no </script> from a study
     elif fmt == "png":
         chart.save(str(target), format="png", scale_factor=2.0)
     else:

@@ -17,6 +17,7 @@ different shape whose tooltip gives the reason.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ from dlscale.tables import loss_curve
 FORMATS = FIGURE_FORMATS
 #: The figures ``make_figures`` draws (the others of ``FIGURES``: dlscale.quality_figures).
 STUDY_FIGURES: tuple[str, ...] = ("throughput", "speedup", "breakdown", "loss")
-__all__ = ["FIGURES", "FORMATS", "STUDY_FIGURES", "draw", "make_figures", "save_chart"]
+__all__ = ["FIGURES", "FORMATS", "HTML_JSON", "STUDY_FIGURES", "draw", "make_figures", "save_chart"]
 
 #: How a point is marked: plain, or flagged (hover for the reason).
 MARKERS: tuple[str, ...] = ("ok", "flagged")
@@ -434,11 +435,29 @@ def loss_chart(runs: pd.DataFrame, iterations: pd.DataFrame) -> alt.TopLevelMixi
     )
 
 
+class HtmlSafeJSONEncoder(json.JSONEncoder):
+    """JSON that cannot end the ``<script>`` element it is embedded in: ``<``, ``>`` and ``&``
+    (only ever inside strings in JSON) written as ``\\u`` escapes, the same values to any
+    JSON reader. altair writes a chart's data raw into its HTML's script, so a run's host
+    named ``</script><img src=x onerror=...>`` would otherwise end the script there and
+    become a live element of the page."""
+
+    def encode(self, o: object) -> str:
+        text = super().encode(o)
+        return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+#: ``json_kwds`` for altair's HTML writer: every string from a run stays data (issue 33).
+HTML_JSON = {"cls": HtmlSafeJSONEncoder}
+
+
 def save_chart(chart: alt.TopLevelMixin, target: str | os.PathLike[str]) -> None:
-    """Save ``chart`` to ``target`` atomically; the format comes from the extension."""
+    """Save ``chart`` to ``target`` atomically; the format comes from the extension. HTML
+    embeds the chart's data as escaped JSON (``HTML_JSON``); SVG text is escaped by Vega's
+    own SVG writer."""
     suffix = Path(target).suffix
     if suffix == ".html":
-        atomic.replace_with(target, lambda tmp: chart.save(tmp, inline=True))
+        atomic.replace_with(target, lambda tmp: chart.save(tmp, inline=True, json_kwds=HTML_JSON))
     elif suffix == ".png":
         atomic.replace_with(target, lambda tmp: chart.save(tmp, format="png", scale_factor=2.0))
     else:
