@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,35 +20,16 @@ import pytest
 import yaml
 from helpers import hostile_logs as logs
 from helpers.events import every_rank, iteration, put, run_end, run_start
-from helpers.faults import FaultRow, fault_spec, record
+from helpers.faults import fault_spec, judge
 from helpers.paths import REPO
 
 import dlscale.parse.__main__ as parse_cli
 from dlscale import netns, tables
-from dlscale.events import EventError
+from dlscale.events import MAX_LINE_CHARS, EventError
 from dlscale.launch import network as launcher
 from dlscale.study import ConfigError, check_local_capacity, load_schema, validate_config
 
 pytestmark = pytest.mark.faults
-
-
-def judge(fault: str, framework: str, cases: dict[str, Callable[[], str | None]]) -> None:
-    """Run every case (None: handled as it should be; else what went wrong), record the
-    class as one row, and fail the test naming the cases that went wrong."""
-    wrong, slowest = {}, 0.0
-    for name, case in cases.items():
-        started = time.perf_counter()
-        try:
-            problem = case()
-        except Exception as err:  # noqa: BLE001 - an unexpected crash is a wrong result, named
-            problem = f"crashed: {type(err).__name__}: {err}"
-        slowest = max(slowest, time.perf_counter() - started)
-        if problem:
-            wrong[name] = problem
-    outcome = "wrong result" if wrong else "rejected cleanly"
-    detail = "; ".join(f"{k}: {v}" for k, v in wrong.items()) or ", ".join(cases)
-    record(FaultRow(f"{fault} ({len(cases)} cases)", framework, outcome, round(slowest, 2), detail))
-    assert not wrong, wrong
 
 
 def event_error(paths: list[Path], at: Path, message: str) -> str | None:
@@ -88,6 +67,11 @@ def test_hostile_events_are_errors_or_failed_runs(tmp_path):
         second = put(tmp_path / "two" / "b", [run_start(), *every_rank(1), run_end()])
         return event_error([first, second], second, f"is also the run id of {first}:1")
 
+    def not_utf8() -> str | None:
+        path = put(tmp_path / "utf8", [run_start(), *every_rank(1), run_end()])
+        path.write_bytes(path.read_bytes().replace(b'"lenet"', b'"len\xffet"', 1))
+        return event_error([path], path, "not UTF-8 text")
+
     def zero_baseline() -> str | None:
         base = put(tmp_path / "zero", [run_start(), *every_rank(1, batch=0), run_end()])
         two = put(tmp_path / "zero", [run_start(nodes=2), *every_rank(2), run_end()])
@@ -117,6 +101,17 @@ def test_hostile_events_are_errors_or_failed_runs(tmp_path):
                 "fields", [{**run_start(), "nodes": 2}, *every_rank(1), run_end()], "says nodes="
             ),
             "two files of one run": two_files,
+            "a line over the limit": case(
+                "long",
+                [run_start(), {**iteration(0, 0, 0.5), "blob": "x" * MAX_LINE_CHARS}, run_end()],
+                f"line is longer than {MAX_LINE_CHARS} characters",
+            ),
+            "a run_start field the launcher does not write": case(
+                "field",
+                [{**run_start(), "blob": "y" * 1000}, *every_rank(1), run_end()],
+                "'blob' was unexpected",
+            ),
+            "text that is not UTF-8": not_utf8,
             "wrong type in run_start": case(
                 "types",
                 [{**run_start(), "nodes": "two"}, *every_rank(1), run_end()],

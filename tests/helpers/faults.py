@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,28 @@ def record(row: FaultRow) -> None:
     TABLE.parent.mkdir(parents=True, exist_ok=True)
     with open(TABLE, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(row.__dict__) + "\n")
+
+
+def judge(
+    fault: str, framework: str, cases: dict[str, Callable[[], str | None]], handled: str = "rejected cleanly"
+) -> None:
+    """Run every case (None: handled as it should be; else what went wrong), record the
+    class as one row (``handled`` when every case was), and fail the test naming the cases
+    that went wrong."""
+    wrong, slowest = {}, 0.0
+    for name, case in cases.items():
+        started = time.perf_counter()
+        try:
+            problem = case()
+        except Exception as err:  # noqa: BLE001 - an unexpected crash is a wrong result, named
+            problem = f"crashed: {type(err).__name__}: {err}"
+        slowest = max(slowest, time.perf_counter() - started)
+        if problem:
+            wrong[name] = problem
+    outcome = "wrong result" if wrong else handled
+    detail = "; ".join(f"{k}: {v}" for k, v in wrong.items()) or ", ".join(cases)
+    record(FaultRow(f"{fault} ({len(cases)} cases)", framework, outcome, round(slowest, 2), detail))
+    assert not wrong, wrong
 
 
 def fault_spec(framework: str, *, nodes: int = 2, iterations: int = 100_000, **overrides: Any) -> RunSpec:

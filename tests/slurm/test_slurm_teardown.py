@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.faults import FaultRow, record
 from helpers.paths import REPO
 from helpers.slurm_cluster import alive
 
@@ -104,7 +105,9 @@ def test_a_signalled_session_stops_its_slurm_cluster(tmp_path, signum):
         assert len(leftovers(state)) == len(state["pids"]) + 1 + len(state["namespaces"]), "not all up"
         assert alive(state["job_pid"]), "the job is not running"
         proc.send_signal(signum)
+        signalled = time.monotonic()
         output, _ = proc.communicate(timeout=240)
+        stopped_s = time.monotonic() - signalled
         left = leftovers(state)
     finally:
         if proc.poll() is None:  # the stop hung: end it, then clean up what it left
@@ -115,3 +118,6 @@ def test_a_signalled_session_stops_its_slurm_cluster(tmp_path, signum):
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, output[-3000:]
     assert f"{name}: stopping the SLURM test cluster" in output, output[-3000:]
     assert not left, (left, output[-3000:])
+    record(
+        FaultRow(f"pytest ended by {name}, SLURM cluster up", "slurm", "ended cleanly", round(stopped_s, 1))
+    )

@@ -7,57 +7,17 @@ scripts."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 
 import altair as alt
 import pandas as pd
 import pytest
 from helpers.events import iteration, run_start
+from helpers.markup import BREAKOUT, CHROMIUM, HOSTILE, IMG, NO_CHROMIUM, SVG, browser_dom, live_markup
 
 from dlscale import analysis, figures
 from dlscale.events import write_atomic
 from dlscale.quality_figures import QUALITY_FIGURES, make_quality_figures
-
-IMG = "<img src=x onerror=alert(1)>"
-SVG = "<svg onload=alert(3)>"
-BREAKOUT = "</script>" + IMG
-#: What a hostile sender writes into a run's strings.
-HOSTILE = {
-    "hosts": [f"{IMG}/node0", f"{BREAKOUT}/node1"],
-    "versions": {"torch": SVG, "python": BREAKOUT},
-    "settings": {"engine": BREAKOUT, "env": {"OMP_NUM_THREADS": SVG}},
-    "git_sha": BREAKOUT,
-    "config_sha256": SVG,
-}
-
-
-class Elements(HTMLParser):
-    """Every element and its attributes, as a browser's tokenizer splits the page (script
-    and style content is text, as it is to a browser)."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, dict(attrs)))
-
-
-def live_markup(text: str) -> list[str]:
-    """The elements and attributes a hostile string would have made: an ``img``, a handler
-    attribute (``on...``) on any element, an ``svg`` carrying one."""
-    parser = Elements()
-    parser.feed(text)
-    parser.close()
-    found = []
-    for tag, attrs in parser.tags:
-        if tag == "img":
-            found.append(f"<img {attrs}>")
-        found += [f"<{tag} {name}={value!r}>" for name, value in attrs.items() if name.startswith("on")]
-    return found
 
 
 def _hostile_study(root: Path) -> list[Path]:
@@ -137,26 +97,14 @@ def test_the_html_writer_keeps_a_script_end_inside_its_data(tmp_path: Path) -> N
     assert live_markup((tmp_path / "raw.html").read_text(encoding="utf-8"))
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="Debian's chromium is not installed (scripts/ensure-system.sh installs it: apt-get install chromium)",
-)
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_a_browser_builds_no_element_from_a_run_string(
     drawn: tuple[analysis.Tables, list[Path]], tmp_path: Path
 ) -> None:
     _, written = drawn
     pages = [p for p in written if p.name in ("strings.html", "throughput.html", "strings.svg")]
     for page in pages:
-        proc = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
-             "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        dom = proc.stdout
+        dom = browser_dom(page, tmp_path / "profile")
         assert dom.strip(), f"{page.name}: empty DOM"
         assert live_markup(dom) == [], page.name
         if page.suffix == ".html":
