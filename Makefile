@@ -64,6 +64,16 @@ BENCH_REPEATS ?= 5
 bench: $(VENV)/.installed
 	nice -n 10 $(PY) -m benchmarks --repeats $(BENCH_REPEATS)
 
+## compare-check: does python -m dlscale.compare find one changed setting, and only it, on this
+## machine? Three small studies (BASE, an independent SAME, CHANGED) run interleaved, then
+## compared -> results/compare-check/summary.md (about 8 minutes on 2 cores; issue 30).
+## make compare-check [CHANGE=torch.mkldnn=false] [COMPARE_REPEATS=6]
+CHANGE ?= torch.mkldnn=false
+COMPARE_REPEATS ?= 6
+.PHONY: compare-check
+compare-check: $(VENV)/.installed
+	$(PY) -m benchmarks.compare_check --change $(CHANGE) --repeats $(COMPARE_REPEATS)
+
 lint: $(VENV)/.installed
 	$(SNAKEMAKE) --lint
 	$(VENV)/bin/snakefmt --check Snakefile rules
