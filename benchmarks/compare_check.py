@@ -33,6 +33,7 @@ import yaml
 
 from benchmarks.common import ENVS_DIR, REPO, log
 from dlscale import atomic
+from dlscale.thresholds import COMPARE_NOISE_FLOOR
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 #: The studies' shared set-up: two frameworks on LeNet at 1 and 2 nodes (throughput,
@@ -125,7 +126,8 @@ def summary_markdown(result: dict[str, Any], same: pd.DataFrame, changed: pd.Dat
     shown = ["framework", "nodes", "metric", "base_median", "new_median", "ratio", "ratio_lower", "ratio_upper",
              "coverage", "p_value", "change"]  # fmt: skip
     lines = [
-        f"# compare-check ({result['date']}, {result['repeats']} repeats, interleaved)",
+        f"# compare-check ({result['date']}, {result['repeats']} repeats, interleaved,"
+        f" noise floor {result['noise_floor']:g})",
         "",
         f"Change: `{result['change']}`. SAME: {result['same_changed']} of {result['same_cells']} cell-metrics "
         f"changed. CHANGED: a change of the changed framework "
@@ -160,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         **judge(same, changed, framework),
         "change": f"{framework}.{option}={value}",
         "repeats": args.repeats,
+        "noise_floor": COMPARE_NOISE_FLOOR,
         "date": time.strftime("%Y-%m-%d"),
     }
     atomic.write_text(args.out / "summary.json", json.dumps(result, indent=2) + "\n")

@@ -24,7 +24,9 @@ studies, and which verdicts changed with it.
   four cells' repeats (``efficiency_ratio_interval``) and it has no rank test. ``change``
   is ``improved`` or ``regressed`` only with evidence at ``1 - CONFIDENCE``
   (``decide_change``): the interval excludes 1 and the rank test rejects (or, without a
-  test, the interval is a 95 % bootstrap one); otherwise ``no change``, and ``note`` says
+  test, the interval is a 95 % bootstrap one) and the interval clears the between-study
+  noise floor (``clears_floor``: wholly beyond ``1 +/- COMPARE_NOISE_FLOOR``, identical
+  studies differ by offsets their own repeats do not see); otherwise ``no change``, and ``note`` says
   why when the interval alone excludes 1. With 2 or 3 repeats a side no rank test can
   reject (``smallest_p``): a range that happens to exclude 1 is no evidence (2 against 2
   separate completely one time in three by chance).
@@ -80,6 +82,7 @@ from dlscale.stats import (
     ratio_interval,
 )
 from dlscale.tables import batch_key
+from dlscale.thresholds import COMPARE_NOISE_FLOOR
 
 # --- what is compared, declared once -----------------------------------------------------
 
@@ -273,12 +276,25 @@ def rank_test(base: Sequence[float], new: Sequence[float]) -> float:
     return float(scistats.mannwhitneyu(b, a, alternative="two-sided").pvalue)
 
 
-def decide_change(ratio: Interval, p_value: float, higher_is_better: bool, alpha: float = ALPHA) -> str:
+def clears_floor(ratio: Interval, floor: float) -> bool:
+    """Whether the ratio's interval lies wholly beyond ``1 +/- floor`` (the band
+    ``[1 / (1 + floor), 1 + floor]``, symmetric in log-ratio)."""
+    return ratio.low > 1.0 + floor or ratio.high < 1.0 / (1.0 + floor)
+
+
+def decide_change(
+    ratio: Interval,
+    p_value: float,
+    higher_is_better: bool,
+    alpha: float = ALPHA,
+    floor: float = COMPARE_NOISE_FLOOR,
+) -> str:
     """``improved``/``regressed`` only with evidence at ``alpha``: the ratio's interval
     excludes 1 and the rank test rejects, or, where no rank test applies (``p_value`` NaN:
-    efficiency, a ratio of ratios), the interval is a 95 % bootstrap one. ``no change``
-    otherwise: an interval spanning 1, a test that does not reject (with 2 or 3 repeats
-    a side it never can), a low-n range without a test, one repeat."""
+    efficiency, a ratio of ratios), the interval is a 95 % bootstrap one; and the interval
+    clears the between-study noise floor (``clears_floor``). ``no change`` otherwise: an
+    interval spanning 1 or reaching into the floor, a test that does not reject (with 2 or
+    3 repeats a side it never can), a low-n range without a test, one repeat."""
     if not ratio.known or ratio.low <= 1.0 <= ratio.high:
         return NO_CHANGE
     if math.isnan(p_value):
@@ -286,26 +302,39 @@ def decide_change(ratio: Interval, p_value: float, higher_is_better: bool, alpha
             return NO_CHANGE
     elif p_value >= alpha:
         return NO_CHANGE
+    if not clears_floor(ratio, floor):
+        return NO_CHANGE
     return IMPROVED if (ratio.low > 1.0) == higher_is_better else REGRESSED
 
 
 def why_no_change(
-    ratio: Interval, p_value: float, n_base: int, n_new: int, alpha: float = ALPHA
+    ratio: Interval,
+    p_value: float,
+    n_base: int,
+    n_new: int,
+    alpha: float = ALPHA,
+    floor: float = COMPARE_NOISE_FLOOR,
 ) -> str | None:
     """Why an interval that excludes 1 is still ``no change`` (None when it is not so)."""
     if not ratio.known or ratio.low <= 1.0 <= ratio.high:
         return None
     if math.isnan(p_value):
-        return None if ratio.method == BOOTSTRAP else f"{ratio.method} without a rank test: no change claimed"
-    if p_value < alpha:
-        return None
-    floor = smallest_p(n_base, n_new)
-    if floor >= alpha:
+        if ratio.method != BOOTSTRAP:
+            return f"{ratio.method} without a rank test: no change claimed"
+    elif p_value >= alpha:
+        least = smallest_p(n_base, n_new)
+        if least >= alpha:
+            return (
+                f"the interval excludes 1 but {n_base} against {n_new} repeats cannot reject at {alpha:g}"
+                f" (smallest possible p {least:.2g}): more repeats needed"
+            )
+        return f"the interval excludes 1 but the rank test does not reject (p {p_value:.2g})"
+    if not clears_floor(ratio, floor):
         return (
-            f"the interval excludes 1 but {n_base} against {n_new} repeats cannot reject at {alpha:g}"
-            f" (smallest possible p {floor:.2g}): more repeats needed"
+            f"the interval [{ratio.low:.3g}, {ratio.high:.3g}] excludes 1 but reaches into the between-study"
+            f" noise floor 1 +/- {floor:g} (--noise-floor; docs/compare.md)"
         )
-    return f"the interval excludes 1 but the rank test does not reject (p {p_value:.2g})"
+    return None
 
 
 def _medians_ratio_of_ratios(
@@ -352,7 +381,9 @@ def efficiency_ratio_interval(
     return Interval(value, float(low), float(high), RANGE_RATIO_LOW_N, coverage)
 
 
-def _row(metric: Metric, a: np.ndarray, b: np.ndarray, ratio: Interval, p_value: float) -> dict[str, Any]:
+def _row(
+    metric: Metric, a: np.ndarray, b: np.ndarray, ratio: Interval, p_value: float, floor: float
+) -> dict[str, Any]:
     return {
         "metric": metric.name,
         "better": "higher" if metric.higher_is_better else "lower",
@@ -366,12 +397,14 @@ def _row(metric: Metric, a: np.ndarray, b: np.ndarray, ratio: Interval, p_value:
         "base_repeats": len(a),
         "new_repeats": len(b),
         "p_value": p_value,
-        "change": decide_change(ratio, p_value, metric.higher_is_better),
-        "note": why_no_change(ratio, p_value, len(a), len(b)),
+        "change": decide_change(ratio, p_value, metric.higher_is_better, floor=floor),
+        "note": why_no_change(ratio, p_value, len(a), len(b), floor=floor),
     }
 
 
-def compare_metric(base: np.ndarray, new: np.ndarray, metric: Metric) -> dict[str, Any] | None:
+def compare_metric(
+    base: np.ndarray, new: np.ndarray, metric: Metric, floor: float = COMPARE_NOISE_FLOOR
+) -> dict[str, Any] | None:
     """One comparison row's numbers (``stats.ratio_interval`` and ``rank_test``), or None
     where the metric has no value on a side or the base median is 0 (a ratio of nothing)."""
     a, b = finite_sorted(base), finite_sorted(new)
@@ -379,11 +412,11 @@ def compare_metric(base: np.ndarray, new: np.ndarray, metric: Metric) -> dict[st
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = ratio_interval(b, a)
-    return _row(metric, a, b, ratio, rank_test(a, b))
+    return _row(metric, a, b, ratio, rank_test(a, b), floor)
 
 
 def compare_efficiency(
-    base: Cell, base_baseline: Cell, new: Cell, new_baseline: Cell
+    base: Cell, base_baseline: Cell, new: Cell, new_baseline: Cell, floor: float = COMPARE_NOISE_FLOOR
 ) -> dict[str, Any] | None:
     """The efficiency row of a cell (``efficiency_ratio_interval``; no rank test)."""
     metric = METRIC_BY_NAME["efficiency"]
@@ -397,7 +430,7 @@ def compare_efficiency(
             base.values["throughput"],
             base_baseline.values["throughput"],
         )
-    return _row(metric, a, b, ratio, math.nan)
+    return _row(metric, a, b, ratio, math.nan, floor)
 
 
 def _applies(metric: Metric, base: Cell, new: Cell) -> bool:
@@ -418,7 +451,9 @@ class Pair:
     matched: int
 
 
-def compare_pair(base: Study, new: Study, keys: Sequence[str] = MATCH_KEYS) -> Pair:
+def compare_pair(
+    base: Study, new: Study, keys: Sequence[str] = MATCH_KEYS, floor: float = COMPARE_NOISE_FLOOR
+) -> Pair:
     """Every matched cell's metrics (``compare_metric``), the cells of either study
     without a match, and the verdicts that changed. ``CompareError`` when no cell is in
     common."""
@@ -439,10 +474,10 @@ def compare_pair(base: Study, new: Study, keys: Sequence[str] = MATCH_KEYS) -> P
                 baseline = _baseline_key(key, keys, mine[key].baseline_nodes)
                 if baseline not in mine or baseline not in theirs:
                     continue
-                numbers = compare_efficiency(mine[key], mine[baseline], theirs[key], theirs[baseline])
+                numbers = compare_efficiency(mine[key], mine[baseline], theirs[key], theirs[baseline], floor)
             else:
                 numbers = compare_metric(
-                    mine[key].values[metric.name], theirs[key].values[metric.name], metric
+                    mine[key].values[metric.name], theirs[key].values[metric.name], metric, floor
                 )
             if numbers is not None:
                 rows.append(
@@ -584,11 +619,16 @@ class Comparison:
         return out
 
 
-def compare(targets: Sequence[str | Path], ignore: Sequence[str] = ()) -> Comparison:
+def compare(
+    targets: Sequence[str | Path], ignore: Sequence[str] = (), noise_floor: float = COMPARE_NOISE_FLOOR
+) -> Comparison:
     """Compare the studies at ``targets`` (the first is BASE) cell by cell; ``ignore``:
-    match keys left out of the matching (``IGNORABLE_KEYS``)."""
+    match keys left out of the matching (``IGNORABLE_KEYS``); ``noise_floor``: the
+    between-study band a change's interval must clear (``clears_floor``)."""
     if len(targets) < 2:
         raise CompareError("give at least two studies: BASE NEW [MORE ...]")
+    if not 0.0 <= noise_floor < 1.0:
+        raise CompareError(f"--noise-floor {noise_floor:g}: give a relative change in [0, 1), e.g. 0.1")
     unknown = [k for k in ignore if k not in IGNORABLE_KEYS]
     if unknown:
         raise CompareError(
@@ -597,7 +637,7 @@ def compare(targets: Sequence[str | Path], ignore: Sequence[str] = ()) -> Compar
     check_distinct(targets)
     keys = tuple(k for k in MATCH_KEYS if k not in ignore)
     studies = [load_study(t, label) for t, label in zip(targets, unique_labels(targets), strict=True)]
-    pairs = [compare_pair(studies[0], other, keys) for other in studies[1:]]
+    pairs = [compare_pair(studies[0], other, keys, noise_floor) for other in studies[1:]]
     diffs = differences(studies)
     return Comparison(
         studies,
@@ -694,9 +734,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=IGNORABLE_KEYS,
         help="match cells without this key (a deliberate change of it, e.g. threads_per_rank); repeatable",
     )
+    parser.add_argument(
+        "--noise-floor",
+        type=float,
+        default=COMPARE_NOISE_FLOOR,
+        help="a change is named only when its ratio's interval lies wholly beyond 1 +/- this"
+        f" (default {COMPARE_NOISE_FLOOR:g}, measured on identical studies: docs/compare.md; 0: the test alone)",
+    )
     args = parser.parse_args(argv)
     try:
-        result = compare([args.base, *args.new], args.ignore_key)
+        result = compare([args.base, *args.new], args.ignore_key, args.noise_floor)
     except CompareError as err:
         print(f"compare: {one_line(err)}", file=sys.stderr)
         return 2

@@ -109,6 +109,14 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
                 "x chance",
                 "an autoencoder has learned when its held-out MSE is at most this share of an untrained one's",
             ),
+            _at_least(
+                "compare_noise_floor",
+                0.10,
+                "relative change",
+                "two studies: a change is named only when the NEW/BASE ratio's interval lies wholly beyond"
+                " 1 +/- this (identical studies made one after the other differ by study-level offsets"
+                " their own repeats do not capture)",
+            ),
             _at_most(
                 "roofline_fraction",
                 1.0,
@@ -134,4 +142,5 @@ VALIDATION_ERROR = THRESHOLDS["validation_error"].value
 FIXED_OVERHEAD_SHARE = THRESHOLDS["fixed_overhead_share"].value
 CONTENDED_SHARE = THRESHOLDS["contended_share"].value
 ROOFLINE_FRACTION = THRESHOLDS["roofline_fraction"].value
+COMPARE_NOISE_FLOOR = THRESHOLDS["compare_noise_floor"].value
 PARITY_EPS_FACTOR = THRESHOLDS["parity_eps_factor"].value

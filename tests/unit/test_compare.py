@@ -142,7 +142,23 @@ def test_each_metric_declares_which_direction_is_better() -> None:
 def test_a_change_is_named_only_when_the_interval_excludes_1_and_the_test_rejects(
     interval: Interval, p_value: float, higher: bool, change: str
 ) -> None:
-    assert compare.decide_change(interval, p_value, higher) == change
+    assert compare.decide_change(interval, p_value, higher, floor=0.0) == change
+
+
+@pytest.mark.parametrize(
+    ("interval", "change"),
+    [
+        (Interval(1.1, 1.05, 1.2, BOOTSTRAP), compare.NO_CHANGE),  # reaches into 1 + 0.1
+        (Interval(1.3, 1.15, 1.4, BOOTSTRAP), compare.IMPROVED),
+        (Interval(0.85, 0.8, 0.9, BOOTSTRAP), compare.REGRESSED),  # wholly below 1 / 1.1 = 0.909
+        (Interval(0.93, 0.88, 0.95, BOOTSTRAP), compare.NO_CHANGE),
+    ],
+)
+def test_a_change_must_clear_the_between_study_noise_floor(interval: Interval, change: str) -> None:
+    assert compare.COMPARE_NOISE_FLOOR == 0.1
+    assert compare.decide_change(interval, 0.001, True) == change
+    note = compare.why_no_change(interval, 0.001, 6, 6)
+    assert (note is not None and "noise floor 1 +/- 0.1" in note) == (change == compare.NO_CHANGE)
 
 
 def test_the_rank_test_is_exact_and_cannot_reject_with_three_repeats_a_side() -> None:
