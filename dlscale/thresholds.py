@@ -111,7 +111,7 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
             ),
             _at_least(
                 "compare_noise_floor",
-                0.10,
+                0.05,
                 "relative change",
                 "two studies: a change is named only when the NEW/BASE ratio's interval lies wholly beyond"
                 " 1 +/- this (identical studies made one after the other differ by study-level offsets"

@@ -148,17 +148,17 @@ def test_a_change_is_named_only_when_the_interval_excludes_1_and_the_test_reject
 @pytest.mark.parametrize(
     ("interval", "change"),
     [
-        (Interval(1.1, 1.05, 1.2, BOOTSTRAP), compare.NO_CHANGE),  # reaches into 1 + 0.1
-        (Interval(1.3, 1.15, 1.4, BOOTSTRAP), compare.IMPROVED),
-        (Interval(0.85, 0.8, 0.9, BOOTSTRAP), compare.REGRESSED),  # wholly below 1 / 1.1 = 0.909
-        (Interval(0.93, 0.88, 0.95, BOOTSTRAP), compare.NO_CHANGE),
+        (Interval(1.1, 1.04, 1.2, BOOTSTRAP), compare.NO_CHANGE),  # reaches into 1 + 0.05
+        (Interval(1.3, 1.06, 1.4, BOOTSTRAP), compare.IMPROVED),
+        (Interval(0.85, 0.8, 0.95, BOOTSTRAP), compare.REGRESSED),  # wholly below 1 / 1.05 = 0.952
+        (Interval(0.93, 0.88, 0.96, BOOTSTRAP), compare.NO_CHANGE),
     ],
 )
 def test_a_change_must_clear_the_between_study_noise_floor(interval: Interval, change: str) -> None:
-    assert compare.COMPARE_NOISE_FLOOR == 0.1
+    assert compare.COMPARE_NOISE_FLOOR == 0.05
     assert compare.decide_change(interval, 0.001, True) == change
     note = compare.why_no_change(interval, 0.001, 6, 6)
-    assert (note is not None and "noise floor 1 +/- 0.1" in note) == (change == compare.NO_CHANGE)
+    assert (note is not None and "noise floor 1 +/- 0.05" in note) == (change == compare.NO_CHANGE)
 
 
 def test_the_rank_test_is_exact_and_cannot_reject_with_three_repeats_a_side() -> None:
