@@ -5,8 +5,8 @@ Where the settings come from (one source of truth): a runner option in
 tunable; its ``default`` is the framework's default and is always among the candidates.
 The config's ``tune`` section (``schemas/config.schema.yaml``) may restrict which options
 are tuned and over which values (``tune.options``) and pin options (``tune.pinned``, or
-an x-tune option written in the framework's own section, e.g. ``torch: {channels_last:
-true}``): a pinned option is used as is and never tuned; when every option is pinned the
+an x-tune option written in the framework's own section, e.g. ``torch: {mkldnn:
+false}``): a pinned option is used as is and never tuned; when every option is pinned the
 grid is skipped. An option marked ``"x-threads": true`` is a thread count: candidates above
 the study's ``threads_per_rank`` are left out (a rank has that many cores; more would take
 cores the other frameworks do not get).

@@ -96,21 +96,36 @@ for _ in range(3):
         "x": [[list(t.shape), list(t.stride()), str(t.dtype)] for t in (xr, xb)],
         "y": [[list(t.shape), list(t.stride()), str(t.dtype)] for t in (yr, yb)],
     })
+# The memory format measured from the tensors the runner lays out: a 4-d weight with more
+# than one input channel (a 1-channel batch or conv1 weight has the same bytes in either
+# format) that is channels_last-contiguous and not plain contiguous.
+from dlscale.runners.torch.models import build_model
+from dlscale.runners.torch.train import lay_out
+model = lay_out(torch, build_model(spec.model), batches.channels_last)
+measured = any(p.dim() == 4 and p.size(1) > 1 and p.is_contiguous(memory_format=torch.channels_last)
+               and not p.is_contiguous() for p in model.parameters())
 print(json.dumps({"batches": out, "runner_channels_last": batches.channels_last,
+                  "measured_channels_last": measured,
                   "recorded": settings.describe(spec)["channels_last"]}))
 """
 
 
-@pytest.mark.parametrize("model", ["lenet", "autoencoder", "alexnet"])
+@pytest.mark.parametrize(
+    ("model", "forced"), [("lenet", None), ("autoencoder", None), ("alexnet", None), ("lenet", True)]
+)
 def test_bare_loop_feeds_the_step_what_the_runner_feeds_it(
-    torch_py, mnist_shards, imagenet_shards, tmp_path, model
+    torch_py, mnist_shards, imagenet_shards, tmp_path, model, forced
 ):
     """The benchmark's bare loop (benchmarks.torch_worker) and the runner train on the same
     tensors: same values, dtype, shape and strides (a channel stride of 28 instead of 784
     was the bare loop's own layout before), under the one memory-format rule
-    (settings.channels_last) that the run record also states."""
+    (settings.channels_last) that the run record also states, and that the tensor itself
+    shows (channels_last_all_models forces it on LeNet too)."""
     data = imagenet_shards if catalog.model(model).datasets[0] == "imagenet" else mnist_shards
-    run = RunSpec.from_dict(spec(model=model, batch=8 if data == imagenet_shards else 64))
+    fields = spec(model=model, batch=8 if data == imagenet_shards else 64)
+    if forced is not None:
+        fields["options"] = {**fields["options"], "channels_last_all_models": forced}
+    run = RunSpec.from_dict(fields)
     out = subprocess.run(
         [str(torch_py), "-c", SAME_FEED, run.to_json(), str(data), str(tmp_path / "part.jsonl")],
         cwd=REPO,
@@ -123,7 +138,9 @@ def test_bare_loop_feeds_the_step_what_the_runner_feeds_it(
     for step in found["batches"]:
         assert step["x_equal"] and step["y_equal"], step
         assert step["x"][0] == step["x"][1] and step["y"][0] == step["y"][1], step
-    assert found["runner_channels_last"] is found["recorded"] is (model == "alexnet")
+    expected = (model == "alexnet") if forced is None else forced
+    assert found["runner_channels_last"] is found["recorded"] is expected
+    assert found["measured_channels_last"] is expected
 
 
 def test_two_rank_lenet_learns_on_real_mnist(torch_py, mnist_shards, tmp_path):

@@ -70,7 +70,13 @@ def test_fields_added_later_change_the_hash_only_when_set():
 
 def test_options_defaults_are_filled_from_the_runner_schema():
     spec = RunSpec.from_dict({**KNOWN, "options": {}})
-    assert spec.options == {"channels_last": True, "mkldnn": True, "timeout_s": 300, "startup_timeout_s": 180}
+    assert spec.options == {
+        "channels_last": True,
+        "channels_last_all_models": None,
+        "mkldnn": True,
+        "timeout_s": 300,
+        "startup_timeout_s": 180,
+    }
     tf = RunSpec.from_dict({**KNOWN, "framework": "tensorflow", "options": {"strategy": "ps"}})
     assert tf.options["strategy"] == "ps" and tf.options["num_ps"] == 1
     # intra_op_threads: null = the rank's threads, left out of the JSON (and the hash).

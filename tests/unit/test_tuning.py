@@ -31,8 +31,9 @@ def study(schema, **tune):
 def test_grid_is_the_product_of_the_x_tune_options_default_first(schema):
     s = study(schema)
     torch_grid = tuning.grid(s, "torch")
-    assert torch_grid[0] == {"channels_last": True, "mkldnn": True}  # the framework's default
-    assert len(torch_grid) == 4 and len({json.dumps(g, sort_keys=True) for g in torch_grid}) == 4
+    # the framework's default (channels_last_all_models null: the ImageNet-CNN rule)
+    assert torch_grid[0] == {"channels_last_all_models": None, "mkldnn": True}
+    assert len(torch_grid) == 6 and len({json.dumps(g, sort_keys=True) for g in torch_grid}) == 6
     # At 1 thread per rank the thread-count candidates above 1 are left out, and 1 beside
     # null (= threads_per_rank) would be the same setting: intra stays null only.
     tf_grid = tuning.grid(s, "tensorflow")
@@ -61,13 +62,18 @@ def test_restricted_options_keep_the_default(schema):
 
 def test_a_pinned_setting_is_not_tuned_and_all_pinned_skips_the_grid(schema):
     s = study(schema, pinned={"torch": {"mkldnn": False}})
-    assert tuning.grid(s, "torch") == [{"channels_last": True}, {"channels_last": False}]
+    assert tuning.grid(s, "torch") == [
+        {"channels_last_all_models": None},
+        {"channels_last_all_models": True},
+        {"channels_last_all_models": False},
+    ]
     assert s["torch"]["mkldnn"] is False  # the pinned value is the run's option
     # Written in the framework's own section, a tunable option is pinned too.
     s = validate_config(
-        {**BASE, "torch": {"mkldnn": False, "channels_last": False}, "tune": {"enabled": True}}, schema
+        {**BASE, "torch": {"mkldnn": False, "channels_last_all_models": False}, "tune": {"enabled": True}},
+        schema,
     )
-    assert s["tune"]["pinned"]["torch"] == {"mkldnn": False, "channels_last": False}
+    assert s["tune"]["pinned"]["torch"] == {"mkldnn": False, "channels_last_all_models": False}
     assert tuning.grid(s, "torch") == [] and not tuning.is_tuned(s, "torch")
     run = Run("torch", "lenet", 1, 1, 64, 0)
     assert run_spec(s, run).options["mkldnn"] is False
@@ -88,7 +94,7 @@ def test_tuning_off_has_no_grid(schema):
             "'tune.options.torch.mkldnn': 'yes' is not a valid value",
         ),
         ({"pinned": {"tensorflow": {"inter_op_threads": 0}}}, "tune.pinned.tensorflow.inter_op_threads"),
-        ({"max_settings": 2}, "'tune.max_settings': torch's grid has 4 settings"),
+        ({"max_settings": 2}, "'tune.max_settings': torch's grid has 6 settings"),
     ],
 )
 def test_bad_tune_sections_name_the_key(schema, tune, message):
@@ -196,6 +202,27 @@ def test_run_settings_add_the_thread_variables_the_ranks_get(schema):
     record = records.run_settings(torch_launcher, spec, plan)
     assert record["engine"] == "onednn"
     assert record["env"] == {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def test_channels_last_all_models_reaches_the_spec_hash_and_run_start_only_when_set(schema):
+    """Unset (null), a spec is byte-for-byte what it was before the option existed (no key,
+    same hash, LeNet contiguous); set, it is in the spec, changes the hash, and run_start's
+    settings record it and the memory format it gives LeNet (measured in
+    tests/runners/test_torch_runner.py)."""
+    run = Run("torch", "lenet", 1, 1, 64, 0)
+    plain = run_spec(study(schema), run)
+    assert "channels_last_all_models" not in plain.to_dict()["options"]
+    assert "channels_last_all_models" not in torch_launcher.settings(plain)
+    assert torch_launcher.settings(plain)["channels_last"] is False
+    for value in (True, False):
+        spec = run_spec(study(schema), run, {"channels_last_all_models": value})
+        assert spec.to_dict()["options"]["channels_last_all_models"] is value
+        assert spec.sha256 != plain.sha256 and spec.run_id == plain.run_id
+        recorded = torch_launcher.settings(spec)
+        assert recorded["channels_last_all_models"] is value and recorded["channels_last"] is value
+    # Pinned in the framework's section: the study's runs carry it, and it is not tuned.
+    s = validate_config({**BASE, "torch": {"channels_last_all_models": True}}, schema)
+    assert run_spec(s, run).to_dict()["options"]["channels_last_all_models"] is True
 
 
 # --- roofline ---------------------------------------------------------------------------------

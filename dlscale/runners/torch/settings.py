@@ -2,8 +2,10 @@
 
 ``describe`` is what the launcher records in run_start (``settings``, with the thread
 variables every rank gets); ``apply`` sets them inside a rank, before the model is
-built. Options: ``mkldnn`` (oneDNN kernels, torch.backends.mkldnn.enabled) and
-``channels_last`` (memory format of the CNNs); threads come from ``threads_per_rank``.
+built. Options: ``mkldnn`` (oneDNN kernels, torch.backends.mkldnn.enabled),
+``channels_last`` (memory format of the ImageNet-sized CNNs) and
+``channels_last_all_models`` (that memory format for every model, or none; null: the
+former's rule); threads come from ``threads_per_rank``.
 No torch import at module level: the launcher imports this from the workflow's python.
 """
 
@@ -15,26 +17,34 @@ from dlscale.runspec import RunSpec
 
 
 def channels_last(spec: RunSpec) -> bool:
-    """Whether a run of ``spec`` trains in channels_last: the option, for the ImageNet-sized
-    CNNs only.
+    """Whether a run of ``spec`` trains in channels_last: ``channels_last_all_models`` when
+    set (true or false, for every model), else the ``channels_last`` option for the
+    ImageNet-sized CNNs only (the rule every spec written before the former existed meant).
 
     The one rule for everyone who lays out a model or a batch: the runner's feeds and model
     (``dlscale.runners.torch.data``, ``train``), the run record (``describe``) and the
     benchmark's bare loop (``benchmarks.torch_worker``), so that the bare loop can never run
     another memory format than the runner it is compared with.
     """
+    forced = spec.options.get("channels_last_all_models")
+    if forced is not None:
+        return bool(forced)
     return bool(spec.options["channels_last"]) and not spec.mnist_sized
 
 
 def describe(spec: RunSpec) -> dict[str, Any]:
     """The settings a run of ``spec`` uses, by name (engine, memory format, threads)."""
     mkldnn = bool(spec.options["mkldnn"])
-    return {
+    out: dict[str, Any] = {
         "engine": "onednn" if mkldnn else "native",
         "mkldnn": mkldnn,
         "channels_last": channels_last(spec),
         "intra_op_threads": spec.threads_per_rank,
     }
+    forced = spec.options.get("channels_last_all_models")
+    if forced is not None:  # recorded when set, as in the spec (older records unchanged)
+        out["channels_last_all_models"] = bool(forced)
+    return out
 
 
 def apply(torch: Any, spec: RunSpec) -> None:

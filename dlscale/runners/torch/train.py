@@ -108,6 +108,12 @@ def peers(ctx: RunContext) -> list[tuple[str, str]]:
     return []
 
 
+def lay_out(torch: Any, model: Any, channels_last: bool) -> Any:
+    """The model in the run's memory format (``settings.channels_last``, the same as its
+    batches'): the one place the runner converts it, so a test can measure what a run used."""
+    return model.to(memory_format=torch.channels_last) if channels_last else model
+
+
 def train(ctx: RunContext) -> None:
     import torch
     import torch.distributed as dist
@@ -129,8 +135,7 @@ def train(ctx: RunContext) -> None:
     model = build_model(spec.model)
     # init: shared: the parity check's weights, the same bytes as every other framework's.
     init_sha256 = load_shared(model, spec.model, spec.seed) if spec.init == "shared" else None
-    if batches.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    model = lay_out(torch, model, batches.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
     # One flat gradient buffer; every parameter's .grad is a view into it, so the
     # all-reduce moves the whole gradient in one call with no packing copies. A single
