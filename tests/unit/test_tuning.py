@@ -141,20 +141,63 @@ def test_tune_runs_are_interleaved_across_settings(schema):
 # --- the choice -------------------------------------------------------------------------------
 
 
-def test_a_clearly_faster_setting_is_chosen():
-    samples = {"d": [100, 102, 101], "a": [120, 121, 119], "b": [130, 131, 132]}
+def test_a_clearly_faster_setting_is_chosen_once_its_95_interval_clears_the_default():
+    samples = {"d": [100, 102, 101, 99, 103, 100], "a": [120, 121, 119, 122, 118, 120]}
+    samples["b"] = [130, 131, 132, 129, 133, 130]
     chosen, reason = tunechoice.decide(samples, "d")
-    assert chosen == "b" and "above the default" in reason
+    assert chosen == "b" and "95% interval lies above 1" in reason
+    # Three repeats each separate the ranges but give no 95% interval: the default stays.
+    chosen, reason = tunechoice.decide({k: v[:3] for k, v in samples.items()}, "d")
+    assert chosen == "d" and "the default stays" in reason
 
 
 def test_overlapping_intervals_keep_the_default():
-    # "a" has the higher median, but its range overlaps the default's: a tie.
-    chosen, reason = tunechoice.decide({"d": [100, 110, 105], "a": [108, 115, 112]}, "d")
-    assert chosen == "d" and "ties go to it" in reason
+    # "a" has the higher median, but its gain's interval reaches below 1: a tie.
+    samples = {"d": [100, 110, 105, 98, 112, 104], "a": [108, 115, 112, 101, 99, 113]}
+    chosen, reason = tunechoice.decide(samples, "d")
+    assert chosen == "d" and "the default stays" in reason
 
 
 def test_one_repeat_never_separates():
     assert tunechoice.decide({"d": [100.0], "a": [1000.0]}, "d")[0] == "d"
+
+
+def test_racing_drops_a_clearly_worse_setting_after_the_first_round():
+    """Two repeats each: "slow" lies wholly below the default and is measured no more;
+    "close" overlaps it and runs again with the default; "broken" failed every run."""
+    nan = math.nan
+    samples = {"d": [100, 104], "slow": [70, 72], "close": [101, 106], "broken": [nan, nan]}
+    check = tunechoice.race(samples, "d", budget=24)
+    states = {sid: st["state"] for sid, st in check["status"].items()}
+    assert states == {"d": "default", "slow": "clearly worse", "close": "in contention", "broken": "failed"}
+    assert check["more"] and check["next"] == ["d", "close"] and check["runs"] == 8
+    # A dropped setting stays dropped though the default's interval moves on.
+    samples.update(d=[100, 104, 60], close=[101, 106, 103])
+    later = tunechoice.race(samples, "d", budget=24, dropped=check["status"])
+    assert later["status"]["slow"] == {"state": "clearly worse", "n": 2, "after": 2}
+    assert later["next"] == ["d", "close"]
+
+
+def test_racing_stops_at_a_winner_or_at_the_budget():
+    d, a = [100, 101, 99, 102, 100, 98], [130, 128, 131, 129, 132, 130]
+    won = tunechoice.race({"d": d, "a": a}, "d", budget=12)
+    assert not won["more"] and won["status"]["a"]["state"] == "won" and won["status"]["a"]["n"] == 6
+    # Undecided at 4 + 4 runs with room for 1 more run only: the budget is spent.
+    spent = tunechoice.race({"d": d[:4], "a": [99, 103, 101, 100]}, "d", budget=9)
+    assert not spent["more"] and spent["status"]["a"]["state"] == "budget spent: undecided"
+    assert not tunechoice.race({"d": d[:2], "a": [120, 90]}, "d", budget=5)["more"]
+    with pytest.raises(ValueError, match="default setting 'x'"):
+        tunechoice.race({"d": d}, "x", budget=4)
+
+
+def test_verdicts_say_why_each_setting_won_or_lost():
+    row = {"id": "a", "default": False, "state": "won", "n": 6, "after": 6}
+    row.update(gain=0.30, gain_low=0.14, gain_high=0.49)
+    assert tunechoice.verdict(row, "a") == "won: +30% [+14, +49], n=6"
+    worse = {"id": "b", "default": False, "state": "clearly worse", "n": 3, "after": 3, "gain": None}
+    assert tunechoice.verdict(worse, "a") == "dropped after 3: clearly worse (n=3)"
+    undecided = {**row, "state": "budget spent: undecided", "gain": None}
+    assert tunechoice.verdict(undecided, "d").startswith("budget spent: undecided")
 
 
 def test_failed_settings_are_never_chosen():
