@@ -60,13 +60,7 @@ def choose(
         usable = runs[runs["status"].eq("ok") & ~runs["contended"].astype(bool)]
         values = [float(v) for v in usable["throughput"]]
         interval = median_interval(values)
-        # The race's samples: one per run, NaN for a failed or contended one (it was spent).
-        raced = [
-            float(v) if ok else math.nan
-            for v, ok in zip(
-                runs["throughput"], runs["status"].eq("ok") & ~runs["contended"].astype(bool), strict=True
-            )
-        ]
+        raced = _race_values(runs)
         fraction = math.nan
         if len(usable):
             first = usable.iloc[0]
@@ -113,6 +107,22 @@ def choose(
         "race": {"runs": race_record.get("runs"), "budget": race_record.get("budget")},
         "metric": "throughput (samples/s, median over repeats of each run's median over timed iterations)",
     }
+
+
+def _race_values(runs: Any) -> list[float]:
+    """The race's samples of a setting's runs: one per run, NaN for a failed or contended
+    one (it was spent, and says nothing of the setting's speed)."""
+    usable = runs["status"].eq("ok") & ~runs["contended"].astype(bool)
+    return [float(v) if ok else math.nan for v, ok in zip(runs["throughput"], usable, strict=True)]
+
+
+def race_samples(events: Mapping[str, Sequence[str | os.PathLike[str]]]) -> dict[str, list[float]]:
+    """setting id -> the race's samples of its runs' events files (``race``)."""
+    out = {}
+    for sid, paths in events.items():
+        runs, _ = load_events([str(p) for p in paths])
+        out[sid] = _race_values(runs)
+    return out
 
 
 def _num(value: float) -> float | None:

@@ -81,6 +81,32 @@ def tune_spec(study: Mapping[str, Any], framework: str, model: str, setting: str
     return RunSpec.from_dict(data)
 
 
+def race_path(framework: str, model: str, done: int) -> str:
+    """The racing check after ``done`` rounds (dlscale.tunechoice.race)."""
+    return f"{tune_dir(framework, model)}/race/after{done}.json"
+
+
+def race_budget(study: Mapping[str, Any], framework: str) -> int:
+    """The most runs of one (framework, model)'s race: its first round (every setting,
+    ``tune.repeats`` times) and ``tune.budget``'s further runs for the framework."""
+    tune = study["tune"]
+    budget = tune.get("budget") or {}
+    extra = int(budget.get(framework, budget.get("default", 0)))
+    return len(grid(study, framework)) * int(tune["repeats"]) + extra
+
+
+def race_round(
+    study: Mapping[str, Any], framework: str, model: str, settings: list[str], done: int
+) -> list[str]:
+    """The events files of one further round of the race: ``settings`` (the check's
+    ``next``, the default first), each with repeat ``done``."""
+    known = grid_ids(study, framework)
+    unknown = [sid for sid in settings if sid not in known]
+    if unknown:
+        raise TuneError(f"the race of {framework}/{model} names settings not in its grid: {unknown}")
+    return [run_path(framework, model, sid, done) for sid in settings]
+
+
 def read_choice(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The settings a choice file chose (option -> value)."""
     with open(path, encoding="utf-8") as handle:
@@ -98,6 +124,9 @@ __all__ = [
     "grid_ids",
     "is_tuned",
     "pin_explicit_options",
+    "race_budget",
+    "race_path",
+    "race_round",
     "read_choice",
     "run_path",
     "setting_id",

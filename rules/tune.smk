@@ -1,10 +1,13 @@
 # The tuning stage (dlscale/tuning.py; config key `tune`): before the study's runs, each
 # tuned framework trains each of its models at 1 node under every setting of its grid,
 # `tune.repeats` times, with the training rule itself (same launcher, same events), under
-# results/tune/<framework>/<model>/<setting id>/r<k>/. A checkpoint per (framework, model)
-# chooses the setting; the study's runs of that framework and model wait for it and carry
-# the choice in their spec (rules/helpers/train.smk: train_input, run_spec). The stage's
-# helpers: rules/helpers/tune.smk.
+# results/tune/<framework>/<model>/<setting id>/r<k>/; then it races (checkpoint tune_race,
+# dlscale.tunechoice.race): rounds of one more run of the default and of each setting still
+# in contention until one wins or the budget (`tune.budget`) is spent, a clearly worse
+# setting measured no more. A checkpoint per (framework, model) chooses the setting; the
+# study's runs of that framework and model wait for it and carry the choice in their spec
+# (rules/helpers/train.smk: train_input, run_spec). The stage's helpers:
+# rules/helpers/tune.smk.
 
 
 include: "helpers/tune.smk"
@@ -31,10 +34,30 @@ use rule train as tune_run with:
         markers=train_markers,
 
 
+checkpoint tune_race:
+    """One (framework, model) after {done} rounds: another round, and of which settings?"""
+    input:
+        events=tune_race_input,
+        previous=tune_race_previous,
+    output:
+        "results/tune/{framework}/{model}/race/after{done}.json",
+    log:
+        "results/tune/{framework}/{model}/race/after{done}.log",
+    localrule: True
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        settings=tune_choice_settings,
+        budget=tune_race_budget,
+    script:
+        "../scripts/tune_race.py"
+
+
 checkpoint tune_choice:
     """One (framework, model): every setting's throughput with its interval, the choice."""
     input:
         events=tune_choice_input,
+        race=tune_choice_race,
         peak="results/host/matmul_peak.json",
     output:
         choice="results/tune/{framework}/{model}/choice.json",

@@ -15,6 +15,8 @@ log = logging.getLogger("tune_choice")
 
 try:
     settings = json.loads(snakemake.params.settings)
+    with open(snakemake.input.race, encoding="utf-8") as handle:
+        race_record = json.load(handle)  # the race's last check: why each setting stopped
     events = {sid: [] for sid in settings}
     for path in snakemake.input.events:
         events[Path(path).parent.parent.name].append(path)
@@ -25,12 +27,14 @@ try:
         events,
         default=next(iter(settings)),
         peak=roofline.read_peak(getattr(snakemake.input, "peak", None)),
+        race_record=race_record,
     )
     for row in record["settings"]:
         log.info(
-            "%s %s: %s samples/s [%s, %s] (%s), %d/%d ok and uncontended (%d contended)%s",
+            "%s %s: %s; %s samples/s [%s, %s] (%s), %d/%d ok and uncontended (%d contended)%s",
             row["id"],
             json.dumps(row["settings"], sort_keys=True),
+            row["verdict"],
             row["throughput"],
             row["low"],
             row["high"],

@@ -62,10 +62,61 @@ def tune_cpus(wildcards):
     return timed_threads(STUDY["ranks_per_node"] * STUDY["threads_per_rank"])
 
 
+def race_history(framework, model, upto=None):
+    """(events files, last check) of one (framework, model)'s race: the first round (every
+    setting, ``tune.repeats`` times, interleaved: dlscale.tuning.tune_runs), then one round
+    per check that asked for more (its ``next`` settings), up to the check after ``upto``
+    rounds (None: until a check says stop). The checks are checkpoints (tune_race): a
+    round is planned once the check before it has run, as under ``repeats: auto``."""
+    runs = dltuning.tune_runs(STUDY, framework, model)
+    done = STUDY["tune"]["repeats"]
+    last = None
+    while upto is None or done < upto:
+        last = checkpoints.tune_race.get(
+            framework=framework, model=model, done=done
+        ).output[0]
+        with open(last, encoding="utf-8") as handle:
+            check = json.load(handle)
+        if not check["more"]:
+            if upto is not None:
+                raise WorkflowError(
+                    f"{last} ends the race of {framework}/{model}: there is no check after {upto} rounds"
+                )
+            break
+        runs += dltuning.race_round(STUDY, framework, model, check["next"], done)
+        done += 1
+    return runs, last
+
+
+@inspected
+def tune_race_input(wildcards):
+    """The events of every run of the race before the check after {done} rounds."""
+    return race_history(wildcards.framework, wildcards.model, int(wildcards.done))[0]
+
+
+@inspected
+def tune_race_previous(wildcards):
+    """The check before this one (its dropped settings stay dropped); none after the first round."""
+    return (
+        race_history(wildcards.framework, wildcards.model, int(wildcards.done))[1] or []
+    )
+
+
+@inspected
+def tune_race_budget(wildcards):
+    return dltuning.race_budget(STUDY, wildcards.framework)
+
+
 @inspected
 def tune_choice_input(wildcards):
-    """Every tuning run of one (framework, model), interleaved (dlscale.tuning.tune_runs)."""
-    return dltuning.tune_runs(STUDY, wildcards.framework, wildcards.model)
+    """Every tuning run of one (framework, model)'s race, as far as its checks asked."""
+    return race_history(wildcards.framework, wildcards.model)[0]
+
+
+@inspected
+def tune_choice_race(wildcards):
+    """The race's last check (why each setting stopped)."""
+    return race_history(wildcards.framework, wildcards.model)[1]
 
 
 @inspected

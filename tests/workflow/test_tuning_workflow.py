@@ -5,7 +5,9 @@ The default setting's runs are made to fail at start-up for real (its ranks are 
 master whose name never resolves, RFC 6761 ``.invalid``, in a first invocation that builds
 only those runs): they are recorded as failed tuning runs with their reason, the choice
 leaves them out and takes the setting that ran (oneDNN off), and the study goes on with it:
-the study's run carries the choice in its spec and records it in run_start. Budget: about
+the study's run carries the choice in its spec and records it in run_start (a winning
+setting reaching the study runs' spec and run_start). Racing (checkpoint tune_race) stops
+after the first round: a default without an ok run cannot be raced. Budget: about
 1-2 minutes on 2 cores (5 short runs of 2 ranks, the matmul peak, the tables).
 """
 
@@ -56,6 +58,7 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
     assert dry.returncode == 0, dry.stderr[-3000:]
     jobs = planned_jobs(dry.stdout + dry.stderr)
     assert jobs["tune_run"] == 4 and jobs["tune_choice"] == 1 and jobs["train"] == 1
+    assert jobs["tune_race"] == 1  # the check after the first round; later rounds follow it
 
     broken = [tuning.run_path("torch", "lenet", default_id, r) for r in range(2)]
     first = subprocess.run(
@@ -80,6 +83,11 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
     else:  # a host busy with other work in every attempt: no sample, the default stays
         assert choice["chosen"] == default_id and "no setting has an ok" in choice["reason"]
     chosen = choice["chosen_settings"]
+    # The race stopped after its first round: a default without an ok run cannot be raced.
+    race = json.loads((tmp_path / tuning.race_path("torch", "lenet", 2)).read_text())
+    assert race["more"] is False and race["runs"] == 4 and race["budget"] == 4 + 8
+    assert rows[default_id]["verdict"].startswith("default: ")
+    assert rows[off_id]["n"] == 2 - rows[off_id]["contended_runs"]
 
     # The study's run: the chosen setting in its spec (and hash) and in run_start.
     events = tmp_path / "results" / "runs" / "torch" / "lenet" / "n1x2" / "b64" / "r0" / "events.jsonl"
@@ -94,6 +102,7 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
     table = pd.read_csv(tmp_path / "results" / "tune" / "tuning.csv")
     assert sorted(table["setting"]) == sorted([default_id, off_id])
     assert table["chosen"].sum() == 1
+    assert table["verdict"].notna().all()  # why each setting won or lost
     runs = pd.read_csv(tmp_path / "results" / "runs.csv")
     assert "roofline_fraction" in runs and "settings" in runs
     peak = json.loads((tmp_path / "results" / "host" / "matmul_peak.json").read_text())

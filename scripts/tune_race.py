@@ -1,0 +1,45 @@
+"""Snakemake glue: one (framework, model)'s tuning runs so far -> its racing check
+(dlscale.tunechoice.race): run another round, and which settings it runs.
+
+All logic is in ``dlscale.tunechoice.race``; this maps the rule's input and params onto it.
+"""
+
+import json
+import logging
+from pathlib import Path
+
+from dlscale import atomic, tunechoice
+from dlscale.logsetup import log_to
+
+log_to(snakemake.log[0])
+log = logging.getLogger("tune_race")
+
+try:
+    settings = json.loads(snakemake.params.settings)
+    events = {sid: [] for sid in settings}
+    for path in snakemake.input.events:
+        events[Path(path).parent.parent.name].append(path)
+    dropped = None
+    if snakemake.input.previous:
+        with open(snakemake.input.previous[0], encoding="utf-8") as handle:
+            dropped = json.load(handle)["status"]
+    check = tunechoice.race(
+        tunechoice.race_samples(events),
+        default=next(iter(settings)),
+        budget=int(snakemake.params.budget),
+        dropped=dropped,
+    )
+    check["done"] = int(snakemake.wildcards.done)
+    for sid, state in check["status"].items():
+        log.info("%s %s: %s", sid, json.dumps(settings[sid], sort_keys=True), state)
+    log.info(
+        "more: %s, next: %s (%d of %d runs spent)",
+        check["more"],
+        check["next"],
+        check["runs"],
+        check["budget"],
+    )
+    atomic.write_text(snakemake.output[0], json.dumps(check, indent=1, sort_keys=True) + "\n")
+except Exception:
+    log.exception("racing check failed")
+    raise
