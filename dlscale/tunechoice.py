@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,15 @@ def choose(
     intervals: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
     race_samples: dict[str, list[float]] = {}
+    failed: set[str] = set()
     for sid, setting in settings.items():
         runs, _ = load_events([str(p) for p in events.get(sid, ())])
         usable = runs[runs["status"].eq("ok") & ~runs["contended"].astype(bool)]
         values = [float(v) for v in usable["throughput"]]
         interval = median_interval(values)
         raced = _race_values(runs)
+        if len(runs) and not runs["status"].eq("ok").any():
+            failed.add(sid)
         fraction = math.nan
         if len(usable):
             first = usable.iloc[0]
@@ -86,7 +89,7 @@ def choose(
         )
     if race_record is None:
         spent = max(1, sum(len(v) for v in race_samples.values()))
-        race_record = race(race_samples, default, budget=spent)
+        race_record = race(race_samples, default, budget=spent, failed=failed)
     status = race_record["status"]
     chosen, reason = decide(samples, default, status)
     for row in rows:
@@ -116,13 +119,18 @@ def _race_values(runs: Any) -> list[float]:
     return [float(v) if ok else math.nan for v, ok in zip(runs["throughput"], usable, strict=True)]
 
 
-def race_samples(events: Mapping[str, Sequence[str | os.PathLike[str]]]) -> dict[str, list[float]]:
-    """setting id -> the race's samples of its runs' events files (``race``)."""
-    out = {}
+def race_samples(
+    events: Mapping[str, Sequence[str | os.PathLike[str]]],
+) -> tuple[dict[str, list[float]], set[str]]:
+    """setting id -> the race's samples of its runs' events files, and the settings none
+    of whose runs ended ok (``race``'s ``samples`` and ``failed``)."""
+    out, failed = {}, set()
     for sid, paths in events.items():
         runs, _ = load_events([str(p) for p in paths])
         out[sid] = _race_values(runs)
-    return out
+        if len(runs) and not runs["status"].eq("ok").any():
+            failed.add(sid)
+    return out, failed
 
 
 def _num(value: float) -> float | None:
@@ -140,7 +148,9 @@ def decide(
     settings that won; none won: the default stays; a default without an ok run gives way
     to the highest median."""
     if status is None:
-        status = race(samples, default, budget=max(1, sum(len(v) for v in samples.values())))["status"]
+        spent = max(1, sum(len(v) for v in samples.values()))
+        failed = {sid for sid, values in samples.items() if values and all(math.isnan(v) for v in values)}
+        status = race(samples, default, budget=spent, failed=failed)["status"]
     intervals = {sid: median_interval(values) for sid, values in samples.items()}
     ok = {sid: iv for sid, iv in intervals.items() if not math.isnan(iv.value)}
     if default not in ok:
@@ -192,13 +202,15 @@ def race(
     default: str,
     budget: int,
     dropped: Mapping[str, Mapping[str, Any]] | None = None,
+    failed: Collection[str] = (),
 ) -> dict[str, Any]:
     """One racing check (module docstring) after a round of the tuning stage.
 
     ``samples``: setting id -> one value per run so far (NaN: a failed or contended run),
     ``default`` the default's id, ``budget`` the most runs of this (framework, model), all
     settings together; ``dropped``: the states of settings an earlier check dropped (they
-    stay dropped: their samples no longer grow). Returns ``more`` (run another round),
+    stay dropped: their samples no longer grow); ``failed``: the settings none of whose runs
+    so far ended ok (dropped; a setting whose runs were only contended races on). Returns ``more`` (run another round),
     ``next`` (the ids that round runs, the default first), ``runs`` (spent so far) and
     ``status``: id -> {state, n (its ok runs), after (its runs when it stopped)}.
     """
@@ -219,7 +231,7 @@ def race(
             status[sid] = dict(dropped[sid])
             continue
         state = CONTENTION
-        if values and n_ok == 0:
+        if values and sid in failed:
             state = FAILED
         elif separated(base, median_interval(values), higher=True):
             state = WORSE
@@ -231,7 +243,11 @@ def race(
     n_base = sum(1 for v in base_values if not math.isnan(v))
     status[default] = {"state": "default", "n": n_base, "after": len(base_values)}
     contenders = [sid for sid, st in status.items() if st["state"] == CONTENTION]
-    more = bool(contenders) and n_base > 0 and not any(st["state"] == WON for st in status.values())
+    # A default that failed every run cannot be raced (the choice takes the best that ran);
+    # one only contended so far is measured again with the rest.
+    more = (
+        bool(contenders) and default not in failed and not any(st["state"] == WON for st in status.values())
+    )
     if more and spent + len(contenders) + 1 > budget:
         more = False
         for sid in contenders:

@@ -23,11 +23,13 @@ try:
     if snakemake.input.previous:
         with open(snakemake.input.previous[0], encoding="utf-8") as handle:
             dropped = json.load(handle)["status"]
+    samples, failed = tunechoice.race_samples(events)
     check = tunechoice.race(
-        tunechoice.race_samples(events),
+        samples,
         default=next(iter(settings)),
         budget=int(snakemake.params.budget),
         dropped=dropped,
+        failed=failed,
     )
     check["done"] = int(snakemake.wildcards.done)
     for sid, state in check["status"].items():

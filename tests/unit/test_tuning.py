@@ -167,15 +167,20 @@ def test_racing_drops_a_clearly_worse_setting_after_the_first_round():
     "close" overlaps it and runs again with the default; "broken" failed every run."""
     nan = math.nan
     samples = {"d": [100, 104], "slow": [70, 72], "close": [101, 106], "broken": [nan, nan]}
-    check = tunechoice.race(samples, "d", budget=24)
+    check = tunechoice.race(samples, "d", budget=24, failed={"broken"})
     states = {sid: st["state"] for sid, st in check["status"].items()}
     assert states == {"d": "default", "slow": "clearly worse", "close": "in contention", "broken": "failed"}
     assert check["more"] and check["next"] == ["d", "close"] and check["runs"] == 8
     # A dropped setting stays dropped though the default's interval moves on.
     samples.update(d=[100, 104, 60], close=[101, 106, 103])
-    later = tunechoice.race(samples, "d", budget=24, dropped=check["status"])
+    later = tunechoice.race(samples, "d", budget=24, dropped=check["status"], failed={"broken"})
     assert later["status"]["slow"] == {"state": "clearly worse", "n": 2, "after": 2}
     assert later["next"] == ["d", "close"]
+    # Runs that were only contended (NaN, not failed) race on: another round measures them.
+    busy = tunechoice.race({"d": [100, 104], "a": [nan, nan]}, "d", budget=24)
+    assert busy["status"]["a"]["state"] == "in contention" and busy["next"] == ["d", "a"]
+    assert tunechoice.race({"d": [nan, nan], "a": [1, 2]}, "d", budget=24)["next"] == ["d", "a"]
+    assert not tunechoice.race({"d": [nan, nan], "a": [1, 2]}, "d", budget=24, failed={"d"})["more"]
 
 
 def test_racing_stops_at_a_winner_or_at_the_budget():
