@@ -20,8 +20,9 @@ try:
     for path in snakemake.input.events:
         events[Path(path).parent.parent.name].append(path)
     dropped = None
-    if snakemake.input.previous:
-        with open(snakemake.input.previous[0], encoding="utf-8") as handle:
+    previous = snakemake.input.previous  # one file (a str), or none after the first round
+    if previous:
+        with open(previous if isinstance(previous, str) else previous[0], encoding="utf-8") as handle:
             dropped = json.load(handle)["status"]
     samples, failed = tunechoice.race_samples(events)
     check = tunechoice.race(
