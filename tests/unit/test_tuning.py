@@ -138,6 +138,20 @@ def test_tune_runs_are_interleaved_across_settings(schema):
     assert len(paths) == 2 * len(ids)
 
 
+def test_race_budget_is_the_first_round_and_the_framework_s_further_runs(schema):
+    s = study(schema, repeats=2, options={"torch": {"mkldnn": [False]}})
+    assert tuning.race_budget(s, "torch") == 2 * 2 + 8  # the schema's default budget
+    s = study(schema, repeats=3, options={"torch": {"mkldnn": [False]}}, budget={"torch": 0})
+    assert tuning.race_budget(s, "torch") == 2 * 3
+    (default, _), (off, _) = tuning.grid_ids(s, "torch").items()
+    assert tuning.race_round(s, "torch", "lenet", [default, off], 3) == [
+        tuning.run_path("torch", "lenet", default, 3),
+        tuning.run_path("torch", "lenet", off, 3),
+    ]
+    with pytest.raises(tuning.TuneError, match="not in its grid"):
+        tuning.race_round(s, "torch", "lenet", ["s0000000000"], 3)
+
+
 # --- the choice -------------------------------------------------------------------------------
 
 
