@@ -143,16 +143,23 @@ def combine(fixed: Any, per_byte: Any, wire: Any, overlap: float = 0.0) -> np.nd
     return np.asarray(fixed, dtype="float64") + per_byte + wire - overlap * np.minimum(per_byte, wire)
 
 
-def ring_parts(fit: Fit, ranks: Any, nbytes: Any, link: Link, cores: int | None) -> tuple[np.ndarray, ...]:
-    """(fixed, per-byte, wire) of a ring all-reduce (gloo, TensorFlow's ring); 0 at one rank."""
+def ring_parts(
+    fit: Fit, ranks: Any, nbytes: Any, link: Link, cores: int | None, ranks_per_node: int = 1
+) -> tuple[np.ndarray, ...]:
+    """(fixed, per-byte, wire) of a ring all-reduce (gloo, TensorFlow's ring); 0 at one rank.
+
+    One flat ring of all ranks, ordered by node, so each node's link carries one rank's
+    ``2(P-1)/P·S`` (NCCL's ring over GPUs; ``docs/perfmodel.md``); with
+    ``link.local_ranks_off_link`` a ring within one node does not touch the link."""
     p = np.asarray(ranks, dtype="float64")
     m, b = ring_terms(p, nbytes)
     rho = contention(p, cores)
     alone = p <= 1
+    off_link = alone | (link.local_ranks_off_link & (p <= ranks_per_node))
     return (
         np.where(alone, 0.0, rho * (fit.get("c") + m * fit.get("alpha"))),
         np.where(alone, 0.0, rho * b * fit.get("gamma")),
-        np.where(alone, 0.0, link.wire(m, b)),
+        np.where(off_link, 0.0, link.wire(m, b)),
     )
 
 
@@ -258,7 +265,7 @@ def library_comm(
         return combine(*mpi_parts(fit, p, blobs, link, cores), fit.get("overlap"))
     if cal.pattern == RING:  # (Caffe fitted on runs: one flat ring stands in)
         fit = cal.fits["allreduce"]
-        return combine(*ring_parts(fit, p, size, link, cores), fit.get("overlap"))
+        return combine(*ring_parts(fit, p, size, link, cores, ranks_per_node), fit.get("overlap"))
     if cal.pattern == PS:
         fit = cal.fits["pushpull"]
         data = batch_per_rank * SAMPLE_BYTES.get(dataset or "", 0)

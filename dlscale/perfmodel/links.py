@@ -44,6 +44,11 @@ class Link:
     #: (``ps_parts``). Set only by a replayed system file that says so (``full_duplex``);
     #: the study's projection keeps them in turn.
     full_duplex: bool = False
+    #: A node's ranks reach each other off this link (NVLink, shared memory), so a ring
+    #: crosses it only where it spans two nodes (``ring_parts``). Set only by a replayed
+    #: system file with ``ranks_per_node`` above 1; the host's emulation sends every rank's
+    #: traffic through its link, and the study's projection has one rank a node.
+    local_ranks_off_link: bool = False
 
     def wire(self, messages: Any, nbytes: Any) -> np.ndarray:
         """What the network adds to ``messages`` hops carrying ``nbytes`` in a row."""

@@ -49,7 +49,7 @@ from dlscale.perfmodel.systems import System, SystemFileError, load
 REPLAY_COLUMNS: tuple[str, ...] = (
     "name", "nodes", "measured", "predicted", "lower", "upper", "measured_efficiency",
     "predicted_efficiency", "error", "efficiency_lower", "efficiency_upper", "calibration", "setup",
-    "pattern", "network", "latency_s", "bandwidth_Bps", "num_ps", "full_duplex", "anchor",
+    "pattern", "network", "latency_s", "bandwidth_Bps", "num_ps", "full_duplex", "ranks_per_node", "anchor",
     "compute_step_s", "compute_source", "replicates",
 )  # fmt: skip
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -209,8 +209,13 @@ def calibration_replicates(
 
 
 def system_link(system: System) -> Link:
-    """The system's network as the projection's ``Link`` (full duplex where the file says so)."""
-    return dataclasses.replace(Link.of_preset(system.network), full_duplex=system.full_duplex)
+    """The system's network as the projection's ``Link`` (full duplex where the file says so;
+    a node's ranks off the link where it has several)."""
+    return dataclasses.replace(
+        Link.of_preset(system.network),
+        full_duplex=system.full_duplex,
+        local_ranks_off_link=system.ranks_per_node > 1,
+    )
 
 
 def anchor_compute(system: System, cal: Calibration, link: Link) -> float:
@@ -221,7 +226,16 @@ def anchor_compute(system: System, cal: Calibration, link: Link) -> float:
     anchor = system.anchor
     step = anchor * system.batch_per_node / float(system.measured[anchor])
     comm = float(
-        step_at(cal, 0.0, system.gradient, [anchor], 1, link, system.num_ps[anchor], system.batch_per_node)[0]
+        step_at(
+            cal,
+            0.0,
+            system.gradient,
+            [anchor],
+            system.ranks_per_node,
+            link,
+            system.num_ps[anchor],
+            system.batch_per_node // system.ranks_per_node,
+        )[0]
     )
     if comm >= step:
         raise SystemFileError(
@@ -233,14 +247,21 @@ def anchor_compute(system: System, cal: Calibration, link: Link) -> float:
 
 def predicted_throughputs(system: System, cal: Calibration) -> tuple[float, np.ndarray]:
     """The compute step and the predicted global throughput at each measured count, in
-    order (``projection.throughput_at``: one node is one peer, its batch per node)."""
+    order (``projection.throughput_at``: a node's ranks share its batch per node)."""
     link = system_link(system)
     compute = anchor_compute(system, cal, link)
     counts = sorted(system.measured)
     values = [
         float(
             throughput_at(
-                cal, compute, system.gradient, [n], 1, link, system.num_ps[n], system.batch_per_node
+                cal,
+                compute,
+                system.gradient,
+                [n],
+                system.ranks_per_node,
+                link,
+                system.num_ps[n],
+                system.batch_per_node // system.ranks_per_node,
             )[0]
         )
         for n in counts
@@ -289,7 +310,7 @@ def replay_system(
                 "efficiency_lower": eff_band[0][i], "efficiency_upper": eff_band[1][i], "calibration": label,
                 "setup": system.setup, "pattern": system.pattern, "network": system.network.name,
                 "latency_s": system.network.latency_s, "bandwidth_Bps": system.network.bandwidth_Bps,
-                "num_ps": system.num_ps[nodes], "full_duplex": system.full_duplex, "anchor": anchor, "compute_step_s": compute,
+                "num_ps": system.num_ps[nodes], "full_duplex": system.full_duplex, "ranks_per_node": system.ranks_per_node, "anchor": anchor, "compute_step_s": compute,
                 "compute_source": "compute_step_s" if system.compute_step_s is not None else f"anchor {anchor}",
                 "replicates": len(drawn),
             }

@@ -27,7 +27,7 @@ import yaml
 from dlscale import catalog
 from dlscale.networks import GBIT, PRESETS, NetworkPreset
 from dlscale.perfmodel.comm import Gradient
-from dlscale.perfmodel.patterns import PS, SETUP_PATTERN
+from dlscale.perfmodel.patterns import PS, RING, SETUP_PATTERN
 from dlscale.perfmodel.runs import setup_of
 
 SCHEMA = catalog.REPO_DIR / "schemas" / "system.schema.yaml"
@@ -62,6 +62,8 @@ class System:
     notes: str = ""
     #: Pulls and pushes cross the servers' links at once (``Link.full_duplex``; ps only).
     full_duplex: bool = False
+    #: Ranks a node (GPUs behind one link) in one flat ring of all ranks (ring only).
+    ranks_per_node: int = 1
 
     @property
     def anchor(self) -> int:
@@ -147,7 +149,23 @@ def parse(data: Any, where: str = "<system>") -> System:
         num_ps=_num_ps(data.get("num_ps"), pattern, sorted(measured), where),
         notes=data.get("notes", ""),
         full_duplex=_full_duplex(bool(data.get("full_duplex", False)), pattern, where),
+        ranks_per_node=_ranks_per_node(
+            int(data.get("ranks_per_node", 1)), pattern, int(data["batch_per_node"]), where
+        ),
     )
+
+
+def _ranks_per_node(value: int, pattern: str, batch_per_node: int, where: str) -> int:
+    """Ranks a node: a ring's only (the other patterns' node is one peer), dividing the batch."""
+    if value != 1 and pattern != RING:
+        raise SystemFileError(
+            f"{where}: key 'ranks_per_node': the {pattern} pattern's node is one peer (ring only)"
+        )
+    if batch_per_node % value:
+        raise SystemFileError(
+            f"{where}: key 'ranks_per_node': {value} ranks do not divide 'batch_per_node' ({batch_per_node})"
+        )
+    return value
 
 
 def _full_duplex(value: bool, pattern: str, where: str) -> bool:

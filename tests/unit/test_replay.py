@@ -147,6 +147,44 @@ def test_an_anchor_whose_modelled_communication_outlasts_its_step_is_refused() -
         replay.replay([systems.parse(slow)])
 
 
+def test_a_ring_of_several_ranks_a_node_is_recovered() -> None:
+    """By hand: one flat ring of 8 ranks a node (NCCL's over GPUs) crosses each node's link
+    once with ``2(P-1)/P·S`` for ``P = 8N`` ranks, and not at all within one node."""
+    parameters, latency, beta, batch, compute, rpn = 10_000_000, 20e-6, 25 * GBIT, 256, 0.5, 8
+    nbytes = parameters * 4
+
+    def step(n: int) -> float:
+        p = n * rpn
+        return compute + (0.0 if n == 1 else 2 * (p - 1) * latency + 2 * (p - 1) / p * nbytes / beta)
+
+    measured = {n: n * batch / step(n) for n in (1, 2, 4, 16, 1024)}
+    table = replay.replay([systems.parse(ring_system(measured=measured, ranks_per_node=rpn))])
+    np.testing.assert_allclose(table["predicted"], table["measured"], rtol=1e-12)
+    assert table["compute_step_s"].iloc[0] == pytest.approx(compute, rel=1e-12)
+    assert (table["ranks_per_node"] == rpn).all()
+    # the node ring (one peer a node) exposes less at 2 nodes: S, not 15/8·S
+    node_ring = replay.replay([systems.parse(ring_system(measured=measured))])
+    assert node_ring["predicted_efficiency"].iloc[1] > table["predicted_efficiency"].iloc[1] + 0.01
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"ranks_per_node": 0}, "key 'ranks_per_node'"),
+        ({"ranks_per_node": 3}, "key 'ranks_per_node': 3 ranks do not divide 'batch_per_node' (256)"),
+        (
+            {"framework": "tensorflow", "strategy": "ps", "ranks_per_node": 2},
+            "key 'ranks_per_node': the ps pattern",
+        ),
+        ({"framework": "bigdl", "ranks_per_node": 2}, "key 'ranks_per_node': the bigdl pattern"),
+    ],
+)
+def test_ranks_per_node_is_a_ring_s_and_divides_the_batch(change: dict[str, Any], key: str) -> None:
+    with pytest.raises(systems.SystemFileError) as err:
+        systems.parse(ring_system(**change), "sys.yaml")
+    assert key in str(err.value)
+
+
 def test_full_duplex_parameter_servers_pipeline_pushes_and_pulls() -> None:
     """By hand, 4 nodes and 2 servers: in turn, a server's node pays the remote workers'
     pushes then pulls (3 x S/2 each way, one latency each); full duplex, one crossing of
