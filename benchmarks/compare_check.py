@@ -8,8 +8,8 @@ a rotating order, so that the machine's drift over the minutes falls on all thre
 compared with SAME and with CHANGED, and the counts of ``improved``, ``regressed`` and
 ``no change`` per comparison are written to ``OUT/summary.md`` and ``OUT/summary.json``.
 
-Expected: SAME changes nothing beyond what its intervals allow (a false change is possible
-but rare: both a 95 % interval clear of 1 and a rank test at p < 0.05 are needed);
+Expected: SAME changes nothing beyond what its intervals allow (a false change needs a 95 %
+interval clear of 1 and of the noise floor, and a rank test at p < 0.05: dlscale.compare);
 CHANGED changes some of the changed framework's cell-metrics and nothing of the other
 frameworks'.
 The command exits 1 when CHANGED misses its change or changes another framework.
@@ -33,6 +33,7 @@ import yaml
 
 from benchmarks.common import ENVS_DIR, REPO, log
 from dlscale import atomic
+from dlscale.compare import IMPROVED, REGRESSED
 from dlscale.thresholds import COMPARE_NOISE_FLOOR
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -109,15 +110,14 @@ def judge(same: pd.DataFrame, changed: pd.DataFrame, framework: str) -> dict[str
     def counts(table: pd.DataFrame) -> dict[str, int]:
         return {str(k): int(v) for k, v in table["change"].value_counts().items()}
 
-    moved = changed["change"].isin(["improved", "regressed"])
+    moved = changed["change"].isin([IMPROVED, REGRESSED])
     mine = changed["framework"].eq(framework)
-    found = bool((moved & mine).any())
     return {
         "same": counts(same),
         "changed": counts(changed),
-        "changed_framework_found": bool(found),
+        "changed_framework_found": bool((moved & mine).any()),
         "other_frameworks_changed": int((moved & ~mine).sum()),
-        "same_changed": int(same["change"].isin(["improved", "regressed"]).sum()),
+        "same_changed": int(same["change"].isin([IMPROVED, REGRESSED]).sum()),
         "same_cells": len(same),
     }
 
