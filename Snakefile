@@ -46,6 +46,7 @@ rule all:
         figure_files(),
         CAFFE_FIGURE_FILES,
         perfmodel_files(),
+        replay_files(),
         tune_files(),
         PARITY_FILES,
         COMPARE_TARGETS,

@@ -7,6 +7,12 @@ prediction can be checked against measured runs on this host. A preset is emulab
 this host's veth links can carry it (a 2-core VM moves a few Gbit/s between namespaces);
 faster networks (InfiniBand, TH Express-2) are for projection only.
 
+A preset's ``basis`` says where its figures come from: ``typical`` (the network's standard
+figures), ``measured`` (a measured figure with its source), or ``widened band`` (no measured
+point-to-point figure found: the point stays, and ``latency_band_s`` / ``bandwidth_band_Bps``
+span the published figures that can be cited). The projection uses the point; the band is
+what the captions and ``docs/perfmodel.md`` report beside it.
+
 This module is imported at DAG time: standard library only.
 """
 
@@ -26,10 +32,25 @@ class NetworkPreset:
     bandwidth_Bps: float
     emulable: bool
     source: str
+    basis: str = "typical"
+    #: (low, high) of the published figures where ``basis`` is ``widened band``; else None.
+    latency_band_s: tuple[float, float] | None = None
+    bandwidth_band_Bps: tuple[float, float] | None = None
 
     @property
     def bandwidth_gbit(self) -> float:
         return self.bandwidth_Bps / GBIT
+
+    def band_note(self) -> str:
+        """One sentence for a caption: where the figures come from, and the band if any."""
+        point = f"{self.latency_s * 1e6:g} us, {self.bandwidth_Bps / 1e9:g} GB/s"
+        if self.latency_band_s is None or self.bandwidth_band_Bps is None:
+            return f"{self.name}: {point} ({self.basis} figures)"
+        (lat_lo, lat_hi), (bw_lo, bw_hi) = self.latency_band_s, self.bandwidth_band_Bps
+        return (
+            f"{self.name}: {point}, {self.basis}: latency {lat_lo * 1e6:g}-{lat_hi * 1e6:g} us,"
+            f" bandwidth {bw_lo / 1e9:g}-{bw_hi / 1e9:g} GB/s"
+        )
 
 
 PRESETS: dict[str, NetworkPreset] = {
@@ -46,8 +67,14 @@ PRESETS: dict[str, NetworkPreset] = {
             1.6e-6,
             12e9,
             False,
-            "TH Express-2 (Tianhe-2; Liao et al., JCST 30(2), 2015): 14 Gbit/s x 8 lanes per port,"
-            " MPI point-to-point ~12 GB/s, ~1.6 us (approximate published figures)",
+            "TH Express-2 (Tianhe-2): no measured point-to-point figure in the stored sources;"
+            " point 1.6 us, 12 GB/s inside a band widened to the published range: latency 1.0-1.6 us"
+            " (Dongarra, ICL-UT-17-04, 2017, Table 0-1: TH-2 1.57 us, TH-2A 1 us), bandwidth"
+            " 6.34-14 GB/s (Tianhe-1A's measured MPI 6,340 MB/s, Lu et al., IEEE Micro 32(1), 2012;"
+            " 14 Gbit/s x 8 lanes)",
+            basis="widened band",
+            latency_band_s=(1.0e-6, 1.6e-6),
+            bandwidth_band_Bps=(6.34e9, 14e9),
         ),
     )
 }

@@ -56,6 +56,15 @@ PERFMODEL_FIGURE_CAPTIONS: Mapping[str, str] = MappingProxyType(
 )
 PERFMODEL_ALL_FIGURES: tuple[str, ...] = tuple(PERFMODEL_FIGURE_CAPTIONS)
 
+#: The published record replayed through the projection (rule replay, dlscale.perfmodel.replay):
+#: its tables and figure, in the report's section "Against the published record" (a
+#: subcategory of CATEGORY_PERFMODEL), from the system files in PUBLISHED_DIR.
+PUBLISHED_DIR = "published"
+REPLAY_TABLES: tuple[str, ...] = ("replay", "replay_summary")
+REPLAY_FIGURE = "replay"
+REPLAY_CAPTION = "replay.rst"
+SUBCATEGORY_REPLAY = "Against the published record"
+
 #: The tuning stage's table (rule tune_report).
 TUNING_TABLE = "results/tune/tuning.csv"
 
@@ -96,6 +105,11 @@ def figure_files() -> list[str]:
 def perfmodel_files() -> list[str]:
     """The scaling model's tables and rule all's figures of it (targets of rule all)."""
     return [f"results/perfmodel/{name}.csv" for name in PERFMODEL_TABLES] + figure_paths(PERFMODEL_FIGURES)
+
+
+def replay_files() -> list[str]:
+    """The replay's tables and figure (rule replay; targets of rule all)."""
+    return [f"results/perfmodel/{name}.csv" for name in REPLAY_TABLES] + figure_paths([REPLAY_FIGURE])
 
 
 def caffe_layer_files(models: Iterable[str]) -> list[str]:

@@ -152,6 +152,49 @@ rule perfmodel:
         "../scripts/perfmodel.py"
 
 
+rule replay:
+    """The published record (published/*.yaml) replayed through the projection's code:
+    predicted against measured efficiency of every system, the median and worst error per
+    communication pattern (dlscale.perfmodel.replay; the network-level model alone)."""
+    input:
+        systems=PUBLISHED_SYSTEMS,
+    output:
+        **{
+            name: report(
+                f"results/perfmodel/{name}.csv",
+                caption=f"../report/{REPLAY_CAPTION}",
+                category=CATEGORY_PERFMODEL,
+                subcategory=SUBCATEGORY_REPLAY,
+            )
+            for name in REPLAY_TABLES
+        },
+        **{
+            f"figure_{fmt}": (
+                report(
+                    f"results/figures/{REPLAY_FIGURE}.{fmt}",
+                    caption=f"../report/{REPLAY_CAPTION}",
+                    category=CATEGORY_PERFMODEL,
+                    subcategory=SUBCATEGORY_REPLAY,
+                )
+                if fmt == "svg"
+                else f"results/figures/{REPLAY_FIGURE}.{fmt}"
+            )
+            for fmt in FIGURE_FORMATS
+        },
+    log:
+        "results/logs/replay.log",
+    localrule: True
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        systems=len(PUBLISHED_SYSTEMS),
+        band_note=TH_EXPRESS2.band_note(),
+        basis=TH_EXPRESS2.basis,
+        source=TH_EXPRESS2.source,
+    script:
+        "../scripts/replay.py"
+
+
 rule compare:
     """This study (NEW) against the study of config key compare_with (BASE): each matched
     cell's ratios with intervals, the verdicts that changed, what differs (dlscale.compare).

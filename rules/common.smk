@@ -18,7 +18,7 @@ from dlscale import jobs
 from dlscale import preflight
 from dlscale import study as dlstudy
 from dlscale.jobs import inspected, run_dir
-from dlscale.outputs import figure_files, perfmodel_files
+from dlscale.outputs import figure_files, perfmodel_files, replay_files
 
 # Validated once, here, by dlscale.study (jsonschema with the schema completed from the
 # catalog, defaults filled, then the checks a schema cannot express); Snakemake's own

@@ -1,4 +1,5 @@
-"""The scaling model's figures: projection with its band, validation, latency sensitivity, micro-benchmarks.
+"""The scaling model's figures: projection with its band, validation, latency sensitivity, micro-benchmarks,
+and the published record replayed (``replay``).
 
 Drawn with altair from the tables of ``dlscale.perfmodel.pipeline`` and written in every format of
 ``dlscale.outputs.FIGURE_FORMATS`` through ``dlscale.figures.save_chart`` (atomic). A table
@@ -16,11 +17,14 @@ import pandas as pd
 
 from dlscale import catalog
 from dlscale.figures import draw, empty_chart
+from dlscale.perfmodel.replay import PATTERN_NAMES
 from dlscale.perfmodel.runs import setup_of
 from dlscale.perfmodel.validation import VALIDATION_TARGET
 
 #: Figures this module draws, by the name the perfmodel rule gives their files.
 PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation", "latency_sensitivity", "commbench")
+#: The replay's figure (rule replay), by the name its files take.
+REPLAY_FIGURE = "replay"
 
 _WIDTH, _HEIGHT = 200, 160
 
@@ -359,3 +363,124 @@ def make_perfmodel_figures(
         "commbench": lambda: commbench_chart(cells, predicted),
     }
     draw(builders, out)
+
+
+_BAND_COLUMNS = [
+    "panel",
+    "name",
+    "nodes",
+    "communication",
+    "error",
+    "series",
+    "efficiency",
+    "efficiency_upper",
+    "kind",
+]
+
+
+def _pattern_heading(row: pd.Series) -> str:
+    name = PATTERN_NAMES.get(str(row["pattern"]), str(row["pattern"]))
+    return (
+        f"{name}: {int(row['systems'])} systems, {int(row['points'])} points, median |error|"
+        f" {float(row['median_abs_error']):.3f}, worst {float(row['max_abs_error']):.3f} ({row['worst']})"
+    )
+
+
+def replay_chart(
+    table: pd.DataFrame, summary: pd.DataFrame | None = None, note: str = ""
+) -> alt.TopLevelMixin:
+    """Predicted (line) against measured (points) efficiency of every replayed system per node
+    count, one panel a system, coloured by its communication pattern; the band where the
+    replay has one (``efficiency_lower``/``efficiency_upper``, with a study's calibration).
+    The title gives each pattern's median and worst |error| (``summary``) and ``note``."""
+    if table.empty:
+        return empty_chart("Against the published record: no system file replayed")
+    data = table.copy()
+    data["communication"] = [PATTERN_NAMES.get(str(p), str(p)) for p in data["pattern"]]
+    data["panel"] = data["name"].astype(str) + " (" + data["communication"] + ")"
+    patterns = [PATTERN_NAMES[p] for p in PATTERN_NAMES if PATTERN_NAMES[p] in set(data["communication"])]
+    patterns += sorted(set(data["communication"]) - set(patterns))
+    pattern_scale = alt.Scale(domain=patterns, scheme="tableau10")
+    colour = alt.Color("communication:N", title="pattern", scale=pattern_scale)
+    long = data.melt(
+        id_vars=["panel", "name", "nodes", "communication", "error"],
+        value_vars=["measured_efficiency", "predicted_efficiency"],
+        var_name="series",
+        value_name="efficiency",
+    )
+    long["series"] = long["series"].str.removesuffix("_efficiency")
+    long = long[long["efficiency"].notna()]
+    band = data[data["efficiency_lower"].notna() & data["efficiency_upper"].notna()]
+    top = int(data["nodes"].max())
+    low = int(data["nodes"].min())
+    ticks = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if low <= n <= top] or [low, top]
+    x = alt.X(
+        "nodes:Q",
+        title="nodes",
+        scale=alt.Scale(type="log", base=2, domain=[low, max(top, low * 2)], nice=False),
+        axis=alt.Axis(values=ticks, format="d"),
+    )
+    y = alt.Y(
+        "efficiency:Q", title="efficiency (x the anchor's)", scale=alt.Scale(domain=[0, 1.2], clamp=True)
+    )
+    dash = alt.StrokeDash(
+        "series:N",
+        title="efficiency",
+        scale=alt.Scale(domain=["predicted", "measured"], range=[[1, 0], [4, 3]]),
+    )
+    tooltip = ["name:N", "series:N", "nodes:Q", alt.Tooltip("efficiency:Q", format=".3f"),
+               alt.Tooltip("error:Q", format="+.3f")]  # fmt: skip
+    both = pd.concat(
+        [
+            long.assign(kind="point"),
+            band.assign(kind="band", series="predicted", efficiency=band["efficiency_lower"])[_BAND_COLUMNS],
+        ],
+        ignore_index=True,
+    )
+    points = alt.datum.kind == "point"
+    layers = [
+        alt.Chart()
+        .transform_filter(alt.datum.kind == "band")
+        .mark_area(opacity=0.2)
+        .encode(
+            x=x,
+            y=y,
+            y2="efficiency_upper:Q",
+            color=alt.Color("communication:N", scale=pattern_scale, legend=None),
+        ),
+        alt.Chart()
+        .transform_filter(points)
+        .mark_line(strokeWidth=1.5)
+        .encode(x=x, y=y, color=colour, strokeDash=dash, detail="series:N"),
+        alt.Chart()
+        .transform_filter(points)
+        .mark_point(filled=True, size=40)
+        .encode(
+            x=x,
+            y=y,
+            color=colour,
+            shape=alt.Shape(
+                "series:N", title="efficiency", scale=alt.Scale(domain=["predicted", "measured"])
+            ),
+            tooltip=tooltip,
+        ),
+    ]
+    lines = ["Against the published record: predicted (solid) and measured (dashed) efficiency"]
+    if summary is not None and not summary.empty:
+        lines += [_pattern_heading(row) for _, row in summary.iterrows()]
+    if note:
+        lines.append(note)
+    panels = list(dict.fromkeys(data.sort_values(["pattern", "name"])["panel"]))
+    return (
+        alt.layer(*layers, data=both)
+        .properties(width=_WIDTH, height=_HEIGHT)
+        .facet(facet=alt.Facet("panel:N", title=None, sort=panels), columns=4)
+        .properties(title=alt.TitleParams(text=lines))
+    )
+
+
+def make_replay_figure(
+    out: dict[str, str], table: pd.DataFrame, summary: pd.DataFrame | None = None, note: str = ""
+) -> None:
+    """Draw ``replay_chart`` into ``out`` (format -> path), through ``dlscale.figures.draw``."""
+    draw({REPLAY_FIGURE: lambda: replay_chart(table, summary, note)}, {REPLAY_FIGURE: out})

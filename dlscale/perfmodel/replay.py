@@ -53,13 +53,15 @@ REPLAY_COLUMNS: tuple[str, ...] = (
     "compute_step_s", "compute_source", "replicates",
 )  # fmt: skip
 SUMMARY_COLUMNS: tuple[str, ...] = (
-    "pattern", "systems", "points", "median_abs_error", "max_abs_error", "worst", "median_target",
+    "pattern", "communication", "systems", "points", "median_abs_error", "max_abs_error", "worst", "median_target",
     "max_target", "meets",
 )  # fmt: skip
 #: The bar of the replay (issue 31): median and worst |predicted - measured| efficiency per
 #: communication pattern, over every measured count but the anchors.
 MEDIAN_TARGET = thresholds.THRESHOLDS["replay_median_error"].value
 MAX_TARGET = thresholds.THRESHOLDS["replay_max_error"].value
+#: Each communication pattern as the report names it.
+PATTERN_NAMES: Mapping[str, str] = {RING: "ring all-reduce", PS: "parameter server", BIGDL: "BigDL shuffle"}
 #: ``calibration`` of a row predicted by the network-level model alone.
 NETWORK_LABEL = "network-only"
 
@@ -354,13 +356,24 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         median, largest = float(errors.median()), float(errors.max())
         rows.append(
             {
-                "pattern": pattern, "systems": group["name"].nunique(), "points": len(group),
+                "pattern": pattern, "communication": PATTERN_NAMES.get(str(pattern), str(pattern)),
+                "systems": group["name"].nunique(), "points": len(group),
                 "median_abs_error": median, "max_abs_error": largest,
                 "worst": f"{worst['name']} at {int(worst['nodes'])}", "median_target": MEDIAN_TARGET,
                 "max_target": MAX_TARGET, "meets": bool(median <= MEDIAN_TARGET and largest <= MAX_TARGET),
             }
         )  # fmt: skip
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+
+
+def load_systems(paths: Iterable[str | Path]) -> list[System]:
+    """Every system file of ``paths``, read and checked; a name given by two files is refused."""
+    systems = [load(path) for path in paths]
+    names = [s.name for s in systems]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise SystemFileError(f"system name {repeated[0]!r} is given by more than one file")
+    return systems
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -380,11 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the band's bootstrap")
     args = parser.parse_args(argv)
     try:
-        systems = [load(path) for path in args.systems]
-        names = [s.name for s in systems]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise SystemFileError(f"system name {repeated[0]!r} is given by more than one file")
+        systems = load_systems(args.systems)
         calibrations = replicates = None
         if args.calibration:
             calibrations = read_calibration(args.calibration)

@@ -2,8 +2,10 @@
 and under ``repeats: auto`` how many repeats each cell has."""
 
 import dataclasses
+import glob
 import json
 
+from dlscale import networks
 from dlscale.outputs import (
     CATEGORY_COMPARE,
     CATEGORY_FINDINGS,
@@ -19,9 +21,21 @@ from dlscale.outputs import (
     PERFMODEL_DATA_TABLES,
     PERFMODEL_FIGURE_CAPTIONS,
     PERFMODEL_TABLES,
+    PUBLISHED_DIR,
+    REPLAY_CAPTION,
+    REPLAY_FIGURE,
+    REPLAY_TABLES,
+    SUBCATEGORY_REPLAY,
 )
 
 AUTO_REPEATS = STUDY["repeats"] == "auto"
+#: The published record's system files, the replay's input: the workflow's own, wherever
+#: the study runs; none where a copy of the workflow lacks the folder.
+PUBLISHED_SYSTEMS = sorted(
+    glob.glob(os.path.join(workflow.basedir, PUBLISHED_DIR, "*.yaml"))
+)
+#: The TH Express-2 preset's basis and band, for the replay's caption and figure.
+TH_EXPRESS2 = networks.PRESETS["th-express2"]
 #: The parity check's table, where the study runs the shared initialisation (rule parity).
 PARITY_FILES = ["results/parity.csv"] if STUDY["init"] == "shared" else []
 #: The comparison with the study of config key compare_with (rule compare), if any; the
