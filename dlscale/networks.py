@@ -45,11 +45,11 @@ class NetworkPreset:
         """One sentence for a caption: where the figures come from, and the band if any."""
         point = f"{self.latency_s * 1e6:g} us, {self.bandwidth_Bps / 1e9:g} GB/s"
         if self.latency_band_s is None or self.bandwidth_band_Bps is None:
-            return f"{self.name}: {point} ({self.basis} figures)"
+            return f"preset {self.name}: {point} ({self.basis} figures)"
         (lat_lo, lat_hi), (bw_lo, bw_hi) = self.latency_band_s, self.bandwidth_band_Bps
         return (
-            f"{self.name}: {point}, {self.basis}: latency {lat_lo * 1e6:g}-{lat_hi * 1e6:g} us,"
-            f" bandwidth {bw_lo / 1e9:g}-{bw_hi / 1e9:g} GB/s"
+            f"preset {self.name}: {point}, not measured: a {self.basis}, latency"
+            f" {lat_lo * 1e6:g}-{lat_hi * 1e6:g} us, bandwidth {bw_lo / 1e9:g}-{bw_hi / 1e9:g} GB/s"
         )
 
 

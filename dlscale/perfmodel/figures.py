@@ -440,15 +440,6 @@ def replay_chart(
     points = alt.datum.kind == "point"
     layers = [
         alt.Chart()
-        .transform_filter(alt.datum.kind == "band")
-        .mark_area(opacity=0.2)
-        .encode(
-            x=x,
-            y=y,
-            y2="efficiency_upper:Q",
-            color=alt.Color("communication:N", scale=pattern_scale, legend=None),
-        ),
-        alt.Chart()
         .transform_filter(points)
         .mark_line(strokeWidth=1.5)
         .encode(x=x, y=y, color=colour, strokeDash=dash, detail="series:N"),
@@ -463,6 +454,15 @@ def replay_chart(
                 "series:N", title="efficiency", scale=alt.Scale(domain=["predicted", "measured"])
             ),
             tooltip=tooltip,
+        ),
+        alt.Chart()
+        .transform_filter(alt.datum.kind == "band")
+        .mark_area(opacity=0.2)
+        .encode(
+            x=x,
+            y=y,
+            y2="efficiency_upper:Q",
+            color=colour,
         ),
     ]
     lines = ["Against the published record: predicted (solid) and measured (dashed) efficiency"]
