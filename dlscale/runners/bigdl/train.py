@@ -52,6 +52,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,10 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
         "-XX:-UsePerfData",  # no /tmp/hsperfdata_* file for a killed JVM to leave behind
         *bigdl_settings.java_options(eng),  # BigDL's Engine reads them in the driver too
     ]
-    conf = create_spark_conf().setMaster(str(cluster.master_url)).setAppName(f"dlscale {spec.run_id}")
+    # Before the cluster is up, the master's host alone: spark-submit checks only the
+    # scheme when the driver's JVM launches (start_cluster_and_driver_jvm sets the URL after).
+    master = cluster.master_url or f"spark://{cluster.master_host()}"
+    conf = create_spark_conf().setMaster(master).setAppName(f"dlscale {spec.run_id}")
     settings = {
         "spark.executor.cores": shape.cores_per_executor,
         "spark.cores.max": shape.total_cores,
@@ -256,6 +260,37 @@ def start_driver_jvm(conf: Any, console_log: Path) -> Any:
     return gateway
 
 
+def start_cluster_and_driver_jvm(
+    cluster: SparkCluster, spec: RunSpec, log_path: Path, held: dict[str, Any]
+) -> Any:
+    """Start the Spark cluster and the driver's JVM side by side; the SparkConf to connect with.
+
+    Neither needs the other until the SparkContext connects: the JVM takes its options at
+    launch and the master's URL only then, so its seconds of start-up overlap the master's
+    and the workers' instead of following them. The JVM is put in ``held`` (to be stopped)
+    even when the cluster fails to start; a cluster failure is the one raised.
+    """
+    # The driver's scratch space (SPARK_LOCAL_DIRS, as the workers', rather than
+    # spark.local.dir, which Spark warns the cluster manager overrides on executors).
+    scratch = cluster.root / "scratch" / "driver"
+    scratch.mkdir(parents=True, exist_ok=True)
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+    conf = spark_conf(cluster, spec, log_path)
+    console = log_path.with_name("driver-console.log")
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bigdl-driver-jvm") as pool:
+        jvm = pool.submit(start_driver_jvm, conf, console)
+        try:
+            cluster.start()
+        finally:
+            if jvm.exception() is None:  # waits for the launch; a failed one is raised below
+                held["gateway"] = jvm.result()
+    held["gateway"] = jvm.result()
+    print(f"[bigdl] Spark master {cluster.master_url}; daemon pids {cluster.pids}", flush=True)
+    conf.setMaster(str(cluster.master_url))
+    conf.set(SECRET_KEY, cluster.secret)  # after the JVM's start: on no command line
+    return conf
+
+
 def _stop_driver(held: dict[str, Any], graceful: bool) -> None:
     """Stop the SparkContext and the driver JVM (by PID), never waiting long."""
     if graceful and "sc" in held:
@@ -315,15 +350,8 @@ def _optimize(
 
     spec = ctx.spec
     shape = cluster.shape
+    conf = start_cluster_and_driver_jvm(cluster, spec, log_path, held)
     started = time.time()
-    # The driver's scratch space (SPARK_LOCAL_DIRS, as the workers', rather than
-    # spark.local.dir, which Spark warns the cluster manager overrides on executors).
-    scratch = cluster.root / "scratch" / "driver"
-    scratch.mkdir(parents=True, exist_ok=True)
-    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
-    conf = spark_conf(cluster, spec, log_path)
-    held["gateway"] = start_driver_jvm(conf, log_path.with_name("driver-console.log"))
-    conf.set(SECRET_KEY, cluster.secret)  # after the JVM's start: on no command line
     sc = held["sc"] = SparkContext(conf=conf, gateway=held["gateway"])
     init_engine()
     times = {"spark_cluster_s": float(cluster.startup_s or 0.0), "spark_context_s": time.time() - started}
@@ -507,8 +535,6 @@ def train(ctx: RunContext) -> None:
     failure: BaseException | None = None
     described = ""
     try:
-        cluster.start()
-        print(f"[bigdl] Spark master {cluster.master_url}; daemon pids {cluster.pids}", flush=True)
         _optimize(ctx, cluster, log_path, global_batch, held)
     except BaseException as err:  # noqa: BLE001 - recorded below, after the cleanup
         failure = err
