@@ -72,7 +72,7 @@ _HASH_RE = re.compile(r"--hash=(?P<algo>[a-z0-9]+):(?P<digest>[0-9a-f]+)")
 
 def environments() -> list[str]:
     """Every locked environment: each framework's, the workflow's, the lock tool's and the
-    MKL wheels of Caffe's MKL build (installed into that build's cache, not a venv)."""
+    MKL wheels Caffe may load (installed into the build cache, not a venv)."""
     return [
         *dict.fromkeys(fw.env for fw in catalog.FRAMEWORKS.values()),
         WORKFLOW_ENV,
@@ -268,34 +268,40 @@ def env_marker(envs_dir: str | Path, framework: str, spec_dir: str | Path | None
     return Path(envs_dir) / framework / f"dlscale-env-{requirements_sha(framework, spec_dir)}.json"
 
 
-#: Caffe's BLAS libraries (the caffe runner's ``blas`` option) -> build_caffe.sh's BLAS.
-CAFFE_BLAS = {"openblas": "open", "mkl": "mkl"}
-#: The MKL wheels an MKL build of Caffe is compiled against (``envs/caffe-mkl.lock``).
+#: The MKL wheels a Caffe run with ``blas: mkl`` loads (``envs/caffe-mkl.lock``, installed
+#: once into the build cache by scripts/caffe_blas.sh).
 CAFFE_MKL_ENV = "caffe-mkl"
+#: The script that makes one BLAS implementation available to Caffe at run time.
+CAFFE_BLAS_SCRIPT = REPO_DIR / "scripts" / "caffe_blas.sh"
+#: The caffe runner's ``blas`` option: the implementations one Caffe build can load.
+CAFFE_BLAS = ("openblas", "blis", "mkl")
 
 
-def caffe_build_key(home: str | None, spec_dir: str | Path | None = None, blas: str = "openblas") -> str:
-    """What the Caffe build depends on, as 16 hex digits: the build script, the caffe
-    venv's locks (pycaffe is compiled against its numpy), a user's ``caffe.home`` and,
-    for an MKL build, the BLAS and the MKL lock (one cached build per BLAS). The
-    OpenBLAS build's key is what it was before there was a choice."""
-    if blas not in CAFFE_BLAS:
-        raise EnvError(f"unknown Caffe BLAS {blas!r}: one of {', '.join(CAFFE_BLAS)}")
-    parts = [
+def caffe_build_key(home: str | None, spec_dir: str | Path | None = None) -> str:
+    """What the Caffe build depends on, as 16 hex digits: the build script (its link line
+    among it: one build for every BLAS, linked to libblas.so.3), the caffe venv's locks
+    (pycaffe is compiled against its numpy) and a user's ``caffe.home``."""
+    return _sha16(
         CAFFE_BUILD_SCRIPT.read_bytes(),
         requirements_sha("caffe", spec_dir).encode(),
         (home or "").encode(),
-    ]
-    if blas != "openblas":
-        parts += [f"blas={blas}".encode(), requirements_sha(CAFFE_MKL_ENV, spec_dir).encode()]
-    return _sha16(*parts)
+    )
 
 
-def caffe_build_marker(
-    envs_dir: str | Path, home: str | None, spec_dir: str | Path | None = None, blas: str = "openblas"
-) -> Path:
-    """The Caffe build's marker for one BLAS, named by ``caffe_build_key`` (as env_marker is named)."""
-    return Path(envs_dir) / f"caffe-build-{caffe_build_key(home, spec_dir, blas)}.json"
+def caffe_build_marker(envs_dir: str | Path, home: str | None, spec_dir: str | Path | None = None) -> Path:
+    """The Caffe build's marker, named by ``caffe_build_key`` (as env_marker is named)."""
+    return Path(envs_dir) / f"caffe-build-{caffe_build_key(home, spec_dir)}.json"
+
+
+def caffe_blas_marker(envs_dir: str | Path, blas: str, spec_dir: str | Path | None = None) -> Path:
+    """The marker of one BLAS implementation made available to Caffe (scripts/caffe_blas.sh),
+    named by the script and, for MKL, the lock of its wheels."""
+    if blas not in CAFFE_BLAS:
+        raise EnvError(f"unknown Caffe BLAS {blas!r}: one of {', '.join(CAFFE_BLAS)}")
+    parts = [CAFFE_BLAS_SCRIPT.read_bytes(), blas.encode()]
+    if blas == "mkl":
+        parts.append(requirements_sha(CAFFE_MKL_ENV, spec_dir).encode())
+    return Path(envs_dir) / f"caffe-blas-{blas}-{_sha16(*parts)}.json"
 
 
 def marker_key(marker: str | Path) -> str:

@@ -135,6 +135,10 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
                 "type": "object",
                 "properties": {"env": {"type": "object", "additionalProperties": {"type": "string"}}},
             },
+            # What rank 0 measured about its own set-up while it ran (RunContext.record_measured):
+            # Caffe's ``blas``, the BLAS library it really loaded (/proc/self/maps after its
+            # first step; dlscale.runners.caffe.blas.loaded). Absent where nothing was measured.
+            "measured": {"type": "object"},
             # The venv the run ran in and Caffe's build (dlscale.launch.records.environment_record).
             "env": {"type": "object"},
             "caffe_build_key": {"type": "string"},

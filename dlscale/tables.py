@@ -205,6 +205,18 @@ SPEEDUP_GROUP: tuple[str, ...] = ("framework", "model", "dataset", "scaling", "n
 NEEDS_TWO_NODE_COUNTS = "n/a (needs >= 2 node counts)"
 
 
+def run_versions(start: Mapping[str, Any]) -> dict[str, Any]:
+    """run_start's ``versions`` and, where rank 0 measured the BLAS it loaded (run_start
+    ``measured.blas``, Caffe), ``blas_loaded``: the implementation, the library file that
+    served ``libblas.so.3`` and the library's own version string."""
+    versions = dict(start.get("versions") or {})
+    blas = (start.get("measured") or {}).get("blas")
+    if isinstance(blas, Mapping):
+        text = f"{blas.get('implementation')}: {blas.get('library')}"
+        versions["blas_loaded"] = f"{text} ({blas['version']})" if blas.get("version") else text
+    return versions
+
+
 _EVENT_FIELDS = ("rank", "iteration", "warmup", "samples", "step_s", "compute_s", "comm_s", "input_s", "loss")
 
 
@@ -249,7 +261,8 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
         "contended": bool(contended),
         "hosts": ";".join(str(h) for h in hosts),
         "_hosts": list(hosts),
-        "versions": json.dumps(start.get("versions") or {}, sort_keys=True),
+        # The libraries the ranks reported, and what rank 0 measured it loaded (Caffe's BLAS).
+        "versions": json.dumps(run_versions(start), sort_keys=True),
         # The run's CPU settings (engine, thread pools and variables; dlscale.launch).
         "settings": json.dumps(start.get("settings") or {}, sort_keys=True),
         "flops_per_sample": roofline.flops_per_sample(start["model"]),

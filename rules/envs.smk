@@ -9,9 +9,10 @@ EXTRA_INPUTS = {
     "caffe": str(dlenvs.caffe_build_marker(ENVS_DIR, CAFFE_HOME, ENVS_SPEC_DIR)),
     "java": str(dlenvs.java_marker(ENVS_DIR)),
 }
-#: One Caffe build per BLAS (caffe option ``blas``; rules caffe_build, caffe_build_mkl).
-CAFFE_BUILD_MARKERS = {
-    blas: str(dlenvs.caffe_build_marker(ENVS_DIR, CAFFE_HOME, ENVS_SPEC_DIR, blas))
+#: The BLAS implementations the one Caffe build may load (caffe option ``blas``; rule
+#: caffe_blas installs each once, rules/caffe.smk).
+CAFFE_BLAS_MARKERS = {
+    blas: str(dlenvs.caffe_blas_marker(ENVS_DIR, blas, ENVS_SPEC_DIR))
     for blas in dlenvs.CAFFE_BLAS
 }
 

@@ -27,6 +27,8 @@ THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "MKL_THREADING_LAYER",
     "OMP_WAIT_POLICY",
     "KMP_AFFINITY",
     "KMP_BLOCKTIME",
@@ -143,6 +145,31 @@ def trained_iterations(spec: RunSpec, evals: list[dict[str, Any]]) -> int:
     return min(met) if met else spec.total_iterations
 
 
+def measured_by_ranks(parts: Mapping[int, list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
+    """What each rank measured about its own set-up (``rank_measured`` events, later ones
+    adding to earlier ones: ``RunContext.record_measured``), by rank."""
+    out: dict[int, dict[str, Any]] = {}
+    for rank, events in parts.items():
+        for event in events:
+            if event.get("event") == "rank_measured" and isinstance(event.get("measured"), dict):
+                out.setdefault(rank, {}).update(event["measured"])
+    return out
+
+
+def measured_differences(measured: Mapping[int, Mapping[str, Any]]) -> list[str]:
+    """A warning for each rank whose measurement differs from rank 0's (run_start keeps
+    rank 0's): ranks of one run that loaded different libraries did not run the same code."""
+    first = measured.get(0) or {}
+    return [
+        f"rank {rank} measured {key} = {json.dumps(value.get(key), sort_keys=True)}, rank 0"
+        f" {json.dumps(first.get(key), sort_keys=True)}"
+        for rank, value in sorted(measured.items())
+        if rank != 0
+        for key in sorted(set(value) | set(first))
+        if value.get(key) != first.get(key)
+    ]
+
+
 def merge(
     parts: Mapping[int, list[dict[str, Any]]],
     *,
@@ -168,6 +195,7 @@ def merge(
     after its last event) and those the ranks recorded in their rank_end.
     """
     starts = {r: next((e for e in ev if e.get("event") == "rank_start"), None) for r, ev in parts.items()}
+    measured = measured_by_ranks(parts)
     record = spec.to_dict() if spec else dict(spec_data)
     identity = record if spec else identity_of_bad_spec(run_dir, spec_data)
     world = spec.world_size if spec else identity["world_size"]
@@ -206,6 +234,7 @@ def merge(
         "startup_s": startup_s,
         "spec": record,
         "settings": settings,
+        **({"measured": measured[0]} if measured.get(0) else {}),
         **environment_record(os.environ),
         "time": started,
     }
@@ -216,7 +245,7 @@ def merge(
         "loadavg": list(os.getloadavg()),
         "wall_s": time.time() - started,
         "warnings": sorted(
-            [*exit_warnings.values()]
+            [*exit_warnings.values(), *measured_differences(measured)]
             + [
                 str(w)
                 for r in sorted(parts)

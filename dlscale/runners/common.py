@@ -137,6 +137,12 @@ class RunContext:
         )
         return met
 
+    def record_measured(self, **measured: Any) -> None:
+        """Record what this rank measured about its own set-up while it ran (the BLAS library
+        it really loaded, ...): a ``rank_measured`` event in its part file, which the launcher
+        puts into run_start's ``measured`` (dlscale.launch.records.merge)."""
+        self.writer.emit("rank_measured", rank=self.rank, measured=measured)
+
     def record_iteration(
         self,
         iteration: int,

@@ -22,9 +22,10 @@ def run_input(wildcards):
     """
     framework = catalog.framework(wildcards.framework)
     extra = {name: EXTRA_INPUTS[name] for name in framework.extra_inputs}
-    if "caffe" in extra:
+    if "caffe" in extra:  # the one build, and the BLAS implementation(s) it loads
         extra["caffe"] = [
-            CAFFE_BUILD_MARKERS[blas] for blas in caffe_blas_of(wildcards)
+            extra["caffe"],
+            *(CAFFE_BLAS_MARKERS[blas] for blas in caffe_blas_of(wildcards)),
         ]
     dataset = dlstudy.dataset_of(STUDY, wildcards.model)
     heldout = {"heldout": HELDOUT_DIRS[dataset]} if dataset in HELDOUT_DIRS else {}
@@ -37,9 +38,10 @@ def run_input(wildcards):
 
 
 def caffe_blas_of(wildcards):
-    """The BLAS builds a Caffe run may need: a tuning run's setting's; a study run's, the
-    study's ``caffe.blas`` and, where the tuning stage chooses it, every candidate (all built
-    for the tuning runs anyway; the choice is known only after its checkpoint)."""
+    """The BLAS implementations a Caffe run may load: a tuning run's setting's; a study
+    run's, the study's ``caffe.blas`` and, where the tuning stage chooses it, every candidate
+    (all installed for the tuning runs anyway; the choice is known only after its checkpoint).
+    """
     study_blas = STUDY["caffe"]["blas"]
     if "setting" in wildcards.keys():
         return [tune_run_of(wildcards).options.get("blas", study_blas)]
@@ -112,15 +114,7 @@ def train_python(wildcards):
 def train_markers(wildcards):
     """``DLSCALE_<NAME>_MARKER=<path>`` for each extra input: how the launcher finds them."""
     framework = catalog.framework(wildcards.framework)
-    markers = dict(EXTRA_INPUTS)
-    if "caffe" in framework.extra_inputs:  # the build of the run's own BLAS
-        spec = (
-            tune_run_of(wildcards)
-            if "setting" in wildcards.keys()
-            else run_spec(run_of(wildcards))
-        )
-        markers["caffe"] = CAFFE_BUILD_MARKERS[spec.options.get("blas", "openblas")]
-    return jobs.marker_variables(markers, framework.extra_inputs)
+    return jobs.marker_variables(EXTRA_INPUTS, framework.extra_inputs)
 
 
 @inspected

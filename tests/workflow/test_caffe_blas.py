@@ -1,8 +1,9 @@
-"""Caffe's BLAS choice (issue 15): one cached build per BLAS, the run takes its own.
+"""Caffe's BLAS choice (issue 32 item 3): one Caffe build, the BLAS chosen at run time.
 
-The MKL build itself is never made here (10-25 min): the workflow tests are dry runs that
-show which build each job depends on and which marker its launcher is handed; the rest
-checks the keys, the markers and the recorded settings directly.
+The build is never made here: the workflow tests are dry runs that show one build job
+whatever the BLAS, the BLAS implementation(s) installed beside it (rule caffe_blas) and the
+build marker every run's launcher is handed; the rest checks the keys, the markers and the
+recorded settings directly. A real run with each BLAS: tests/runners/test_caffe_blas_run.py.
 """
 
 from __future__ import annotations
@@ -46,10 +47,12 @@ def dry_run(workdir: Path, config: dict) -> str:
     return output
 
 
-def markers(workdir: Path) -> dict[str, str]:
-    return {
-        blas: str(envs.caffe_build_marker(workdir / "venvs", None, blas=blas)) for blas in envs.CAFFE_BLAS
-    }
+def build_marker(workdir: Path) -> str:
+    return str(envs.caffe_build_marker(workdir / "venvs", None))
+
+
+def blas_markers(workdir: Path) -> dict[str, str]:
+    return {blas: str(envs.caffe_blas_marker(workdir / "venvs", blas)) for blas in envs.CAFFE_BLAS}
 
 
 def launched_with(output: str) -> list[str]:
@@ -57,52 +60,58 @@ def launched_with(output: str) -> list[str]:
     return re.findall(r"DLSCALE_CAFFE_MARKER=(\S+) .* -m dlscale\.launch ", output)
 
 
-def test_the_default_study_builds_openblas_caffe_only(tmp_path):
+def jobs(output: str, rule: str) -> int:
+    """How many jobs of ``rule`` the dry run plans (its job-count table)."""
+    found = re.search(rf"^{rule} +(\d+)$", output, re.M)
+    return int(found.group(1)) if found else 0
+
+
+def test_the_default_study_plans_one_build_and_openblas(tmp_path):
     output = dry_run(tmp_path, TINY)
-    built = markers(tmp_path)
-    assert re.search(r"^caffe_build +1$", output, re.M)
-    assert not re.search(r"^caffe_build_mkl +1$", output, re.M), "the MKL build must not be planned"
-    assert launched_with(output) == [built["openblas"]]
+    assert jobs(output, "caffe_build") == 1 and jobs(output, "caffe_blas") == 1
+    assert blas_markers(tmp_path)["openblas"] in output
+    assert launched_with(output) == [build_marker(tmp_path)]
+    assert "caffe_build_mkl" not in output
 
 
-def test_blas_mkl_plans_the_mkl_build_and_hands_its_marker_to_the_run(tmp_path):
+def test_blas_mkl_plans_the_same_one_build_and_installs_mkl_beside_it(tmp_path):
     output = dry_run(tmp_path, {**TINY, "caffe": {"blas": "mkl"}})
-    built = markers(tmp_path)
-    assert re.search(r"^caffe_build_mkl +1$", output, re.M)
-    assert "DLSCALE_CAFFE_BLAS=mkl" in output and built["mkl"] in output
-    assert launched_with(output) == [built["mkl"]]
-    assert not re.search(r"^caffe_build +1$", output, re.M), "the run needs the MKL build only"
+    assert jobs(output, "caffe_build") == 1 and jobs(output, "caffe_blas") == 1
+    assert blas_markers(tmp_path)["mkl"] in output and "caffe_blas.sh" in output
+    assert launched_with(output) == [build_marker(tmp_path)]
+    assert re.search(r'\\?"blas\\?": \\?"mkl\\?"', output), "the run's spec names mkl"
 
 
-def test_a_blas_grid_gives_each_tuning_run_its_own_build(tmp_path):
+def test_a_blas_grid_is_one_build_and_each_implementation_installed_once(tmp_path):
     config = {
         **TINY,
-        "tune": {"enabled": True, "repeats": 2, "options": {"caffe": {"blas": ["openblas", "mkl"]}}},
+        "tune": {"enabled": True, "repeats": 2, "options": {"caffe": {"blas": ["openblas", "blis", "mkl"]}}},
     }
     output = dry_run(tmp_path, config)
-    built = markers(tmp_path)
-    assert re.search(r"^caffe_build_mkl +1$", output, re.M) and re.search(r"^caffe_build +1$", output, re.M)
-    # 2 settings x 2 repeats; the study's run waits for the choice (its spec is not known yet).
+    assert jobs(output, "caffe_build") == 1, "one compile whatever the BLAS"
+    assert jobs(output, "caffe_blas") == 3
+    # 3 settings x 2 repeats at least (the race may plan more), every one handed the same build.
     handed = launched_with(output)
-    assert sorted(handed) == sorted([built["openblas"]] * 2 + [built["mkl"]] * 2), handed
+    assert len(handed) >= 6 and set(handed) == {build_marker(tmp_path)}, handed
 
 
-def test_the_demo_config_does_not_tune_caffe_over_mkl():
+def test_the_demo_config_does_not_tune_caffe_over_its_blas():
     schema = study.load_schema(REPO / "schemas" / "config.schema.yaml")
     demo = study.validate_config(yaml.safe_load((REPO / "config.yaml").read_text()), schema, REPO)
-    assert "blas" in tuning.tunable("caffe")  # tunable where a study asks for it
+    assert tuning.tunable("caffe")["blas"] == ["openblas", "blis", "mkl"]  # tunable where a study asks
     assert all(setting.get("blas", "openblas") == "openblas" for setting in tuning.grid(demo, "caffe"))
     assert demo["caffe"]["blas"] == "openblas"
 
 
-def test_each_blas_is_its_own_build_and_the_openblas_key_is_unchanged():
-    old_formula = envs._sha16(
+def test_one_build_key_whatever_the_blas_and_one_marker_per_implementation():
+    assert envs.caffe_build_key(None) == envs._sha16(
         envs.CAFFE_BUILD_SCRIPT.read_bytes(), envs.requirements_sha("caffe").encode(), b""
-    )  # the key before there was a choice: existing OpenBLAS markers keep their names
-    assert envs.caffe_build_key(None) == envs.caffe_build_key(None, blas="openblas") == old_formula
-    assert envs.caffe_build_key(None, blas="mkl") != old_formula
+    )  # the build script (its link line, -lblas) keys it: a -lopenblas build has another key
+    assert b"BLAS=libblas.so.3" in envs.CAFFE_BUILD_SCRIPT.read_bytes()
+    named = {blas: envs.caffe_blas_marker(Path("/v"), blas).name for blas in envs.CAFFE_BLAS}
+    assert len(set(named.values())) == 3 and named["blis"].startswith("caffe-blas-blis-")
     with pytest.raises(envs.EnvError, match="unknown Caffe BLAS 'atlas'"):
-        envs.caffe_build_key(None, blas="atlas")
+        envs.caffe_blas_marker(Path("/v"), "atlas")
     assert "caffe-mkl" in envs.environments()  # the MKL wheels are locked like every env
 
 
@@ -113,18 +122,22 @@ def fake_home(root: Path) -> Path:
     return root
 
 
-def test_a_marker_of_another_blas_is_refused_with_both_named(tmp_path):
+def test_the_generic_build_serves_every_blas_and_an_old_one_only_its_own(tmp_path):
     home = fake_home(tmp_path / "home")
-    mkl = tmp_path / "mkl.json"
+    generic = tmp_path / "generic.json"
+    generic.write_text(json.dumps({"home": str(home), "blas": "libblas.so.3", "built": True}))
+    for blas in envs.CAFFE_BLAS:
+        assert launcher.read_marker(generic, blas) == home
+    mkl = tmp_path / "mkl.json"  # a build from before, linked to MKL by name
     mkl.write_text(json.dumps({"home": str(home), "blas": "mkl", "built": True}))
     before_choice = tmp_path / "old.json"  # an OpenBLAS build's marker from before the choice
     before_choice.write_text(json.dumps({"home": str(home), "built": True}))
     assert launcher.read_marker(mkl, "mkl") == home
     assert launcher.read_marker(before_choice, "openblas") == home
-    with pytest.raises(launcher.CaffeNotFound, match="caffe.blas is openblas but .* BLAS=mkl"):
+    with pytest.raises(launcher.CaffeNotFound, match="caffe.blas is openblas but .* BLAS=mkl by name"):
         launcher.caffe_home({"blas": "openblas"}, {"DLSCALE_CAFFE_MARKER": str(mkl)}, sys.executable)
-    with pytest.raises(launcher.CaffeNotFound, match="caffe.blas is mkl but .* BLAS=open"):
-        launcher.caffe_home({"blas": "mkl"}, {"DLSCALE_CAFFE_MARKER": str(before_choice)}, sys.executable)
+    with pytest.raises(launcher.CaffeNotFound, match="caffe.blas is blis but .* BLAS=open by name"):
+        launcher.caffe_home({"blas": "blis"}, {"DLSCALE_CAFFE_MARKER": str(before_choice)}, sys.executable)
     users_own = tmp_path / "own.json"  # caffe.home: a user's Caffe, whatever its BLAS
     users_own.write_text(json.dumps({"home": str(home), "built": False}))
     assert launcher.read_marker(users_own, "mkl") == home
@@ -148,9 +161,13 @@ def test_settings_name_the_blas_its_version_and_threads():
     got = launcher.settings(spec("mkl", threads=2))
     assert got["blas"] == "mkl" and got["blas_threads"] == {"MKL_NUM_THREADS": 2}
     assert f"Intel MKL {mkl_version}" in got["blas_library"]
+    got = launcher.settings(spec("blis", threads=2))
+    assert got["blas"] == "blis" and got["blas_threads"] == {"BLIS_NUM_THREADS": 2}
+    assert "BLIS" in got["blas_library"]
     got = launcher.settings(spec(None, threads=1))
     assert got["blas"] == "openblas" and got["blas_threads"] == {"OPENBLAS_NUM_THREADS": 1}
     assert "OpenBLAS" in got["blas_library"]
     # The default stays out of the canonical spec: existing Caffe runs keep their hashes.
     assert "blas" not in spec("openblas").to_dict()["options"]
+    assert spec(None).sha256 == spec("openblas").sha256 != spec("blis").sha256
     assert spec("mkl").to_dict()["options"]["blas"] == "mkl"

@@ -8,7 +8,9 @@ vs fully connected layers), as Du et al. do when comparing the frameworks' compu
 ``python -m dlscale.runners.caffe.timing --model M --batch B --iterations N --threads T
 --net NET --log LOG --events EVENTS`` writes the net it times, the tool's raw output and
 the parsed events (``dlscale.parse.caffe``), each atomically. The Caffe install is found
-as the training runs find it (``launcher.caffe_home``).
+as the training runs find it (``launcher.caffe_home``), and ``--blas`` (the study's
+``caffe.blas``) is loaded as a run loads it (``blas.py``: libblas.so.3 linked to it in a
+temporary directory, first on LD_LIBRARY_PATH).
 """
 
 from __future__ import annotations
@@ -17,24 +19,36 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from dlscale import atomic
 from dlscale.catalog import MODEL_NAMES
 from dlscale.events import dumps
 from dlscale.parse import caffe as caffe_parse
+from dlscale.runners.caffe import blas as caffe_blas
 from dlscale.runners.caffe.launcher import caffe_home
 from dlscale.runners.caffe.models import net_prototxt
 from dlscale.runners.common import thread_environment
 
 
-def run_caffe_time(home: Path, net: Path, iterations: int, threads: int, timeout_s: float) -> str:
+def run_caffe_time(
+    home: Path, net: Path, iterations: int, threads: int, timeout_s: float, blas: str = "openblas"
+) -> str:
     """The tool's whole output (glog writes to stderr); raises if the tool fails."""
-    env = {**os.environ, **thread_environment(threads), "GLOG_logtostderr": "1", "GLOG_minloglevel": "0"}
     cmd = [str(home / "build" / "tools" / "caffe"), "time", f"-model={net}", f"-iterations={iterations}"]
-    proc = subprocess.run(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout_s
-    )
+    with tempfile.TemporaryDirectory(prefix="caffe-blas-") as tmp:
+        directory = caffe_blas.prepare_dir(tmp, caffe_blas.library(blas, os.environ))
+        env = {
+            **os.environ,
+            **thread_environment(threads),
+            **caffe_blas.blas_env(blas, directory, os.environ, threads),
+            "GLOG_logtostderr": "1",
+            "GLOG_minloglevel": "0",
+        }
+        proc = subprocess.run(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout_s
+        )
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.splitlines()[-15:])
         raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}:\n{tail}")
@@ -47,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", required=True, type=int)
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--blas", default="openblas", choices=caffe_blas.CHOICES)
     parser.add_argument("--home", default=None, help="Caffe build tree (default: as the runs find it)")
     parser.add_argument(
         "--python", default=sys.executable, help="the caffe venv's python (to find its build)"
@@ -60,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     home = caffe_home({"home": args.home}, os.environ, args.python)
     atomic.write_text(args.net, net_prototxt(args.model, args.batch))
     print(
-        f"caffe time: {args.model}, batch {args.batch}, {args.iterations} iterations, {args.threads} thread(s)"
+        f"caffe time: {args.model}, batch {args.batch}, {args.iterations} iterations,"
+        f" {args.threads} thread(s), BLAS {args.blas}"
     )
-    output = run_caffe_time(home, args.net, args.iterations, args.threads, args.timeout_s)
+    output = run_caffe_time(home, args.net, args.iterations, args.threads, args.timeout_s, args.blas)
     atomic.write_text(args.log, output)
     events = caffe_parse.parse(args.log)
     failed = next((e for e in events if e["event"] == "run_end" and e.get("status") == "failed"), None)

@@ -11,6 +11,8 @@ study compares frameworks:
   input_s   = getting the step's batch into the net before the step: converting and copying
               it into the input blobs (``input: memory``), or waiting for the prefetch
               thread's next slot of the MemoryData layer (``input: pipeline``, ``data.py``)
+After its first step each rank records the BLAS library it really loaded (``blas.loaded``:
+/proc/self/maps, the library's own version string; run_start ``measured.blas``).
 The solver's update is Caffe's SGD (v = m v + lr g; w -= v), which equals torch's
 (v = m v + g; w -= lr v) at a fixed learning rate; weight decay is 0 in both.
 
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from dlscale.runners.caffe.blas import loaded as blas_loaded
 from dlscale.runners.caffe.data import Batches, PrefetchFeed
 from dlscale.runners.caffe.data import preprocess as preprocess  # re-exported: tests and captures use it
 from dlscale.runners.caffe.evaluate import Evaluator, evaluate_due
@@ -164,6 +167,8 @@ def train(ctx: RunContext) -> None:
             t4 = time.perf_counter()
             if prefetch is not None:
                 prefetch.done(slot)
+            if iteration == 0:  # measured, not assumed: what this rank's first step loaded
+                ctx.record_measured(blas=blas_loaded())
             barrier_s, comm_s = sync.sync_time()
             ctx.record_iteration(
                 iteration,
