@@ -238,7 +238,10 @@ def test_every_runner_works_unchanged_on_the_emulated_network(framework, mnist_s
     """Each framework's ranks land on their own emulated nodes (distinct namespaces, the
     nodes' addresses) and train to the end; nothing of the network outlives the run."""
     python = caffe_python() if framework == "caffe" else framework_python(framework)
-    spec = fault_spec(framework, iterations=40, network="emulated-1gbe")
+    # Long enough to look at both ranks while they train (a torch step is ~16 ms), no longer:
+    # BigDL's steps are a Spark job each (~0.4 s on 2 executors), so 12 leave it seconds.
+    iterations = 12 if framework == "bigdl" else 40
+    spec = fault_spec(framework, iterations=iterations, network="emulated-1gbe")
     run = launch(python, spec, mnist_shards, tmp_path / "events.jsonl")
     try:
         run.wait_for_iterations(rank=0, count=2, timeout=240)

@@ -44,6 +44,7 @@ STUDY = {
     "run_timeout_min": 10,
     "envs_dir": str(ENVS_DIR),
     "tensorflow": {"strategy": "mwms"},
+    "caffe": {"time_iterations": 2},  # the layer times' job, as the local shared study's
     "bigdl": {"driver_memory": "1g", "executor_memory": "1g", "startup_timeout_s": 300},
     "projection": {"bootstrap": 20},  # the band from 20 refits, not 200: the rule runs as it does
 }
