@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,14 @@ from dlscale import atomic, catalog
 from dlscale.catalog import REPO_DIR
 
 log = logging.getLogger(__name__)
+
+
+def machine_cache(env: Mapping[str, str] | None = None) -> Path:
+    """This machine's cache of what is slow to make and the same for every study (the Caffe
+    build and MKL's wheels, made by scripts/*.sh; MNIST's conversion): ``$DLSCALE_CACHE``,
+    else ``~/.cache/dlscale``, as the scripts read it."""
+    env = os.environ if env is None else env
+    return Path(env.get("DLSCALE_CACHE") or Path.home() / ".cache" / "dlscale").expanduser()
 
 
 #: Scripts whose content keys the Caffe build and Java markers (see caffe_build_marker).

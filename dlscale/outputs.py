@@ -56,7 +56,7 @@ PERFMODEL_FIGURE_CAPTIONS: Mapping[str, str] = MappingProxyType(
 )
 PERFMODEL_ALL_FIGURES: tuple[str, ...] = tuple(PERFMODEL_FIGURE_CAPTIONS)
 
-#: The published record replayed through the projection (rule replay, dlscale.perfmodel.replay):
+#: The published record replayed through the projection (rule perfmodel, dlscale.perfmodel.replay):
 #: its tables and figure, in the report's section "Against the published record" (a
 #: subcategory of CATEGORY_PERFMODEL), from the system files in PUBLISHED_DIR.
 PUBLISHED_DIR = "published"
@@ -108,7 +108,7 @@ def perfmodel_files() -> list[str]:
 
 
 def replay_files() -> list[str]:
-    """The replay's tables and figure (rule replay; targets of rule all)."""
+    """The replay's tables and figure (rule perfmodel; targets of rule all)."""
     return [f"results/perfmodel/{name}.csv" for name in REPLAY_TABLES] + figure_paths([REPLAY_FIGURE])
 
 

@@ -102,13 +102,18 @@ rule figures:
 
 rule perfmodel:
     """Scaling model: fit the micro-benchmarks and host runs, predict the held-out
-    emulated-network runs, project with a bootstrap band (dlscale.perfmodel)."""
+    emulated-network runs, project with a bootstrap band (dlscale.perfmodel); and the
+    published record (published/*.yaml) replayed through the projection's code: predicted
+    against measured efficiency of every system, the median and worst error per
+    communication pattern (dlscale.perfmodel.replay; the network-level model alone). One
+    job, not two: the replay is seconds of a process the model's job already has."""
     input:
         runs="results/runs.parquet",
         iterations="results/iterations.parquet",
         commbench=commbench_files(),
         pooled_runs=jobs.pooled_study_files(STUDY, "runs"),
         pooled_iterations=jobs.pooled_study_files(STUDY, "iterations"),
+        systems=PUBLISHED_SYSTEMS,
     output:
         **{
             name: report(
@@ -132,6 +137,28 @@ rule perfmodel:
             for name in PERFMODEL_ALL_FIGURES
             for fmt in FIGURE_FORMATS
         },
+        **{
+            name: report(
+                f"results/perfmodel/{name}.csv",
+                caption=f"../report/{REPLAY_CAPTION}",
+                category=CATEGORY_PERFMODEL,
+                subcategory=SUBCATEGORY_REPLAY,
+            )
+            for name in REPLAY_TABLES
+        },
+        **{
+            f"replay_figure_{fmt}": (
+                report(
+                    f"results/figures/{REPLAY_FIGURE}.{fmt}",
+                    caption=f"../report/{REPLAY_CAPTION}",
+                    category=CATEGORY_PERFMODEL,
+                    subcategory=SUBCATEGORY_REPLAY,
+                )
+                if fmt == "svg"
+                else f"results/figures/{REPLAY_FIGURE}.{fmt}"
+            )
+            for fmt in FIGURE_FORMATS
+        },
     log:
         "results/logs/perfmodel.log",
     localrule: True
@@ -148,51 +175,12 @@ rule perfmodel:
         latency_us=jobs.projection_preset(STUDY, "latency_us"),
         bandwidth_gbit=jobs.projection_preset(STUDY, "bandwidth_gbit"),
         source=jobs.projection_preset(STUDY, "source"),
-    script:
-        "../scripts/perfmodel.py"
-
-
-rule replay:
-    """The published record (published/*.yaml) replayed through the projection's code:
-    predicted against measured efficiency of every system, the median and worst error per
-    communication pattern (dlscale.perfmodel.replay; the network-level model alone)."""
-    input:
-        systems=PUBLISHED_SYSTEMS,
-    output:
-        **{
-            name: report(
-                f"results/perfmodel/{name}.csv",
-                caption=f"../report/{REPLAY_CAPTION}",
-                category=CATEGORY_PERFMODEL,
-                subcategory=SUBCATEGORY_REPLAY,
-            )
-            for name in REPLAY_TABLES
-        },
-        **{
-            f"figure_{fmt}": (
-                report(
-                    f"results/figures/{REPLAY_FIGURE}.{fmt}",
-                    caption=f"../report/{REPLAY_CAPTION}",
-                    category=CATEGORY_PERFMODEL,
-                    subcategory=SUBCATEGORY_REPLAY,
-                )
-                if fmt == "svg"
-                else f"results/figures/{REPLAY_FIGURE}.{fmt}"
-            )
-            for fmt in FIGURE_FORMATS
-        },
-    log:
-        "results/logs/replay.log",
-    localrule: True
-    conda:
-        "../envs/workflow.yaml"
-    params:
         systems=len(PUBLISHED_SYSTEMS),
         band_note=TH_EXPRESS2.band_note(),
         basis=TH_EXPRESS2.basis,
-        source=TH_EXPRESS2.source,
+        th_express2_source=TH_EXPRESS2.source,
     script:
-        "../scripts/replay.py"
+        "../scripts/perfmodel.py"
 
 
 rule compare:

