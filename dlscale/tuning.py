@@ -3,10 +3,12 @@
 A comparison is only as fair as its weakest configuration. Before the study's runs, every
 framework trains every model of the study at 1 node (the study's batch, threads, ranks
 per node and data) under each combination of its tunable settings (``dlscale.options``:
-the grid); the best setting per (framework, model) is chosen from those measurements
+the grid, less the settings its runner would compute exactly as an earlier one or refuses:
+``grid``); the best setting per (framework, model) is chosen from those measurements
 (``dlscale.tunechoice``) and is what the study's runs use. This module names the grid's
 runs, their folders and specs, and reads a choice back. Standard library only: Snakemake
-calls it when it builds the DAG.
+calls it when it builds the DAG; it asks each runner's light launcher (no framework import)
+what a setting computes with.
 """
 
 from __future__ import annotations
@@ -16,21 +18,90 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from dlscale import options as dloptions
 from dlscale import study as dlstudy
+from dlscale.launch.runner import runner_launcher
 from dlscale.options import (
     SETTING_PATTERN,
     SETTING_PREFIX,
     TuneError,
     check,
-    grid,
-    grid_ids,
-    is_tuned,
     pin_explicit_options,
     setting_id,
     tunable,
     tuned_options,
 )
 from dlscale.runspec import RunSpec
+
+# --- the grid: settings that compute differently ------------------------------------------------
+
+
+def _one_node_spec(
+    study: Mapping[str, Any], framework: str, model: str, repeat: int, setting: Mapping[str, Any]
+) -> RunSpec:
+    run = dlstudy.Run(
+        framework, model, 1, study["ranks_per_node"], dlstudy.batch_per_rank(study, model, 1), repeat
+    )
+    return dlstudy.run_spec(study, run, dict(setting))
+
+
+def grid_report(study: Mapping[str, Any], framework: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The grid's settings (id -> setting, the default first) and those left out (id -> why).
+
+    ``dlscale.options.grid`` is the product of the options' candidates; some of its settings
+    are one run under two names (BigDL's ``batch_split: null`` is the engine's own split,
+    so it repeats the explicit one) or a run the runner refuses (per_executor with
+    mklblas on more than one core). The runner's launcher says what a setting computes with
+    (``settings(spec)``, the record a run's run_start keeps): a setting whose record equals
+    an earlier one's on every model of the framework is left out as that one, a setting
+    whose record is an error is left out with it. The default is always kept.
+    """
+    key = (json.dumps(study, sort_keys=True, default=str), framework)
+    cached = _GRID_CACHE.get(key)
+    if cached is not None:
+        return dict(cached[0]), dict(cached[1])
+    kept: dict[str, dict[str, Any]] = {}
+    left_out: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    launcher = runner_launcher(framework) if dloptions.grid(study, framework) else None
+    for index, setting in enumerate(dloptions.grid(study, framework)):
+        sid = setting_id(setting)
+        records = [
+            launcher.settings(_one_node_spec(study, framework, model, 0, setting))
+            for model in dlstudy.models_of(dict(study), framework)
+        ]
+        errors = sorted({str(r["error"]) for r in records if "error" in r})
+        if errors and index:
+            left_out[sid] = f"refused by the {framework} runner: {'; '.join(errors)}"
+            continue
+        fingerprint = json.dumps(records, sort_keys=True, default=str)
+        if fingerprint in seen and index:
+            left_out[sid] = f"the same run as {seen[fingerprint]} (its settings record is identical)"
+            continue
+        seen.setdefault(fingerprint, sid)
+        kept[sid] = dict(setting)
+    _GRID_CACHE[key] = (kept, left_out)
+    return dict(kept), dict(left_out)
+
+
+#: grid_report's answers by (study, framework): Snakemake asks for the grid once per job.
+_GRID_CACHE: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], dict[str, str]]] = {}
+
+
+def grid_ids(study: Mapping[str, Any], framework: str) -> dict[str, dict[str, Any]]:
+    """setting id -> setting of the framework's grid, the default first (grid_report)."""
+    return grid_report(study, framework)[0]
+
+
+def grid(study: Mapping[str, Any], framework: str) -> list[dict[str, Any]]:
+    """Every setting of the framework's grid, the default first; [] when nothing is tuned."""
+    return list(grid_ids(study, framework).values())
+
+
+def is_tuned(study: Mapping[str, Any], framework: str) -> bool:
+    """Does this framework have a grid (tuning on, and more than one setting to try)?"""
+    return len(grid_ids(study, framework)) > 1
+
 
 # --- paths and specs ------------------------------------------------------------------------
 
@@ -66,11 +137,7 @@ def tune_spec(study: Mapping[str, Any], framework: str, model: str, setting: str
     settings = grid_ids(study, framework)
     if setting not in settings:
         raise TuneError(f"{framework} has no setting {setting!r} in this study's grid")
-    run = dlstudy.Run(
-        framework, model, 1, study["ranks_per_node"], dlstudy.batch_per_rank(study, model, 1), repeat
-    )
-    spec = dlstudy.run_spec(study, run, settings[setting])
-    data = spec.to_dict()
+    data = _one_node_spec(study, framework, model, repeat, settings[setting]).to_dict()
     # Tuning compares throughput at a fixed amount of work: no quality target (a setting
     # would otherwise buy fewer iterations), one evaluation after the last iteration.
     for name in ("quality_target", "max_iterations", "eval_every"):
@@ -122,6 +189,7 @@ __all__ = [
     "choice_path",
     "grid",
     "grid_ids",
+    "grid_report",
     "is_tuned",
     "pin_explicit_options",
     "race_budget",

@@ -44,11 +44,11 @@ FLOORS: tuple[tuple[str, ...], ...] = (
      "dlscale.netns", "dlscale.userns", "dlscale.contention", "dlscale.roofline", "dlscale.envs",
      "dlscale.sitecheck", "dlscale.stats", "dlscale.archive_safety"),
     # config -> runs; data; native logs
-    ("dlscale.study", "dlscale.tuning", "dlscale.data", "dlscale.parse"),
+    ("dlscale.study", "dlscale.data", "dlscale.parse"),
     # one folder per framework behind one contract
     ("dlscale.runners",),
-    # start, watch and record a run; the micro-benchmarks
-    ("dlscale.launch", "dlscale.commbench"),
+    # start, watch and record a run; the micro-benchmarks; the tuning grid (asks the runners)
+    ("dlscale.launch", "dlscale.commbench", "dlscale.tuning"),
     # events -> tables
     ("dlscale.evals", "dlscale.readevents", "dlscale.tables", "dlscale.parity", "dlscale.convergence"),
     # tables -> cells, findings, claims; the tuning stage's choice

@@ -42,6 +42,43 @@ def test_grid_is_the_product_of_the_x_tune_options_default_first(schema):
     assert tf_grid[0] == {"intra_op_threads": None, "inter_op_threads": 2, "onednn": True}
 
 
+def test_bigdl_grid_has_its_batch_split_without_repeats_or_refused_settings(schema):
+    """Two cores per executor: BigDL's split of the batch over them (per-core replicas with
+    one thread each, or one replica with both) is in its grid. ``batch_split: null`` is the
+    engine's own split, so it is left out as the explicit one it repeats, and per_executor
+    with mklblas (a mode BigDL lacks) is left out with the runner's reason."""
+    config = {"frameworks": ["bigdl"], "models": ["lenet"], "nodes": [1], "threads_per_rank": 2}
+    tune = {"enabled": True, "options": {"bigdl": {"engine": ["mklblas", "mkldnn"], "batch_split": [None, "per_core", "per_executor"]}}}  # fmt: skip
+    s = validate_config({**config, "tune": tune}, schema)
+    kept, left_out = tuning.grid_report(s, "bigdl")
+    assert list(kept.values()) == [
+        {"engine": "mklblas", "batch_split": None},  # the default: per-core replicas
+        {"engine": "mkldnn", "batch_split": None},  # mkldnn's own: one replica, 2 threads
+        {"engine": "mkldnn", "batch_split": "per_core"},
+    ]
+    assert tuning.grid(s, "bigdl") == list(kept.values()) and tuning.is_tuned(s, "bigdl")
+    reasons = {json.dumps(raw, sort_keys=True): left_out[tuning.setting_id(raw)] for raw in (
+        {"engine": "mklblas", "batch_split": "per_core"},
+        {"engine": "mklblas", "batch_split": "per_executor"},
+        {"engine": "mkldnn", "batch_split": "per_executor"},
+    )}  # fmt: skip
+    assert len(left_out) == 3
+    assert reasons['{"batch_split": "per_core", "engine": "mklblas"}'].startswith("the same run as ")
+    assert "needs bigdl.engine=mkldnn" in reasons['{"batch_split": "per_executor", "engine": "mklblas"}']
+    mkldnn_default = tuning.setting_id({"engine": "mkldnn", "batch_split": None})
+    assert reasons['{"batch_split": "per_executor", "engine": "mkldnn"}'] == (
+        f"the same run as {mkldnn_default} (its settings record is identical)"
+    )
+    # Every kept setting's tuning run gets the split it names (the spec and its record).
+    for sid, setting in kept.items():
+        spec = tuning.tune_spec(s, "bigdl", "lenet", sid, 0)
+        assert spec.options["engine"] == setting["engine"]
+        assert spec.options.get("batch_split") == setting["batch_split"]
+    # One core per executor: the refused mode exists (and is BigDL's multiModels=false).
+    one = validate_config({**config, "threads_per_rank": 1, "tune": tune}, schema)
+    assert {"engine": "mklblas", "batch_split": "per_executor"} in tuning.grid(one, "bigdl")
+
+
 def test_thread_candidates_follow_threads_per_rank(schema):
     s = validate_config({**BASE, "threads_per_rank": 2, "tune": {"enabled": True}}, schema)
     assert tuning.tuned_options(s, "tensorflow")["intra_op_threads"] == [None, 1]
