@@ -17,6 +17,7 @@ import platform
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -244,6 +245,77 @@ def base_versions() -> dict[str, str]:
     return {"python": platform.python_version(), "platform": platform.platform()}
 
 
+#: How long a rank's own SIGTERM handler gets before the watchdog ends the rank. A rank
+#: blocked in its framework's native code (a collective waiting for a peer that has already
+#: ended) runs no Python, so the handler would wait for the launcher's SIGKILL
+#: (``dlscale.launch.process.GRACE_S`` later) and the rank's end would be lost. Well inside that.
+SIGTERM_WATCHDOG_S = 2.0
+
+
+class RankEnd:
+    """The rank's one ``rank_end``, written by whichever comes first: the rank's own path
+    through ``main``, or the SIGTERM watchdog while the rank is blocked in native code."""
+
+    def __init__(self, writer: PartWriter, rank: int):
+        self._writer, self._rank = writer, rank
+        self._lock = threading.Lock()
+        self.written = threading.Event()
+
+    def write(self, status: str, reason: str | None, **fields: Any) -> bool:
+        """Write the end and close the part file; False if it was already written."""
+        with self._lock:
+            if self.written.is_set():
+                return False
+            self._writer.emit("rank_end", rank=self._rank, status=status, reason=reason, **fields)
+            self._writer.close()
+            self.written.set()
+            return True
+
+
+def start_sigterm_watchdog(end: RankEnd, ctx: RunContext, grace_s: float = SIGTERM_WATCHDOG_S) -> None:
+    """End the rank ``grace_s`` after a SIGTERM that its own handler could not act on.
+
+    Python runs a signal handler only between bytecodes of the main thread; the C-level
+    handler, though, writes the signal's number to the wakeup fd at once, and a thread
+    reading that fd wakes while the main thread is still blocked in the framework. If the
+    handler has not run by then, the watchdog writes the rank's end (failed, SIGTERM, the
+    iteration reached) and exits the process; once the handler has run, the rank's own path
+    ends it (and stops what it started: BigDL's Spark daemons), however long that takes. A
+    forked child (a data loader's worker) drops the fd, so that its signals are not taken
+    for the rank's.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    os.register_at_fork(after_in_child=_drop_wakeup_fd)
+
+    def watch() -> None:
+        while signal.SIGTERM not in os.read(read_fd, 64):
+            pass
+        if _SIGTERM_HANDLED.wait(grace_s):
+            return
+        reason = (
+            f"terminated by SIGTERM (time limit or cancellation) at iteration {ctx.last_iteration + 1}"
+            f" (the rank was blocked in its framework and ended by its watchdog after {grace_s:g} s)"
+        )
+        if end.write("failed", reason):
+            print(f"[rank {ctx.placement.rank}] FAILED: {reason}", file=sys.stderr, flush=True)
+            os._exit(1)
+
+    threading.Thread(target=watch, name="sigterm-watchdog", daemon=True).start()
+
+
+def _drop_wakeup_fd() -> None:
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # forked from another thread than the main one: nothing was inherited there
+        pass
+
+
+#: Set when the rank's SIGTERM handler has run (the watchdog then stands down).
+_SIGTERM_HANDLED = threading.Event()
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
     """Turn the first SIGTERM into ``Terminated``; ignore the ones after it.
 
@@ -251,6 +323,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     forwards the signal to its children too): a second exception raised while the rank
     writes its end would lose that end.
     """
+    _SIGTERM_HANDLED.set()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated("terminated by SIGTERM (time limit or cancellation)")
 
@@ -276,6 +349,8 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     writer = PartWriter(args.work_dir / f"rank{where.rank}.jsonl")
     ctx = RunContext(spec=args.spec, placement=where, data_dir=args.data, writer=writer)
+    end = RankEnd(writer, where.rank)
+    start_sigterm_watchdog(end, ctx)
     status, reason = "ok", None
     try:
         versions = {**base_versions(), **runner.versions()}
@@ -304,14 +379,7 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
         import traceback
 
         traceback.print_exc()
-    writer.emit(
-        "rank_end",
-        rank=where.rank,
-        status=status,
-        reason=reason,
-        **({"warnings": ctx.warnings} if ctx.warnings else {}),
-    )
-    writer.close()
+    end.write(status, reason, **({"warnings": ctx.warnings} if ctx.warnings else {}))
     if status != "ok":
         print(f"[rank {where.rank}] FAILED: {reason}", file=sys.stderr, flush=True)
         return 1
