@@ -43,13 +43,16 @@ demo: $(VENV)/.installed
 	$(SNAKEMAKE) --profile $(PROFILE) --report results/report.html
 	@echo "report: results/report.html  tables: results/runs.csv  figures: results/figures/"
 
-## test: lint, then the whole pytest suite (unit, integration, workflow).
+## test: lint, then the whole pytest suite: tests/unit on every core (pytest-xdist; pure
+## functions, no daemon, nothing timed), then the rest one test at a time (their runs are
+## timed and contention-checked: a second test beside one would be the contention).
 test: $(VENV)/.installed lint
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n auto tests/unit
+	$(PY) -m pytest tests --ignore=tests/unit
 
-## unit: the pure tests alone (tests/unit: no framework run, daemon or workflow; 4.3 min on 2 cores).
+## unit: the pure tests alone (tests/unit: no framework run, daemon or workflow), on every core.
 unit: $(VENV)/.installed
-	$(PY) -m pytest tests/unit
+	$(PY) -m pytest -n auto tests/unit
 
 ## test-faults: the fault and bad-input suite alone, ending with its table (also part of `test`).
 test-faults: $(VENV)/.installed

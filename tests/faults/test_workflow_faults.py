@@ -21,7 +21,7 @@ import pytest
 import yaml
 from helpers.faults import FaultRow, alive, record
 from helpers.paths import ENVS_DIR, REPO
-from helpers.workflow import planned_jobs
+from helpers.workflow import RUNS_TABLE, planned_jobs
 
 pytestmark = [pytest.mark.faults, pytest.mark.workflow]
 
@@ -127,21 +127,21 @@ def test_interrupted_snakemake_redoes_only_incomplete(tmp_path, mnist_idx, torch
     assert redo, jobs
     # A hard kill leaves Snakemake's lock behind; --unlock is the documented first step.
     assert snakemake(small, "--unlock").returncode == 0
-    final = snakemake(small)
+    final = snakemake(small, RUNS_TABLE)
     assert final.returncode == 0, final.stderr[-3000:]
     assert (workdir / one).stat().st_mtime_ns == one_mtime
 
 
 def test_events_cut_mid_line_are_never_read_as_complete(tmp_path, mnist_idx, torch_py):
     workdir = study_dir(tmp_path, mnist_idx, nodes=[1])
-    first = snakemake(workdir)
+    first = snakemake(workdir, RUNS_TABLE)
     assert first.returncode == 0, first.stderr[-3000:]
     runs_before = (workdir / "results/runs.csv").read_text()
     events = workdir / "results/runs/torch/lenet/n1x1/b64/r0/events.jsonl"
     text = events.read_text()
     events.write_text(text[: len(text) // 2])  # a torn file, as if a copy was cut short
     started = time.time()
-    proc = snakemake(workdir)
+    proc = snakemake(workdir, RUNS_TABLE)
     check_failed_cleanly("events file cut mid-line", proc, "events.jsonl:", started)
     assert "line is cut off" in proc.stdout + proc.stderr or "Expecting" in proc.stdout + proc.stderr
     # Snakemake removes a failed job's outputs: the table is either the old one or gone
@@ -237,7 +237,7 @@ def test_hostile_paths_are_taken_literally(tmp_path, mnist_idx, torch_py):
     workdir.mkdir()
     study_dir(workdir, data, nodes=[1], envs_dir=str(envs))
     started = time.time()
-    proc = snakemake(workdir)
+    proc = snakemake(workdir, RUNS_TABLE)
     ok = proc.returncode == 0 and not list(tmp_path.rglob("PWNED*")) and not list(REPO.glob("PWNED*"))
     record(
         FaultRow("hostile path in config", "workflow", "handled literally" if ok else "wrong result", None)

@@ -12,6 +12,12 @@ from helpers.paths import ENVS_DIR, REPO
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
+#: The aggregation's target: a test whose subject is the runs and their tables (a rerun, a
+#: repeat, a fault) asks for this, not for the figures and the scaling model as well, whose
+#: jobs cost ~15 s of a small study's invocation (tests/workflow/test_workflow.py and the
+#: shared four-framework study make and check those).
+RUNS_TABLE = "results/runs.csv"
+
 #: The session's tiny study of all four frameworks (tests/workflow/conftest.py). LeNet: 20
 #: iterations, enough for every framework's to have learned at this learning rate. The
 #: AutoEncoder: torch only, at learning rate 0, so that a model that learned nothing is in

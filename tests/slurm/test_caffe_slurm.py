@@ -7,7 +7,7 @@ the job gets n1 and n2). The job is exactly what the training rule runs
 inside an allocation, ``python -m dlscale.launch``, which sees SLURM and plans
 ``srun --mpi=pmix``: no Open MPI or address variable is set, so Open MPI finds its peers
 the way it does on a real cluster (its TCP transport on the nodes' ``eth0``, never ``lo``).
-Caffe's runs that end well, at 1, 2 and 4 nodes, are part of the workflow's SLURM study
+Caffe's runs that end well, at 1 and 2 nodes, are part of the workflow's SLURM study
 (tests/slurm/test_slurm_workflow.py).
 """
 

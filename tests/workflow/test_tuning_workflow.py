@@ -21,13 +21,14 @@ import pandas as pd
 import pytest
 import yaml
 from helpers.paths import ENVS_DIR, REPO
-from helpers.workflow import SNAKEMAKE, planned_jobs, snakemake
+from helpers.workflow import RUNS_TABLE, SNAKEMAKE, planned_jobs, snakemake
 
 from dlscale import study as dlstudy
 from dlscale import tuning
 
 pytestmark = pytest.mark.workflow
 
+TUNING_TABLE = "results/tune/tuning.csv"  # the choice table (rule tune_report)
 STUDY = {
     "frameworks": ["torch"],
     "models": ["lenet"],
@@ -69,7 +70,8 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
     )  # fmt: skip
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
 
-    proc = snakemake(tmp_path)  # the study goes on: the rest of the grid, the choice, the run
+    # The study goes on: the rest of the grid, the choice, the run, the tables.
+    proc = snakemake(tmp_path, RUNS_TABLE, TUNING_TABLE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     choice = json.loads((tmp_path / tuning.choice_path("torch", "lenet")).read_text())
@@ -99,7 +101,7 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
     assert start["settings"]["engine"] == ("onednn" if chosen["mkldnn"] else "native")
     assert start["settings"]["env"]["OMP_NUM_THREADS"] == "1"
 
-    table = pd.read_csv(tmp_path / "results" / "tune" / "tuning.csv")
+    table = pd.read_csv(tmp_path / TUNING_TABLE)
     assert sorted(table["setting"]) == sorted([default_id, off_id])
     assert table["chosen"].sum() == 1
     assert table["verdict"].notna().all()  # why each setting won or lost
@@ -116,7 +118,7 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
         assert (ok["roofline_fraction"] > 0).all()
 
     # Cached like runs: nothing to do, the failed tuning runs included.
-    assert "Nothing to be done" in snakemake(tmp_path, "--dry-run").stdout
+    assert "Nothing to be done" in snakemake(tmp_path, RUNS_TABLE, TUNING_TABLE, "--dry-run").stdout
 
 
 def test_pinned_settings_skip_the_grid(tmp_path):

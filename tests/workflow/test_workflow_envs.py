@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.paths import ENVS_DIR, REPO, framework_python
-from helpers.workflow import planned_jobs
+from helpers.workflow import RUNS_TABLE, planned_jobs
 
 from dlscale.envs import env_marker
 
@@ -77,38 +77,30 @@ def copied_workflow(tmp_path) -> tuple[Path, Path, Path]:
 
 def test_changed_requirements_rebuild_and_rerun_in_one_invocation(copied_workflow):
     workflow, workdir, envs = copied_workflow
-    proc = snakemake(workflow, workdir)
+    proc = snakemake(workflow, workdir, RUNS_TABLE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = workdir / "results" / "runs"
     tf_events = runs / "tensorflow" / "lenet" / "n1x1" / "b64" / "r0" / "events.jsonl"
     torch_events = runs / "torch" / "lenet" / "n1x1" / "b64" / "r0" / "events.jsonl"
     tf_before, torch_before = tf_events.stat().st_mtime_ns, torch_events.stat().st_mtime_ns
-    assert "Nothing to be done" in snakemake(workflow, workdir, "--dry-run").stdout
+    assert "Nothing to be done" in snakemake(workflow, workdir, RUNS_TABLE, "--dry-run").stdout
 
     # A changed lock (as `make lock` after a changed pin makes it): torch's environment.
     lock = workflow / "envs" / "torch.lock"
     lock.write_text(lock.read_text() + "# relocked\n")
     new_marker = env_marker(envs, "torch", workflow / "envs")
     try:
-        dry = snakemake(workflow, workdir, "--dry-run")
+        dry = snakemake(workflow, workdir, RUNS_TABLE, "--dry-run")
         jobs = planned_jobs(dry.stdout + dry.stderr)
-        # The whole plan, at once: torch's venv, torch's run, the tables and figures;
-        # nothing of TensorFlow.
-        assert jobs == {
-            "framework_env": 1,
-            "train": 1,
-            "aggregate": 1,
-            "figures": 1,
-            "perfmodel": 1,
-            "all": 1,
-        }
+        # The whole plan, at once: torch's venv, torch's run, the tables; nothing of TensorFlow.
+        assert jobs == {"framework_env": 1, "train": 1, "aggregate": 1}
         assert "framework=tensorflow" not in dry.stdout  # no TensorFlow training job
 
-        proc = snakemake(workflow, workdir)
+        proc = snakemake(workflow, workdir, RUNS_TABLE)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert new_marker.exists()
         assert torch_events.stat().st_mtime_ns > torch_before, "torch's run was not redone"
         assert tf_events.stat().st_mtime_ns == tf_before, "TensorFlow's run was redone"
-        assert "Nothing to be done" in snakemake(workflow, workdir, "--dry-run").stdout
+        assert "Nothing to be done" in snakemake(workflow, workdir, RUNS_TABLE, "--dry-run").stdout
     finally:
         new_marker.unlink(missing_ok=True)  # the machine's torch venv keeps one marker

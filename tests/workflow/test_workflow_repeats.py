@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 from helpers.paths import ENVS_DIR
-from helpers.workflow import planned_jobs, snakemake
+from helpers.workflow import RUNS_TABLE, planned_jobs, snakemake
 
 pytestmark = pytest.mark.workflow
 
@@ -36,7 +36,7 @@ def test_auto_repeats_add_runs_until_the_cap(tmp_path, torch_py):
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert planned_jobs(dry.stdout + dry.stderr)["train"] == 4  # both cells' first 2 repeats
 
-    proc = snakemake(tmp_path)
+    proc = snakemake(tmp_path, RUNS_TABLE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = pd.read_csv(tmp_path / "results" / "runs.csv")
     assert sorted(runs["run_id"]) == sorted(f"torch/lenet/n{n}x1/b64/r{r}" for n in (1, 2) for r in range(3))
@@ -47,4 +47,4 @@ def test_auto_repeats_add_runs_until_the_cap(tmp_path, torch_py):
         after3 = json.loads((cell / "after3.json").read_text())
         assert after2["more"] is True and len(after2["throughputs"]) == 2
         assert after3["more"] is False and len(after3["throughputs"]) == 3  # the cap
-    assert "Nothing to be done" in snakemake(tmp_path, "--dry-run").stdout
+    assert "Nothing to be done" in snakemake(tmp_path, RUNS_TABLE, "--dry-run").stdout
