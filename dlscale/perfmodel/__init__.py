@@ -43,6 +43,7 @@ from dlscale.perfmodel.comm import (
     mpi_parts,
     ps_parts,
     ring_parts,
+    spark_lookup_cost,
     spark_step_cost,
 )
 from dlscale.perfmodel.fits import (
@@ -83,6 +84,7 @@ from dlscale.perfmodel.patterns import (
     RING,
     SAMPLE_BYTES,
     SETUP_PATTERN,
+    SPARK_BLOCK_LOOKUP_S,
     SPARK_STEP,
     contention,
     gradient_bytes,
@@ -155,6 +157,7 @@ __all__ = (
     "SAMPLE_BYTES",
     "SENSITIVITY_COLUMNS",
     "SETUP_PATTERN",
+    "SPARK_BLOCK_LOOKUP_S",
     "SPARK_STEP",
     "SUMMARY_COLUMNS",
     "VALIDATION_CELL",
@@ -221,6 +224,7 @@ __all__ = (
     "runs_of",
     "setup_of",
     "spark_step_columns",
+    "spark_lookup_cost",
     "spark_step_cost",
     "stays_below_half",
     "step_times",

@@ -18,7 +18,7 @@ from scipy.optimize import lsq_linear
 
 from dlscale.commbench import LIBRARIES
 from dlscale.networks import HOST
-from dlscale.perfmodel.comm import Calibration, combine, exchange_parts, library_comm
+from dlscale.perfmodel.comm import Calibration, combine, exchange_parts, library_comm, spark_lookup_cost
 from dlscale.perfmodel.fits import LIBRARY_OPS, WEIGHT_FLOOR_S, Fit, Fits, fit_cells
 from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.patterns import (
@@ -80,6 +80,8 @@ def fit_spark_step(cal: Calibration, host_runs: pd.DataFrame) -> Fit | None:
     exchange = combine(
         *exchange_parts(shuffle, n, size, Link.host(), cal.host_cores or None), shuffle.get("overlap")
     )
+    # the driver's block lookups (``spark_lookup_cost``) are modelled apart: the line is the rest
+    exchange = exchange + spark_lookup_cost(n)
     measured = group["exposed_s"].to_numpy(dtype="float64")
     design_matrix = np.column_stack([np.ones_like(n), n])
     solution = lsq_linear(design_matrix, measured - exchange, bounds=(0.0, np.inf), method="bvls").x

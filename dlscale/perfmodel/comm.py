@@ -23,7 +23,9 @@ from dlscale.perfmodel.patterns import (
     PS,
     RING,
     SAMPLE_BYTES,
+    SPARK_BLOCK_LOOKUP_S,
     SPARK_STEP,
+    bigdl_block_lookups,
     contention,
     gradient_bytes,
     mpi_algorithm_terms,
@@ -50,21 +52,37 @@ class Gradient:
 
     nbytes: float
     blobs: tuple[float, ...]
+    #: Bytes of the largest variable, which a parameter server holds whole (0: not known,
+    #: the servers share the gradient evenly; ``ps_parts``).
+    largest: float = 0.0
 
     @classmethod
-    def flat(cls, nbytes: float) -> Gradient:
-        return cls(float(nbytes), (float(nbytes),))
+    def flat(cls, nbytes: float, largest: float = 0.0) -> Gradient:
+        return cls(float(nbytes), (float(nbytes),), float(largest))
 
     @classmethod
     def of_model(cls, model: str, bytes_per_parameter: float = 4.0) -> Gradient:
         """A catalog model's gradient at ``bytes_per_parameter`` (its blobs scaled alike)."""
         scale = bytes_per_parameter / 4.0
-        return cls(float(gradient_bytes(model)) * scale, tuple(float(b) * scale for b in blob_bytes(model)))
+        blobs = tuple(float(b) * scale for b in blob_bytes(model))
+        return cls(float(gradient_bytes(model)) * scale, blobs, max(blobs))
 
 
 def gradient_size(model: str | Gradient) -> float:
     """Bytes of one full gradient of a catalog model (by name) or of a ``Gradient``."""
     return model.nbytes if isinstance(model, Gradient) else float(gradient_bytes(model))
+
+
+def largest_variable(model: str | Gradient) -> float:
+    """Bytes of the largest variable (a catalog model's largest blob; 0 where not known)."""
+    return model.largest if isinstance(model, Gradient) else float(max(blob_bytes(model)))
+
+
+def server_share(nbytes: float, num_ps: Any, largest: float = 0.0) -> np.ndarray:
+    """Bytes the busiest of ``num_ps`` parameter servers holds: an even share ``S/n_ps``, but
+    never less than the largest variable, which is placed whole on one server (TensorFlow's
+    ``replica_device_setter`` places variables, it does not split them; ``docs/perfmodel.md``)."""
+    return np.maximum(nbytes / np.asarray(num_ps, dtype="float64"), float(largest))
 
 
 #: ``Calibration.source`` of a calibration with no fitted software cost: the pattern's
@@ -187,20 +205,19 @@ def ps_parts(
     ranks_per_node: int = 1,
     num_ps: int = 1,
     data_bytes: float = 0.0,
+    largest: float = 0.0,
 ) -> tuple[np.ndarray, ...]:
     """(fixed, per-byte, wire) of one parameter-server step: ``workers`` pull and push
     ``nbytes`` through ``num_ps`` servers on node 0 (and the chief there ships each remote
-    worker ``data_bytes`` of input)."""
+    worker ``data_bytes`` of input); the busiest server holds ``server_share`` of it (at
+    least the ``largest`` variable)."""
     p = np.asarray(workers, dtype="float64")
+    share = server_share(nbytes, num_ps, largest)
     fixed = fit.get("c") + p * fit.get("per_worker")
-    per_byte = nbytes * fit.get("gamma_worker") + p * nbytes / num_ps * fit.get("gamma_server") + 0 * p
+    per_byte = nbytes * fit.get("gamma_worker") + p * share * fit.get("gamma_server") + 0 * p
     remote = np.maximum(p - ranks_per_node, 0.0)
-    pull = remote * (nbytes / num_ps + data_bytes)
-    push = (
-        remote * nbytes / num_ps
-        if link.ingress_shaped
-        else np.where(remote > 0, ranks_per_node * nbytes, 0.0)
-    )
+    pull = remote * (share + data_bytes)
+    push = remote * share if link.ingress_shaped else np.where(remote > 0, ranks_per_node * nbytes, 0.0)
     # pulls leave the server's node, pushes cross the workers' links (emulated) or the
     # server's ingress (real): each link has its own budget (and bucket), paid in turn
     talks = np.where(remote > 0, 1.0, 0.0)
@@ -269,7 +286,8 @@ def library_comm(
     if cal.pattern == PS:
         fit = cal.fits["pushpull"]
         data = batch_per_rank * SAMPLE_BYTES.get(dataset or "", 0)
-        return combine(*ps_parts(fit, p, size, link, ranks_per_node, num_ps, data), fit.get("overlap"))
+        parts = ps_parts(fit, p, size, link, ranks_per_node, num_ps, data, largest_variable(model))
+        return combine(*parts, fit.get("overlap"))
     if cal.pattern == BIGDL:
         shuffle = cal.fits["shuffle"]
         exchange = combine(*exchange_parts(shuffle, n, size, link, cores), shuffle.get("overlap"))
@@ -279,16 +297,27 @@ def library_comm(
 
 def spark_step_cost(cal: Calibration, executors: Any) -> np.ndarray:
     """BigDL's per-iteration Spark cost (the driver scheduling, launching and collecting one
-    task per executor for each of the iteration's jobs) at each of ``executors``.
+    task per executor for each of the iteration's jobs, and serving the executors' block
+    lookups) at each of ``executors``.
 
-    From the set-up's host runs where they pin it (``fit_spark_step``: two or more executor
-    counts), else from the micro-benchmark's JVM-only jobs, ``2·(j_0 + j_1·N)``, else (library
-    fitted on runs, ``source = runs``) the shuffle fit's constant (``docs/perfmodel.md``).
+    The scheduling line from the set-up's host runs where they pin it (``fit_spark_step``:
+    two or more executor counts), else from the micro-benchmark's JVM-only jobs,
+    ``2·(j_0 + j_1·N)``, else (library fitted on runs, ``source = runs``) the shuffle fit's
+    constant; plus the driver's ``2N(N-1)`` block-location lookups in a row,
+    ``SPARK_BLOCK_LOOKUP_S`` each (``spark_lookup_cost``; ``docs/perfmodel.md``).
     """
     n = np.asarray(executors, dtype="float64")
     step, job = cal.fits.get(SPARK_STEP), cal.fits.get("job")
     if step is not None:
-        return step.get("c") + n * step.get("per_executor")
-    if job is not None:
-        return BIGDL_JOBS_PER_ITERATION * (job.get("c") + n * job.get("per_task"))
-    return np.full_like(n, cal.fits["shuffle"].get("c"))
+        line = step.get("c") + n * step.get("per_executor")
+    elif job is not None:
+        line = BIGDL_JOBS_PER_ITERATION * (job.get("c") + n * job.get("per_task"))
+    else:
+        line = np.full_like(n, cal.fits["shuffle"].get("c"))
+    return line + spark_lookup_cost(n)
+
+
+def spark_lookup_cost(executors: Any) -> np.ndarray:
+    """The Spark driver's block-location lookups of one BigDL iteration, served one at a
+    time: ``SPARK_BLOCK_LOOKUP_S·2N(N-1)`` (0 at one executor)."""
+    return SPARK_BLOCK_LOOKUP_S * bigdl_block_lookups(executors)

@@ -31,6 +31,15 @@ BIGDL_JOBS_PER_ITERATION = 2
 #: The op under which BigDL's per-iteration Spark cost fitted on its host runs is kept
 #: (``fit_spark_step``; beside the micro-benchmark's ``job`` and ``shuffle``).
 SPARK_STEP = "step"
+#: Seconds the Spark driver spends on one block-location lookup (``GetLocations``), paid
+#: in a row: each BigDL iteration, every executor fetches its ``N-1`` remote weight slices
+#: and ``N-1`` remote gradient slices through ``BlockManager.getRemoteBytes``, which asks the
+#: driver's ``BlockManagerMasterEndpoint`` (a ``ThreadSafeRpcEndpoint``: one message at a
+#: time) where each block is (``bigdl_block_lookups``). Not measured by any source found:
+#: fitted on the BigDL white paper's Cray Urika-XC points at 16-96 nodes (least squares of
+#: the step ``N·batch/throughput`` on ``2N(N-1)``) and checked held out at 128-256 nodes
+#: (median |error| 0.037, worst 0.067; ``docs/perfmodel.md``, 2026-12-03).
+SPARK_BLOCK_LOOKUP_S = 2.2e-5
 #: Bytes of one input sample as the ps chief ships it to a worker (uint8 pixels).
 SAMPLE_BYTES: Mapping[str, int] = {"mnist": 28 * 28, "fashion-mnist": 28 * 28, "imagenet": 3 * 224 * 224}
 
@@ -40,6 +49,14 @@ SAMPLE_BYTES: Mapping[str, int] = {"mnist": 28 * 28, "fashion-mnist": 28 * 28, "
 #: ``parameters.AllReduceParameter``; ``SerializerInstance``'s default ``"fp16"``), half the
 #: float32 gradient's bytes.
 BIGDL_WIRE_BYTES_PER_PARAMETER = 2
+
+
+def bigdl_block_lookups(executors: Any) -> np.ndarray:
+    """Block-location lookups the Spark driver serves per BigDL iteration: ``2N(N-1)``
+    (``AllReduceParameter.getWeights`` and ``aggregateGradientPartition``: each of ``N``
+    executors fetches one slice from each of the ``N-1`` others, twice; 0 at one)."""
+    n = np.asarray(executors, dtype="float64")
+    return 2.0 * n * np.maximum(n - 1.0, 0.0)
 
 
 def gradient_bytes(model: str) -> int:

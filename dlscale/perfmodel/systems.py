@@ -13,6 +13,7 @@ the key, so a published record that cannot be replayed says why.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import math
@@ -64,6 +65,9 @@ class System:
     full_duplex: bool = False
     #: Ranks a node (GPUs behind one link) in one flat ring of all ranks (ring only).
     ranks_per_node: int = 1
+    #: Parameters of the largest variable, held whole by one server (ps only; None: the
+    #: catalog model's largest blob, or an even split where the layers are not known).
+    largest_variable_parameters: int | None = None
 
     @property
     def anchor(self) -> int:
@@ -74,9 +78,15 @@ class System:
     def gradient(self) -> Gradient:
         """The gradient one step synchronises: a catalog model's (its blobs too) or a flat
         one of ``parameters x bytes_per_parameter`` bytes (one blob: the layers are unknown)."""
+        largest = self.largest_variable_parameters
         if self.model is not None:
-            return Gradient.of_model(self.model, self.bytes_per_parameter)
-        return Gradient.flat(self.parameters * self.bytes_per_parameter)
+            gradient = Gradient.of_model(self.model, self.bytes_per_parameter)
+            if largest is None:
+                return gradient
+            return dataclasses.replace(gradient, largest=largest * self.bytes_per_parameter)
+        return Gradient.flat(
+            self.parameters * self.bytes_per_parameter, (largest or 0) * self.bytes_per_parameter
+        )
 
 
 @functools.cache
@@ -142,7 +152,7 @@ def parse(data: Any, where: str = "<system>") -> System:
         parameters=parameters,
         model=model,
         bytes_per_parameter=float(data.get("bytes_per_parameter", 4)),
-        network=_network(data["network"], data["name"]),
+        network=_network(data["network"], data["name"], where),
         batch_per_node=int(data["batch_per_node"]),
         measured=measured,
         compute_step_s=None if compute is None else float(compute),
@@ -152,7 +162,25 @@ def parse(data: Any, where: str = "<system>") -> System:
         ranks_per_node=_ranks_per_node(
             int(data.get("ranks_per_node", 1)), pattern, int(data["batch_per_node"]), where
         ),
+        largest_variable_parameters=_largest_variable(
+            data.get("largest_variable_parameters"), pattern, parameters, where
+        ),
     )
+
+
+def _largest_variable(value: int | None, pattern: str, parameters: int, where: str) -> int | None:
+    """The largest variable's parameters: a parameter server's (ps only), part of the gradient."""
+    if value is None:
+        return None
+    if pattern != PS:
+        raise SystemFileError(
+            f"{where}: key 'largest_variable_parameters': the {pattern} pattern has no parameter servers"
+        )
+    if value > parameters:
+        raise SystemFileError(
+            f"{where}: key 'largest_variable_parameters': {value} is more than the gradient's {parameters}"
+        )
+    return int(value)
 
 
 def _ranks_per_node(value: int, pattern: str, batch_per_node: int, where: str) -> int:
@@ -200,16 +228,24 @@ def _setup(framework: str, strategy: str | None, where: str) -> str:
     return setup_of(framework, {"strategy": strategy} if strategy else None)
 
 
-def _network(value: str | Mapping[str, float], name: str) -> NetworkPreset:
-    """A preset by name, or the file's own latency and bandwidth as a preset of its own."""
+def _network(value: str | Mapping[str, float], name: str, where: str) -> NetworkPreset:
+    """A preset by name, or the file's own latency and bandwidth as a preset of its own (at
+    ``effective_bandwidth_gbit`` where the file gives the rate its transport achieved)."""
     if isinstance(value, str):
         return PRESETS[value]
+    named = float(value["bandwidth_gbit"])
+    effective = float(value.get("effective_bandwidth_gbit", named))
+    if effective > named:
+        raise SystemFileError(
+            f"{where}: key 'network.effective_bandwidth_gbit': {effective:g} is above the link's"
+            f" bandwidth_gbit ({named:g})"
+        )
     return NetworkPreset(
         f"{name}-network",
         float(value["latency_s"]),
-        float(value["bandwidth_gbit"]) * GBIT,
+        effective * GBIT,
         False,
-        "system file",
+        "system file" if effective == named else f"system file: {effective:g} of {named:g} Gbit/s effective",
     )
 
 
