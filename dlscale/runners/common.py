@@ -156,6 +156,8 @@ class RunContext:
         **extra: Any,
     ) -> None:
         """Emit one iteration event; fail the run if the loss is not finite."""
+        if self.last_iteration < 0:  # the first step: every framework's runtime is up
+            reclaim_sigterm()
         self.last_iteration = iteration
         if not self.is_warmup(iteration):
             self.train_s += step_s
@@ -303,6 +305,23 @@ def start_sigterm_watchdog(end: RankEnd, ctx: RunContext, grace_s: float = SIGTE
             os._exit(1)
 
     threading.Thread(target=watch, name="sigterm-watchdog", daemon=True).start()
+
+
+def reclaim_sigterm() -> None:
+    """Install the rank's SIGTERM handler again, at the C level (``sigaction``).
+
+    TensorFlow's multi-worker runtime installs a SIGTERM handler of its own (its coordination
+    service's preemption notifier, a C++ ``std::signal``), which replaces Python's without
+    Python knowing: a SIGTERM then only tells TensorFlow of a "preemption", and the rank
+    trains on until the launcher's SIGKILL. Called at a rank's first step, once every
+    framework has set its runtime up; only from the main thread (``signal.signal``'s rule)
+    and while the handler is still the rank's own (after a first SIGTERM it ignores the rest).
+    """
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is _on_sigterm
+    ):
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _drop_wakeup_fd() -> None:

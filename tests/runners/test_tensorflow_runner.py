@@ -195,6 +195,34 @@ def test_killed_worker_fails_the_mwms_run(tf_py, mnist_shards, tmp_path):
     assert end["reason"].startswith(expected), end["reason"]
 
 
+def test_sigterm_ends_an_mwms_rank_with_its_own_end(tf_py, mnist_shards, tmp_path):
+    """SIGTERM to one MWMS worker (SLURM's time limit reaches every rank): it writes its own
+    end and exits. TensorFlow's runtime installs a SIGTERM handler of its own (its
+    coordination service's preemption notifier), which took the signal and let the rank
+    train on until the launcher's SIGKILL; the rank takes it back at its first step
+    (dlscale.runners.common.reclaim_sigterm)."""
+    events_path = tmp_path / "events.jsonl"
+    proc = launch(tf_py, spec(nodes=2, iterations=100000), mnist_shards, events_path, wait=False)
+    try:
+        part = tmp_path / ".work" / "rank0.jsonl"
+        deadline = time.time() + 180
+        while time.time() < deadline and part_iterations(part) < 10:
+            time.sleep(0.2)
+        assert part_iterations(part) >= 10, "rank 0 never started iterating"
+        pid = json.loads(part.read_text().splitlines()[0])["pid"]
+        os.kill(pid, signal.SIGTERM)
+        proc.wait(timeout=60)  # a hang guard: the rank used to train on for minutes
+    finally:
+        stop_run(proc, tmp_path)
+    (kept,) = (tmp_path / "attempts").glob("failed-*/work/rank0.jsonl")
+    end = json.loads(kept.read_text().splitlines()[-1])
+    assert end["event"] == "rank_end" and end["status"] == "failed", end
+    assert end["reason"].startswith("terminated by SIGTERM (time limit or cancellation)"), end["reason"]
+    assert read_events(events_path)[-1]["reason"].startswith("terminated by SIGTERM"), read_events(
+        events_path
+    )[-1]
+
+
 def test_killed_worker_fails_the_ps_run(tf_py, mnist_shards, tmp_path):
     events_path = tmp_path / "events.jsonl"
     proc = launch(
