@@ -39,8 +39,11 @@ FOUR_FRAMEWORKS = {
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    """Snakemake in ``workdir`` with ``args`` (targets and flags) first: ``--configfile``,
+    last, takes several values."""
     cmd = [
         *SNAKEMAKE,
+        *args,
         "--snakefile",
         str(REPO / "Snakefile"),
         "--directory",
@@ -49,7 +52,6 @@ def snakemake(workdir: Path, *args: str, timeout: int = 900) -> subprocess.Compl
         str(REPO / "profiles" / "local"),
         "--configfile",
         str(workdir / "study.yaml"),
-        *args,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=workdir)
 

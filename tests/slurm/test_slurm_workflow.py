@@ -188,8 +188,8 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(
     assert not processes_mentioning(str(tmp_path)), "a Spark daemon, executor or rank outlived the study"
 
     # Compared with the session's study of the same four frameworks on the local profile
-    # (issue 30): the LeNet cells match, the local study's AutoEncoder cells are listed as
-    # unmatched, and the page states that the two ran on other hosts under another launcher.
+    # (issue 30): the LeNet cells match, and the page states that the two ran on other hosts
+    # under another launcher.
     compared = tmp_path / "compared"
     proc = subprocess.run(
         [sys.executable, "-m", "dlscale.compare", str(four_framework_study / "results"),
@@ -199,10 +199,14 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = pd.read_csv(compared / "comparison.csv")
     assert set(rows["framework"]) == set(study["frameworks"])
-    assert set(rows["nodes"]) == {1, 2} and set(rows["model"]) == {"lenet"}
     assert set(rows["change"]) <= {"improved", "regressed", "no change"}
+    # Every cell of the SLURM study is compared or listed with why: a cell whose repeats the
+    # busy host contended in either study has no sample to compare.
     unmatched = pd.read_csv(compared / "unmatched.csv")
-    assert set(unmatched["model"]) == {"autoencoder"}, unmatched  # torch's, in the local study only
+    cells = {(fw, "lenet", nodes) for fw in study["frameworks"] for nodes in study["nodes"]}
+    listed = set(zip(unmatched["framework"], unmatched["model"], unmatched["nodes"], strict=True))
+    assert cells <= set(zip(rows["framework"], rows["model"], rows["nodes"], strict=True)) | listed
+    assert unmatched["why"].str.match(r"(no ok, uncontended repeat|not run) in ").all(), unmatched
     diffs = pd.read_csv(compared / "differences.csv", keep_default_na=False).set_index("fact")
     launcher = diffs.loc["launcher (profile)"]
     assert "local" in launcher.iloc[-2] and "slurm" in launcher.iloc[-1], launcher

@@ -37,10 +37,12 @@ WORKFLOW_PARTS = ("Snakefile", "rules", "schemas", "scripts", "report", "profile
 
 
 def snakemake(workflow: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Snakemake of the copied workflow, targets and flags first (``--configfile`` takes several values)."""
     cmd = [
         sys.executable,
         "-m",
         "snakemake",
+        *args,
         "--snakefile",
         str(workflow / "Snakefile"),
         "--directory",
@@ -49,7 +51,6 @@ def snakemake(workflow: Path, workdir: Path, *args: str) -> subprocess.Completed
         str(workflow / "profiles" / "local"),
         "--configfile",
         str(workdir / "study.yaml"),
-        *args,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=workdir)
 
