@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers.bigdl_runs import assert_gone, daemon_pids, launch, spec
+from helpers.bigdl_runs import TWO_EXECUTOR_TARGET, assert_gone, daemon_pids, launch, spec
 from helpers.paths import REPO
 
 from dlscale import catalog
@@ -61,9 +61,16 @@ def test_two_worker_lenet_learns_on_real_mnist(bigdl_target_run):
         assert e["rank"] == 0 and e["samples"] == 128  # the GLOBAL batch
         assert 0 < e["compute_s"] <= e["step_s"] and e["comm_s"] >= 0
         assert e["spark_cluster_s"] > 0 and e["spark_context_s"] > 0
+    # It learned: the held-out top-1 that stopped it met the target, and the training loss
+    # fell from chance (ln 10 = 2.30). The run stops at the first evaluation past the target,
+    # so the last steps' loss can still be high (1.89 at stop 20 in one CI run): the drop
+    # asked of it is small, the held-out evaluation is the evidence.
+    last_eval = [e for e in events if e["event"] == "eval"][-1]
+    target = TWO_EXECUTOR_TARGET["quality_target"]
+    assert last_eval["metric"] == target["metric"] and last_eval["value"] >= target["value"], last_eval
     losses = [e["loss"] for e in iters]
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
-    assert first > 2.0 and last < 0.8 * first, (first, last)
+    assert first > 2.0 and last < first - 0.1, (first, last)
     assert start["startup_s"] > 0
     # The driver log stays beside the events; everything Spark wrote (work dirs, jars,
     # scratch) went with the work dir; the daemons are gone.
