@@ -59,6 +59,17 @@ def part_iterations(path: Path) -> int:
     return sum('"iteration"' in line for line in path.read_text().splitlines()) if path.exists() else 0
 
 
+def pid_once_iterating(work: Path, rank: int, count: int = 10, timeout_s: float = 180) -> int:
+    """The PID of MWMS rank ``rank`` once its part file holds ``count`` iterations (its
+    first line, rank_start, names it); fails the test if it never gets there."""
+    part = work / f"rank{rank}.jsonl"
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and part_iterations(part) < count:
+        time.sleep(0.2)
+    assert part_iterations(part) >= count, f"rank {rank} never started iterating"
+    return json.loads(part.read_text().splitlines()[0])["pid"]
+
+
 # --- pure: cluster spec and plan -------------------------------------------------------
 
 
@@ -179,12 +190,7 @@ def test_killed_worker_fails_the_mwms_run(tf_py, mnist_shards, tmp_path):
     events_path = tmp_path / "events.jsonl"
     proc = launch(tf_py, spec(nodes=2, iterations=100000), mnist_shards, events_path, wait=False)
     try:
-        part = tmp_path / ".work" / "rank1.jsonl"
-        deadline = time.time() + 180
-        while time.time() < deadline and part_iterations(part) < 10:
-            time.sleep(0.2)
-        assert part_iterations(part) >= 10, "rank 1 never started iterating"
-        os.kill(json.loads(part.read_text().splitlines()[0])["pid"], signal.SIGKILL)
+        os.kill(pid_once_iterating(tmp_path / ".work", rank=1), signal.SIGKILL)
         proc.wait(timeout=90)
     finally:
         stop_run(proc, tmp_path)
@@ -204,13 +210,7 @@ def test_sigterm_ends_an_mwms_rank_with_its_own_end(tf_py, mnist_shards, tmp_pat
     events_path = tmp_path / "events.jsonl"
     proc = launch(tf_py, spec(nodes=2, iterations=100000), mnist_shards, events_path, wait=False)
     try:
-        part = tmp_path / ".work" / "rank0.jsonl"
-        deadline = time.time() + 180
-        while time.time() < deadline and part_iterations(part) < 10:
-            time.sleep(0.2)
-        assert part_iterations(part) >= 10, "rank 0 never started iterating"
-        pid = json.loads(part.read_text().splitlines()[0])["pid"]
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid_once_iterating(tmp_path / ".work", rank=0), signal.SIGTERM)
         proc.wait(timeout=60)  # a hang guard: the rank used to train on for minutes
     finally:
         stop_run(proc, tmp_path)
