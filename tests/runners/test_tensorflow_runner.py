@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from helpers.bigdl_runs import kill_leftovers
 from helpers.paths import framework_python
+from helpers.slurm_jobs import rank_pid_when_running
 from helpers.tensorflow_runs import iterations_of, launch, spec
 
 from dlscale import catalog, placement
@@ -57,17 +58,6 @@ def stop_run(proc: subprocess.Popen, root: Path) -> None:
 
 def part_iterations(path: Path) -> int:
     return sum('"iteration"' in line for line in path.read_text().splitlines()) if path.exists() else 0
-
-
-def pid_once_iterating(work: Path, rank: int, count: int = 10, timeout_s: float = 180) -> int:
-    """The PID of MWMS rank ``rank`` once its part file holds ``count`` iterations (its
-    first line, rank_start, names it); fails the test if it never gets there."""
-    part = work / f"rank{rank}.jsonl"
-    deadline = time.time() + timeout_s
-    while time.time() < deadline and part_iterations(part) < count:
-        time.sleep(0.2)
-    assert part_iterations(part) >= count, f"rank {rank} never started iterating"
-    return json.loads(part.read_text().splitlines()[0])["pid"]
 
 
 # --- pure: cluster spec and plan -------------------------------------------------------
@@ -190,7 +180,7 @@ def test_killed_worker_fails_the_mwms_run(tf_py, mnist_shards, tmp_path):
     events_path = tmp_path / "events.jsonl"
     proc = launch(tf_py, spec(nodes=2, iterations=100000), mnist_shards, events_path, wait=False)
     try:
-        os.kill(pid_once_iterating(tmp_path / ".work", rank=1), signal.SIGKILL)
+        os.kill(rank_pid_when_running(tmp_path, rank=1, min_iterations=10, timeout=180), signal.SIGKILL)
         proc.wait(timeout=90)
     finally:
         stop_run(proc, tmp_path)
@@ -210,7 +200,7 @@ def test_sigterm_ends_an_mwms_rank_with_its_own_end(tf_py, mnist_shards, tmp_pat
     events_path = tmp_path / "events.jsonl"
     proc = launch(tf_py, spec(nodes=2, iterations=100000), mnist_shards, events_path, wait=False)
     try:
-        os.kill(pid_once_iterating(tmp_path / ".work", rank=0), signal.SIGTERM)
+        os.kill(rank_pid_when_running(tmp_path, rank=0, min_iterations=10, timeout=180), signal.SIGTERM)
         proc.wait(timeout=60)  # a hang guard: the rank used to train on for minutes
     finally:
         stop_run(proc, tmp_path)
