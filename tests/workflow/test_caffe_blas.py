@@ -95,6 +95,23 @@ def test_a_blas_grid_is_one_build_and_each_implementation_installed_once(tmp_pat
     assert len(handed) >= 6 and set(handed) == {build_marker(tmp_path)}, handed
 
 
+def job_block(output: str, produced: str) -> str:
+    """The dry run's block of the job that writes ``produced`` (its header to the next)."""
+    blocks = re.split(r"\n(?=(?:local)?rule \w+:)", output)
+    found = [block for block in blocks if re.search(rf"output: .*{re.escape(produced)}", block)]
+    assert len(found) == 1, f"{produced}: {len(found)} jobs write it"
+    return found[0]
+
+
+def test_caffe_micro_benchmarks_wait_for_the_build_that_installs_open_mpi(tmp_path):
+    """Their mpirun is the Open MPI the build's system step installs: on a fresh machine a
+    micro-benchmark scheduled before the build failed with "mpirun not found"."""
+    config = {**TINY, "commbench": {"enabled": True, "worlds": [2], "networks": ["host"]}}
+    block = job_block(dry_run(tmp_path, config), "results/perfmodel/commbench/caffe-host.csv")
+    inputs = re.search(r"input: (.*)", block)
+    assert inputs and build_marker(tmp_path) in inputs.group(1), block
+
+
 def test_the_demo_config_races_caffe_over_its_three_blas():
     """No compile per BLAS any more: the demo's tuning races them (its study runs keep
     OpenBLAS unless one of the others separates from it)."""
