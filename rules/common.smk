@@ -96,6 +96,13 @@ def env_marker(framework):
     return str(dlenvs.env_marker(ENVS_DIR, framework, ENVS_SPEC_DIR))
 
 
+def extra_inputs(framework):
+    """What a framework's jobs need besides its venv, by name (catalog ``extra_inputs``:
+    the Caffe build, which also installs Open MPI; Java for Spark), as rule outputs
+    (EXTRA_INPUTS, rules/envs.smk)."""
+    return {name: EXTRA_INPUTS[name] for name in framework.extra_inputs}
+
+
 def workflow_python():
     """The python of the workflow's own jobs (its venv, or the rule's conda env)."""
     return "python" if USE_CONDA else sys.executable

@@ -17,16 +17,13 @@ def commbench_files():
 
 
 def commbench_input(wildcards):
-    """A framework's venv and what its runs need besides (catalog ``extra_inputs``: Java
-    for Spark; the Caffe build for Caffe, whose system step installs the Open MPI that
-    Caffe's micro-benchmarks' mpirun is: without it a fresh machine's first Caffe
-    micro-benchmark failed with "mpirun not found"). The TCP reference needs only this
-    python."""
+    """A framework's venv and what its runs need besides (``extra_inputs``: Caffe's
+    micro-benchmarks run the Open MPI its build installs; a fresh machine's failed with
+    "mpirun not found" when scheduled before it). The TCP reference needs only this python."""
     if wildcards.name not in catalog.FRAMEWORK_NAMES:
         return {}
     framework = catalog.framework(wildcards.name)
-    extra = {name: EXTRA_INPUTS[name] for name in framework.extra_inputs}
-    return {"env": env_marker(framework.name), **extra}
+    return {"env": env_marker(framework.name), **extra_inputs(framework)}
 
 
 def commbench_conda_env(wildcards):

@@ -21,7 +21,7 @@ def run_input(wildcards):
     from (dlscale.envs), so it changes exactly when a rebuild must redo the runs.
     """
     framework = catalog.framework(wildcards.framework)
-    extra = {name: EXTRA_INPUTS[name] for name in framework.extra_inputs}
+    extra = extra_inputs(framework)
     if "caffe" in extra:  # the one build, and the BLAS implementation(s) it loads
         extra["caffe"] = [
             extra["caffe"],
