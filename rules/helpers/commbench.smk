@@ -19,7 +19,8 @@ def commbench_files():
 def commbench_input(wildcards):
     """A framework's venv and what its runs need besides (``extra_inputs``: Caffe's
     micro-benchmarks run the Open MPI its build installs; a fresh machine's failed with
-    "mpirun not found" when scheduled before it). The TCP reference needs only this python."""
+    "mpirun not found" when scheduled before it). The TCP reference needs only this python.
+    """
     if wildcards.name not in catalog.FRAMEWORK_NAMES:
         return {}
     framework = catalog.framework(wildcards.name)
