@@ -366,6 +366,12 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
 
 
+def points_to_check(system: System) -> list[int]:
+    """The node counts of ``system`` whose prediction is checked: every measured count but
+    its anchor (a file measured at its anchor alone replays to efficiency 1 and checks nothing)."""
+    return [n for n, value in sorted(system.measured.items()) if n != system.anchor and value is not None]
+
+
 def load_systems(paths: Iterable[str | Path]) -> list[System]:
     """Every system file of ``paths``, read and checked; a name given by two files is refused."""
     systems = [load(path) for path in paths]
@@ -406,6 +412,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     atomic.replace_with(out / "replay.csv", lambda tmp: table.to_csv(tmp, index=False))
     atomic.replace_with(out / "replay_summary.csv", lambda tmp: summary(table).to_csv(tmp, index=False))
+    for system in systems:
+        if not points_to_check(system):
+            print(
+                f"replay: {system.name}: measured at its anchor ({system.anchor} nodes) alone: nothing to check",
+                file=sys.stderr,
+            )
     for row in summary(table).itertuples(index=False):
         print(
             f"{row.pattern}: {row.systems} systems, {row.points} points, median |error| {row.median_abs_error:.3f},"

@@ -140,6 +140,18 @@ def test_files_are_read_and_their_errors_name_them(tmp_path: Path) -> None:
     assert replay.main([str(good), str(good), "--out", str(tmp_path / "out")]) == 2  # one name twice
 
 
+def test_a_file_measured_at_its_anchor_alone_is_said_to_check_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    alone = tmp_path / "alone.yaml"
+    alone.write_text(yaml.safe_dump(ring_system(name="anchor-alone", measured={4: 1000.0})))
+    assert replay.points_to_check(systems.load(alone)) == []
+    assert replay.points_to_check(systems.parse(ring_system())) == [2, 4, 16, 128, 1024]
+    assert replay.main([str(alone), "--out", str(tmp_path / "out")]) == 0
+    assert "anchor-alone: measured at its anchor (4 nodes) alone: nothing to check" in capsys.readouterr().err
+    assert pd.read_csv(tmp_path / "out" / "replay_summary.csv").empty
+
+
 def test_an_anchor_whose_modelled_communication_outlasts_its_step_is_refused() -> None:
     slow = ring_system(network={"latency_s": 1.0, "bandwidth_gbit": 0.001})
     slow["measured"] = {2: 1000.0, 4: 1800.0}
