@@ -38,8 +38,9 @@ from dlscale import atomic, thresholds
 from dlscale.commbench import LIBRARIES
 from dlscale.networks import HOST
 from dlscale.perfmodel.bootstrap import CellSampler
+from dlscale.perfmodel.calibration import CALIBRATION_COLUMNS
 from dlscale.perfmodel.comm import NETWORK_ONLY, Calibration
-from dlscale.perfmodel.fits import LIBRARY_OPS, Fit
+from dlscale.perfmodel.fits import FIT_COLUMNS, LIBRARY_OPS, Fit
 from dlscale.perfmodel.library import fit_commbench
 from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.patterns import BIGDL, PATTERN_OP, PS, RING, SETUP_PATTERN, SPARK_STEP
@@ -82,20 +83,46 @@ def network_calibration(setup: str) -> Calibration:
 # --- a study's calibration, read back -----------------------------------------------------------
 
 
+class CalibrationFileError(ValueError):
+    """A study's table that cannot calibrate the replay; the message names the file and what is wrong."""
+
+
+def read_study_table(path: str | Path, columns: Sequence[str], what: str) -> pd.DataFrame:
+    """``path`` read as the study wrote it (empty cells as missing), refused unless it is a CSV
+    with every column of ``columns``: a table from another tool, or cut short, is never
+    read as a calibration."""
+    try:
+        table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    except pd.errors.EmptyDataError:
+        raise CalibrationFileError(f"{path}: empty, not {what}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise CalibrationFileError(f"{path}: not {what} (not CSV: {err})") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise CalibrationFileError(f"{path}: not {what}: no column {', '.join(missing[:5])}{more}")
+    return table
+
+
 def read_fits(path: str | Path) -> dict[tuple[str, str], Fit]:
     """The host fits of ``commbench_fits.csv`` by (library, op), every coefficient as fitted
     (the derived ``beta_Bps*`` rows left out: they are ``1/gamma``)."""
-    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    table = read_study_table(path, FIT_COLUMNS, "a study's commbench_fits.csv")
     out: dict[tuple[str, str], Fit] = {}
-    if table.empty:
-        return out
     host = table[table["network"].astype(str).eq(HOST)]
-    for (library, op), group in host.groupby(["library", "op"], sort=True):
-        rows = group[~group["coefficient"].astype(str).str.startswith("beta_Bps")]
-        coefficients = {str(r.coefficient): float(r.value) for r in rows.itertuples(index=False)}
-        identified = tuple(str(r.coefficient) for r in rows.itertuples(index=False) if _truthy(r.identified))
-        cores = int(group["host_cores"].max()) if group["host_cores"].notna().any() else 0
-        out[(str(library), str(op))] = Fit(str(library), str(op), coefficients, identified, host_cores=cores)
+    try:
+        for (library, op), group in host.groupby(["library", "op"], sort=True):
+            rows = group[~group["coefficient"].astype(str).str.startswith("beta_Bps")]
+            coefficients = {str(r.coefficient): _finite(r.value) for r in rows.itertuples(index=False)}
+            identified = tuple(
+                str(r.coefficient) for r in rows.itertuples(index=False) if _truthy(r.identified)
+            )
+            cores = int(pd.to_numeric(group["host_cores"]).max()) if group["host_cores"].notna().any() else 0
+            out[(str(library), str(op))] = Fit(
+                str(library), str(op), coefficients, identified, host_cores=cores
+            )
+    except (TypeError, ValueError) as err:
+        raise CalibrationFileError(f"{path}: a value is not a number: {err}") from None
     return out
 
 
@@ -105,13 +132,29 @@ def read_calibration(path: str | Path) -> dict[str, Calibration]:
     coefficient, ``hops`` and ``overlap`` included), else from the table's own columns;
     BigDL's Spark line where its runs fitted it; the offsets."""
     path = Path(path)
-    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    beside = path.with_name("commbench_fits.csv")
+    table = read_study_table(path, CALIBRATION_COLUMNS, "a study's calibration.csv")
+    beside = fits_beside(path)
     fits = read_fits(beside) if beside.exists() else {}
     out: dict[str, Calibration] = {}
     for row in table.itertuples(index=False):
-        out[str(row.setup)] = _calibration_of(row, fits)
+        setup, pattern = str(row.setup), str(row.pattern)
+        if SETUP_PATTERN.get(setup) != pattern or str(row.library) != LIBRARIES[setup]:
+            raise CalibrationFileError(
+                f"{path}: set-up {setup!r} with pattern {pattern!r} and library {row.library!r} is not a"
+                f" study's (known: {', '.join(f'{k} {v} {LIBRARIES[k]}' for k, v in SETUP_PATTERN.items())})"
+            )
+        if setup in out:
+            raise CalibrationFileError(f"{path}: set-up {setup!r} is calibrated twice")
+        try:
+            out[setup] = _calibration_of(row, fits)
+        except (TypeError, ValueError) as err:
+            raise CalibrationFileError(f"{path}: set-up {setup!r}: a value is not a number: {err}") from None
     return out
+
+
+def fits_beside(path: str | Path) -> Path:
+    """The ``commbench_fits.csv`` a study writes beside its ``calibration.csv``."""
+    return Path(path).with_name("commbench_fits.csv")
 
 
 def _calibration_of(row: Any, fits: Mapping[tuple[str, str], Fit]) -> Calibration:
@@ -163,7 +206,15 @@ def _fits_of_columns(row: Any, library: str, pattern: str) -> dict[str, Fit]:
 
 
 def _num(value: Any) -> float:
-    return float(value) if pd.notna(value) else 0.0
+    return _finite(value) if pd.notna(value) else 0.0
+
+
+def _finite(value: Any) -> float:
+    """``value`` as a finite float; anything else (text, inf) is refused: a fitted cost is a number."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not finite")
+    return number
 
 
 def _gamma(beta: Any) -> float:
@@ -382,6 +433,17 @@ def load_systems(paths: Iterable[str | Path]) -> list[System]:
     return systems
 
 
+def _replicates(text: str) -> int:
+    """``--bootstrap``: a whole number of replicates, 0 for none."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} replicates: give 0 or more")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: replay system files, write ``DIR/replay.csv`` and ``DIR/replay_summary.csv``."""
     parser = argparse.ArgumentParser(
@@ -394,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--calibration", help="a study's calibration.csv (commbench_fits.csv and commbench.csv beside it)"
     )
     parser.add_argument(
-        "--bootstrap", type=int, default=100, help="replicates of the band (with --calibration)"
+        "--bootstrap", type=_replicates, default=100, help="replicates of the band (with --calibration)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the band's bootstrap")
     args = parser.parse_args(argv)
@@ -403,6 +465,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibrations = replicates = None
         if args.calibration:
             calibrations = read_calibration(args.calibration)
+            if not fits_beside(args.calibration).exists():
+                print(
+                    f"replay: no {fits_beside(args.calibration)}: the library fits as {args.calibration}"
+                    " prints them (without hops and overlap)",
+                    file=sys.stderr,
+                )
             replicates = calibration_replicates(args.calibration, calibrations, args.bootstrap, args.seed)
         table = replay(systems, calibrations, replicates or (), str(args.calibration or ""))
     except (SystemFileError, OSError, KeyError, ValueError) as err:

@@ -346,6 +346,41 @@ def test_a_study_s_calibration_gives_the_band(tmp_path: Path) -> None:
     assert bare["lower"].isna().all()
 
 
+def test_a_calibration_that_is_not_a_study_s_is_refused_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, calibration = study_tables(tmp_path)
+    table = pd.read_csv(calibration, keep_default_na=False, na_values=[""])
+    ring = tmp_path / "ring.yaml"
+    ring.write_text(yaml.safe_dump(ring_system(measured={1: 500.0, 8: 3600.0})))
+    bad = tmp_path / "bad" / "calibration.csv"
+    bad.parent.mkdir()
+    cases = {
+        "empty, not a study's calibration.csv": "",
+        "no column setup, runs": "a,b\n1,2\n",
+        "a value is not a number": table.assign(c_s="fast").to_csv(index=False),
+        "is calibrated twice": pd.concat([table, table.head(1)]).to_csv(index=False),
+        "set-up 'torch' with pattern 'ps'": table.assign(
+            pattern=table["setup"].map({"torch": "ps"}).fillna(table["pattern"])
+        ).to_csv(index=False),
+    }  # fmt: skip
+    for message, text in cases.items():
+        bad.write_text(text)
+        with pytest.raises(replay.CalibrationFileError, match=message):
+            replay.read_calibration(bad)
+        assert replay.main([str(ring), "--out", str(tmp_path / "out"), "--calibration", str(bad)]) == 2
+        assert f"{bad}:" in capsys.readouterr().err
+    # without the fits beside it the table's own columns calibrate, and the replay says so
+    bad.write_text(table.to_csv(index=False))
+    assert replay.main([str(ring), "--out", str(tmp_path / "out"), "--calibration", str(bad)]) == 0
+    assert "without hops and overlap" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        replay.main(
+            [str(ring), "--out", str(tmp_path / "out"), "--calibration", str(bad), "--bootstrap", "-1"]
+        )
+    assert "give 0 or more" in capsys.readouterr().err
+
+
 # --- the published record -------------------------------------------------------------------------
 
 
