@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from dlscale import atomic, thresholds
-from dlscale.commbench import LIBRARIES
+from dlscale.commbench import LIBRARIES, RAW_COLUMNS
 from dlscale.networks import HOST
 from dlscale.perfmodel.bootstrap import CellSampler
 from dlscale.perfmodel.calibration import CALIBRATION_COLUMNS
@@ -63,6 +63,9 @@ MEDIAN_TARGET = thresholds.THRESHOLDS["replay_median_error"].value
 MAX_TARGET = thresholds.THRESHOLDS["replay_max_error"].value
 #: Each communication pattern as the report names it.
 PATTERN_NAMES: Mapping[str, str] = {RING: "ring all-reduce", PS: "parameter server", BIGDL: "BigDL shuffle"}
+#: The columns of a study's micro-benchmark cells the band is refitted on (``latency_us``, the
+#: emulated link's delay, may be absent: the fit then takes 0, as for the host).
+CELL_COLUMNS: tuple[str, ...] = tuple(c for c in RAW_COLUMNS if c != "latency_us")
 #: ``calibration`` of a row predicted by the network-level model alone.
 NETWORK_LABEL = "network-only"
 
@@ -87,12 +90,14 @@ class CalibrationFileError(ValueError):
     """A study's table that cannot calibrate the replay; the message names the file and what is wrong."""
 
 
-def read_study_table(path: str | Path, columns: Sequence[str], what: str) -> pd.DataFrame:
+def read_study_table(
+    path: str | Path, columns: Sequence[str], what: str, dtype: Mapping[str, type] | None = None
+) -> pd.DataFrame:
     """``path`` read as the study wrote it (empty cells as missing), refused unless it is a CSV
     with every column of ``columns``: a table from another tool, or cut short, is never
     read as a calibration."""
     try:
-        table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        table = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=dtype)
     except pd.errors.EmptyDataError:
         raise CalibrationFileError(f"{path}: empty, not {what}") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as err:
@@ -237,17 +242,19 @@ def calibration_replicates(
     raw_path = Path(path).with_name("commbench.csv")
     if replicates <= 0 or not raw_path.exists():
         return []
-    try:  # (the model column is text, empty on most rows: read as such, as the rule wrote it)
-        raw = pd.read_csv(raw_path, keep_default_na=False, na_values=[""], dtype={"model": str})
-    except pd.errors.EmptyDataError:
+    if not raw_path.read_bytes().strip():  # a study without micro-benchmarks: no band
         return []
+    # (the model column is text, empty on most rows: read as such, as the rule wrote it)
+    raw = read_study_table(raw_path, CELL_COLUMNS, "a study's commbench.csv", dtype={"model": str})
     if raw.empty:
         return []
-    sampler = CellSampler(raw)
-    rng = np.random.default_rng(seed)
+    try:
+        sampler, rng = CellSampler(raw), np.random.default_rng(seed)
+        refits = [fit_commbench(sampler.draw(rng)) for _ in range(int(replicates))]
+    except (TypeError, ValueError) as err:
+        raise CalibrationFileError(f"{raw_path}: a cell is not a measurement: {err}") from None
     out = []
-    for _ in range(int(replicates)):
-        fits = fit_commbench(sampler.draw(rng))
+    for fits in refits:
         rep = {}
         for setup, cal in calibrations.items():
             drawn = {op: fits[(cal.library, op, HOST)] for op in cal.fits if (cal.library, op, HOST) in fits}

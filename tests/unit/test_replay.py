@@ -379,6 +379,18 @@ def test_a_calibration_that_is_not_a_study_s_is_refused_naming_the_file(
             [str(ring), "--out", str(tmp_path / "out"), "--calibration", str(bad), "--bootstrap", "-1"]
         )
     assert "give 0 or more" in capsys.readouterr().err
+    # the micro-benchmark cells beside a study's table give the band: refused when not its cells
+    raw = calibration.parent / "commbench.csv"
+    cells = pd.read_csv(raw, keep_default_na=False, na_values=[""], dtype={"model": str})
+    for message, text in {
+        "not a study's commbench.csv: no column framework": "a,b\n1,2\n",
+        "a cell is not a measurement": cells.assign(seconds="slow").to_csv(index=False),
+    }.items():
+        raw.write_text(text)
+        with pytest.raises(replay.CalibrationFileError, match=message):
+            replay.calibration_replicates(calibration, replay.read_calibration(calibration), 2)
+    raw.write_text("")  # a study without micro-benchmarks: no band, nothing wrong
+    assert replay.calibration_replicates(calibration, replay.read_calibration(calibration), 2) == []
 
 
 # --- the published record -------------------------------------------------------------------------
