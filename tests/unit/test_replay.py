@@ -140,6 +140,33 @@ def test_files_are_read_and_their_errors_name_them(tmp_path: Path) -> None:
     assert replay.main([str(good), str(good), "--out", str(tmp_path / "out")]) == 2  # one name twice
 
 
+def test_yaml_a_system_file_has_no_use_for_is_refused_while_read(tmp_path: Path) -> None:
+    """A key given twice (PyYAML keeps the last: a published point lost without a word) and
+    aliases, nested ones above all (a billion laughs: 10^8 list items from 10 short lines)."""
+    text = yaml.safe_dump(ring_system(), sort_keys=False)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(text.replace("measured:\n", "measured:\n  4: 1.0\n", 1))
+    with pytest.raises(systems.SystemFileError, match="twice.yaml: key 4 is given twice in one mapping"):
+        systems.load(twice)
+    laughs = tmp_path / "laughs.yaml"
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9)]
+    laughs.write_text("\n".join(lines) + "\n")
+    with pytest.raises(systems.SystemFileError, match=r"laughs.yaml: alias \*l0: aliases are not allowed"):
+        systems.load(laughs)
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(text.replace("name: synthetic-ring", "name: &n synthetic-ring\nsource: *n", 1))
+    with pytest.raises(systems.SystemFileError, match="alias \\*n"):
+        systems.load(shared)
+    far = tmp_path / "far.yaml"
+    far.write_text(yaml.safe_dump(ring_system(measured={1: 100.0, 10**23: 1e20})))
+    with pytest.raises(systems.SystemFileError, match="is not a node count"):
+        systems.load(far)
+    plain = tmp_path / "plain.yaml"  # the same file without them reads as it did
+    plain.write_text(text)
+    assert sorted(systems.load(plain).measured) == [1, 2, 4, 16, 128, 1024]
+
+
 def test_a_file_measured_at_its_anchor_alone_is_said_to_check_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
