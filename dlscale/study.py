@@ -12,6 +12,7 @@ import copy
 import json
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dlscale import catalog, initweights, netns, networks, options, quality
+from dlscale import catalog, initweights, netns, networks, options, quality, strictyaml
 from dlscale.runspec import RUN_ID_PATTERN, RunSpec
 
 FRAMEWORKS = catalog.FRAMEWORK_NAMES
@@ -165,6 +166,20 @@ def complete_schema(schema: dict[str, Any]) -> dict[str, Any]:
         with open(fw.options_schema, encoding="utf-8") as handle:
             schema["properties"][fw.options_key] = json.load(handle)
     return schema
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Each of a study's config files read again, strictly (``strictyaml``): a key given
+    twice in one mapping is refused, naming the file and the line. Snakemake's load kept
+    the last of the two, so the config it hands over cannot show it. A file that cannot be
+    read or is not YAML is left to Snakemake, which has read it already (JSON included)."""
+    for path in paths:
+        try:
+            strictyaml.load(Path(path).read_text(encoding="utf-8"), str(path), aliases=True)
+        except strictyaml.RefusedYAML as err:
+            raise ConfigError(f"{path}: {err}") from None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
 
 
 def validate_config(config: dict[str, Any], schema: dict[str, Any], base_dir: str | Path = ".") -> dict:

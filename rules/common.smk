@@ -24,6 +24,7 @@ from dlscale.outputs import figure_files, perfmodel_files, replay_files
 # catalog, defaults filled, then the checks a schema cannot express); Snakemake's own
 # validate() would read the schema file without the catalog's names.
 try:
+    dlstudy.check_config_files(workflow.configfiles)
     STUDY = dlstudy.validate_config(
         config,
         dlstudy.load_schema(

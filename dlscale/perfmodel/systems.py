@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dlscale import catalog
+from dlscale import catalog, strictyaml
 from dlscale.networks import GBIT, PRESETS, NetworkPreset
 from dlscale.perfmodel.comm import Gradient
 from dlscale.perfmodel.patterns import PS, RING, SETUP_PATTERN
@@ -101,52 +101,16 @@ def load_schema() -> Mapping[str, Any]:
     return schema
 
 
-class RefusedYAML(yaml.MarkedYAMLError):
-    """YAML that ``StrictLoader`` refuses (an alias, a key given twice), with its line."""
-
-
-class StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, strict where a system file needs it: a key given twice in one
-    mapping is refused (PyYAML keeps the last, so a mistyped node count would silently drop
-    a published point), and so is every alias (``*name``): a system file has no use for
-    them, and nested aliases (a "billion laughs" document) are a few lines that expand to
-    gigabytes when validated. Both are refused while the text is read, in time linear in it.
-    """
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise RefusedYAML(
-                None,
-                None,
-                f"alias *{event.anchor}: aliases are not allowed in a system file",
-                event.start_mark,
-            )
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, Hashable) and key in seen:
-                raise RefusedYAML(
-                    None, None, f"key {key!r} is given twice in one mapping", key_node.start_mark
-                )
-            if isinstance(key, Hashable):
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def load(path: str | Path) -> System:
     """A system file, validated (``SystemFileError`` naming the file and the key)."""
     path = Path(path)
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise SystemFileError(f"{path}: {path.stat().st_size} bytes, not a system file")
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=StrictLoader)  # noqa: S506 (safe: a SafeLoader)
+        data = strictyaml.load(path.read_text(encoding="utf-8"), str(path))
     except OSError as err:
         raise SystemFileError(f"{path}: cannot be read: {err.strerror or err}") from None
-    except RefusedYAML as err:
+    except strictyaml.RefusedYAML as err:
         raise SystemFileError(f"{path}: {err}") from None
     except yaml.YAMLError as err:
         raise SystemFileError(f"{path}: not YAML: {err}") from None

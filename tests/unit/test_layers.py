@@ -44,7 +44,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
      "dlscale.netns", "dlscale.userns", "dlscale.contention", "dlscale.roofline", "dlscale.envs",
      "dlscale.sitecheck", "dlscale.stats", "dlscale.archive_safety"),
     # config -> runs; data; native logs
-    ("dlscale.study", "dlscale.data", "dlscale.parse"),
+    ("dlscale.study", "dlscale.strictyaml", "dlscale.data", "dlscale.parse"),
     # one folder per framework behind one contract
     ("dlscale.runners",),
     # start, watch and record a run; the micro-benchmarks; the tuning grid (asks the runners)

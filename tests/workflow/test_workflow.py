@@ -186,6 +186,12 @@ def test_bad_config_fails_before_any_job(tmp_path):
     assert proc.returncode != 0
     assert "config key 'nodes[1]': 0 is less than the minimum of 1" in proc.stderr + proc.stdout
     assert not (tmp_path / "results").exists()
+    # a key given twice: Snakemake's load keeps the last, the study's files are read again
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(TINY) + "nodes: [1, 2]\n")
+    proc = snakemake(tmp_path, "--dry-run")
+    assert proc.returncode != 0
+    assert "study.yaml: key 'nodes' is given twice in one mapping" in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()
 
 
 def test_large_study_dag_builds_without_importing_torch(tmp_path):
