@@ -484,9 +484,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"replay: {err}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic.replace_with(out / "replay.csv", lambda tmp: table.to_csv(tmp, index=False))
-    atomic.replace_with(out / "replay_summary.csv", lambda tmp: summary(table).to_csv(tmp, index=False))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic.replace_with(out / "replay.csv", lambda tmp: table.to_csv(tmp, index=False))
+        atomic.replace_with(out / "replay_summary.csv", lambda tmp: summary(table).to_csv(tmp, index=False))
+    except OSError as err:
+        print(f"replay: --out {out}: cannot write the tables there: {err.strerror or err}", file=sys.stderr)
+        return 2
     for system in systems:
         if not points_to_check(system):
             print(

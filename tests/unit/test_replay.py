@@ -138,6 +138,7 @@ def test_files_are_read_and_their_errors_name_them(tmp_path: Path) -> None:
     assert list(written.columns) == list(replay.REPLAY_COLUMNS) and len(written) == 6
     assert list(pd.read_csv(tmp_path / "out" / "replay_summary.csv").columns) == list(replay.SUMMARY_COLUMNS)
     assert replay.main([str(good), str(good), "--out", str(tmp_path / "out")]) == 2  # one name twice
+    assert replay.main([str(good), "--out", str(good)]) == 2  # a file, not a folder
 
 
 def test_yaml_a_system_file_has_no_use_for_is_refused_while_read(tmp_path: Path) -> None:
