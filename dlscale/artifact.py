@@ -169,6 +169,7 @@ def load_study(config_files: Sequence[Path]) -> dict[str, Any]:
 
     from dlscale import study as dlstudy
 
+    dlstudy.check_config_files(config_files)  # a key given twice, as the workflow refuses it
     merged: dict[str, Any] = {}
     for path in config_files:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}

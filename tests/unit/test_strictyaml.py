@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlscale import strictyaml
+from dlscale import artifact, strictyaml
 from dlscale.study import ConfigError, check_config_files
 
 PLAIN = "name: lenet\nnodes: [1, 2, 4]\nlearning_rate: {lenet: 0.01, alexnet: 0.02}\nnote: null\n"
@@ -55,3 +55,13 @@ def test_a_study_s_config_file_with_a_key_twice_is_a_config_error_naming_it(tmp_
     # what cannot be read or is not YAML is Snakemake's to report (it has read the files first)
     (tmp_path / "broken.yaml").write_text("name: [\n")
     check_config_files([tmp_path / "missing.yaml", tmp_path / "broken.yaml"])
+
+
+def test_a_config_given_to_the_archive_tools_is_read_as_strictly(tmp_path: Path) -> None:
+    """``verify --config`` and the archive read a study's files themselves: the same refusal."""
+    twice = tmp_path / "study.yaml"
+    twice.write_text("frameworks: [torch]\nnodes: [1]\nnodes: [1, 2]\n")
+    with pytest.raises(ConfigError, match="study.yaml: key 'nodes' is given twice"):
+        artifact.load_study([twice])
+    twice.write_text("frameworks: [torch]\nnodes: [1, 2]\n")
+    assert artifact.load_study([twice])["nodes"] == [1, 2]
