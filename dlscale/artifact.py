@@ -165,14 +165,11 @@ def provenance(study: dict[str, Any] | None, envs_dir: Path) -> dict[str, Any]:
 def load_study(config_files: Sequence[Path]) -> dict[str, Any]:
     """The validated study (defaults filled) of config files merged in order, as Snakemake
     merges ``configfile`` and ``--configfile``."""
-    import yaml  # the workflow env has it (Snakemake's dependency)
-
     from dlscale import study as dlstudy
 
-    dlstudy.check_config_files(config_files)  # a key given twice, as the workflow refuses it
     merged: dict[str, Any] = {}
     for path in config_files:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        data = dlstudy.read_config_file(path) or {}  # a key given twice refused, as the workflow does
         merged = _merge(merged, data)
     schema = dlstudy.load_schema(REPO_DIR / "schemas" / "config.schema.yaml")
     return dlstudy.validate_config(merged, schema, Path(config_files[0]).parent if config_files else ".")

@@ -168,16 +168,24 @@ def complete_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def read_config_file(path: str | Path) -> Any:
+    """One study config file, read strictly (``strictyaml``): a key given twice in one
+    mapping is a ConfigError naming the file and the line (aliases are let through here:
+    ``validate_config`` refuses the shared ones). What is not YAML raises ``yaml.YAMLError``."""
+    try:
+        return strictyaml.load(Path(path).read_text(encoding="utf-8"), str(path), aliases=True)
+    except strictyaml.RefusedYAML as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
 def check_config_files(paths: Iterable[str | Path]) -> None:
-    """Each of a study's config files read again, strictly (``strictyaml``): a key given
-    twice in one mapping is refused, naming the file and the line. Snakemake's load kept
-    the last of the two, so the config it hands over cannot show it. A file that cannot be
-    read or is not YAML is left to Snakemake, which has read it already (JSON included)."""
+    """Each of a study's config files read again, strictly (``read_config_file``).
+    Snakemake's load kept the last of a key given twice, so the config it hands over cannot
+    show it. A file that cannot be read or is not YAML is left to Snakemake, which has read
+    it already (JSON included)."""
     for path in paths:
         try:
-            strictyaml.load(Path(path).read_text(encoding="utf-8"), str(path), aliases=True)
-        except strictyaml.RefusedYAML as err:
-            raise ConfigError(f"{path}: {err}") from None
+            read_config_file(path)
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
 

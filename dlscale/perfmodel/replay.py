@@ -242,7 +242,7 @@ def calibration_replicates(
     raw_path = Path(path).with_name("commbench.csv")
     if replicates <= 0 or not raw_path.exists():
         return []
-    if not raw_path.read_bytes().strip():  # a study without micro-benchmarks: no band
+    if raw_path.stat().st_size == 0:  # a study without micro-benchmarks: no band
         return []
     # (the model column is text, empty on most rows: read as such, as the rule wrote it)
     raw = read_study_table(raw_path, CELL_COLUMNS, "a study's commbench.csv", dtype={"model": str})
