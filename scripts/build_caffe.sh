@@ -46,7 +46,7 @@ if [[ -n ${DLSCALE_CAFFE_HOME:-} ]]; then
   exit 0
 fi
 
-# --- Debian build dependencies, installed only when missing (apt-get update at most once).
+# --- Debian build dependencies, installed only when missing (scripts/apt-install.sh: one install at a time).
 DEBS=(build-essential libboost-system-dev libboost-thread-dev libboost-filesystem-dev
   libboost-regex-dev libboost-python-dev libprotobuf-dev protobuf-compiler
   libgoogle-glog-dev libgflags-dev libhdf5-dev libopenblas-dev openmpi-bin libopenmpi-dev)
@@ -59,9 +59,7 @@ if ((${#missing[@]})); then
     say "missing Debian packages: ${missing[*]} (install them as root, or set caffe.home)"
     exit 1
   fi
-  say "installing Debian build dependencies: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  DLSCALE_APT_WHO=build_caffe bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "${missing[@]}"
 fi
 
 # --- The source: the sdist, downloaded once into the cache.

@@ -36,9 +36,7 @@ ensure_debs() {
     say "missing Debian packages: ${missing[*]} (install them as root)"
     exit 1
   fi
-  say "installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 ||
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2; }
+  DLSCALE_APT_WHO=caffe_blas bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "${missing[@]}"
 }
 
 case $BLAS in

@@ -19,11 +19,7 @@ if [[ $(id -u) -ne 0 ]]; then
     "to a directory holding the four idx files" >&2
   exit 1
 fi
-echo "dlscale: installing dataset-fashion-mnist"
-export DEBIAN_FRONTEND=noninteractive
-# A stale package list cannot find the package; refresh it once and retry.
-apt-get install -y -qq --no-install-recommends dataset-fashion-mnist >/dev/null 2>&1 ||
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends dataset-fashion-mnist >/dev/null; }
+bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" dataset-fashion-mnist >/dev/null
 for name in "${files[@]}"; do
   [[ -f "$dir/$name" ]] || { echo "dlscale: $dir/$name still missing after installing dataset-fashion-mnist" >&2; exit 1; }
 done

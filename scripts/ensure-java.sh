@@ -20,8 +20,8 @@ if ! command -v apt-get >/dev/null 2>&1; then
     "install a Java 17 runtime and put it on PATH (or set JAVA_HOME)" >&2
   exit 1
 fi
-echo "dlscale: installing openjdk-17-jre-headless (Java for BigDL/Spark)"
-if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; }; then
+if ! DLSCALE_APT_WHO="dlscale (Java for BigDL/Spark)" \
+  bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" openjdk-17-jre-headless; then
   echo "dlscale: could not install openjdk-17-jre-headless with apt-get (no network or no such" \
     "package here?); install a Java 17 runtime by hand" >&2
   exit 1

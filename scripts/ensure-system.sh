@@ -6,12 +6,7 @@ command -v git >/dev/null || need+=(git)
 command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if ((${#need[@]})); then
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "dlscale: missing system packages: ${need[*]} (run as root or install them)" >&2
-    exit 1
-  fi
-  echo "dlscale: installing ${need[*]}"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+  bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "${need[@]}"
 fi
 python3 - <<'PY'
 import sys
@@ -22,9 +17,8 @@ PY
 # installed when we may, else that one test is skipped with its reason.
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-    echo "dlscale: installing chromium (the escaping test's browser)"
-    { apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 ||
-      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; } ||
+    DLSCALE_APT_WHO="dlscale (the escaping test's browser)" \
+      bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" chromium >/dev/null ||
       echo "dlscale: chromium could not be installed; the browser escaping test will be skipped" >&2
   fi
 fi

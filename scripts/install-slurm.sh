@@ -22,5 +22,4 @@ if [[ ! -e $policy ]]; then
   printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && created_policy=1
 fi
 trap '[[ $created_policy == 1 ]] && rm -f "$policy"' EXIT
-timeout 600 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq --no-install-recommends "${need[@]}"
+DLSCALE_APT_WHO="dlscale (SLURM test cluster)" timeout 1800 bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "${need[@]}"
