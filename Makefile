@@ -107,7 +107,7 @@ lock: $(LOCK_VENV)/.installed
 
 ## artifact: the study (CONFIG, default config.yaml) in one file, $(ARTIFACT): config, locks,
 ## every run's events and logs, tables, figures, report, MANIFEST.json with checksums and
-## provenance; then `python -m dlscale.verify` checks it. Run after `make demo`.
+## provenance; then `python -m dlscale.archive.verify` checks it. Run after `make demo`.
 CONFIG ?= config.yaml
 ARTIFACT ?= results/artifact.tar.gz
 artifact: $(VENV)/.installed
@@ -116,5 +116,5 @@ artifact: $(VENV)/.installed
 	@if [ ! -f results/report.html ] || [ results/report.html -ot results/runs.csv ]; then \
 	  echo "$(SNAKEMAKE) --profile $(PROFILE) --configfile $(CONFIG) --report results/report.html"; \
 	  $(SNAKEMAKE) --profile $(PROFILE) --configfile $(CONFIG) --report results/report.html; fi
-	$(PY) -m dlscale.artifact --config $(CONFIG) --out $(ARTIFACT)
-	$(PY) -m dlscale.verify $(ARTIFACT)
+	$(PY) -m dlscale.archive.artifact --config $(CONFIG) --out $(ARTIFACT)
+	$(PY) -m dlscale.archive.verify $(ARTIFACT)

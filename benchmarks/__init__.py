@@ -2,11 +2,11 @@
 
 Every figure here is a ratio of two things measured side by side in one run (A/B
 alternated, so that a noisy neighbour on a shared node hurts both arms alike), reported as
-the median with its interval over repeats (``dlscale.stats``). Benchmarks report; tests
+the median with its interval over repeats (``dlscale.analysis.stats``). Benchmarks report; tests
 never assert timings.
 
 Modules with one job each: ``stats`` (summaries over repeats and verdicts, on
-``dlscale.stats`` and ``dlscale.thresholds``), ``timing`` (the workers' loop arithmetic,
+``dlscale.analysis.stats`` and ``dlscale.thresholds``), ``timing`` (the workers' loop arithmetic,
 standard library), ``common`` (driver-side helpers and
 ``FrameworkBench``, what a framework plugs in), ``<framework>_bench`` (each framework's
 entry, declared in its own module), ``registry`` (collects the entries by the catalog's

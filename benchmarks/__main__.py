@@ -31,8 +31,9 @@ from benchmarks import (
 from benchmarks.common import REPO, FrameworkBench, default_study, framework_python, write_csv
 from benchmarks.data import datasets
 from benchmarks.registry import covered
-from dlscale import atomic, catalog
-from dlscale.sysutil import git_sha
+from dlscale import catalog
+from dlscale.base import atomic
+from dlscale.base.sysutil import git_sha
 
 BENCHMARKS = ("training", "comm", "startup", "scale")
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchmarks.timing import CPU_QUANTILE, median_gap, quantile_gap, throughput
-from dlscale.roofline import matmul_peak, numpy_matmul  # noqa: F401  (the workers call them from here)
+from dlscale.host.roofline import matmul_peak, numpy_matmul  # noqa: F401  (the workers call them from here)
 
 if TYPE_CHECKING:
     from dlscale.runspec import RunSpec

@@ -32,7 +32,8 @@ from typing import Any
 
 from benchmarks import worker_cli
 from benchmarks.timing import finite_median
-from dlscale import atomic, catalog, commbench
+from dlscale import catalog, commbench
+from dlscale.base import atomic
 from dlscale.runners.common import thread_environment
 from dlscale.runspec import RunSpec
 
@@ -167,11 +168,11 @@ def default_study() -> dict[str, Any]:
     """
     import yaml
 
-    from dlscale import study as dlstudy
+    from dlscale.study import matrix
 
     with open(REPO / "config.yaml", encoding="utf-8") as handle:
         config = yaml.safe_load(handle)
-    return dlstudy.validate_config(config, dlstudy.load_schema(REPO / "schemas" / "config.schema.yaml"), REPO)
+    return matrix.validate_config(config, matrix.load_schema(REPO / "schemas" / "config.schema.yaml"), REPO)
 
 
 def bench_spec(
@@ -183,11 +184,11 @@ def bench_spec(
 ) -> RunSpec:
     """The spec of a study run of ``model`` (one rank per node; a single rank by default),
     with the benchmark's (warm-up, timed) ``iterations`` (default: ``bench_iterations``)."""
-    from dlscale import study as dlstudy
+    from dlscale.study import matrix
 
-    run = dlstudy.Run(framework, model, nodes, 1, int(study["batch_per_rank"][model]), 0)
+    run = matrix.Run(framework, model, nodes, 1, int(study["batch_per_rank"][model]), 0)
     warmup, timed = iterations or bench_iterations(model)
-    return dataclasses.replace(dlstudy.run_spec(study, run), warmup=warmup, iterations=timed)
+    return dataclasses.replace(matrix.run_spec(study, run), warmup=warmup, iterations=timed)
 
 
 # --- workers --------------------------------------------------------------------------------------
@@ -413,7 +414,7 @@ def parse_json_lines(text: str) -> list[dict[str, Any]]:
 
 
 def write_csv(table: Any, path: Path) -> Path:
-    """A result table as csv, written atomically (``dlscale.atomic``: whole or not at all)."""
+    """A result table as csv, written atomically (``dlscale.base.atomic``: whole or not at all)."""
     return atomic.replace_with(path, lambda tmp: table.to_csv(tmp, index=False))
 
 

@@ -9,7 +9,7 @@ compared with SAME and with CHANGED, and the counts of ``improved``, ``regressed
 ``no change`` per comparison are written to ``OUT/summary.md`` and ``OUT/summary.json``.
 
 Expected: SAME changes nothing beyond what its intervals allow (a false change needs a 95 %
-interval clear of 1 and of the noise floor, and a rank test at p < 0.05: dlscale.compare);
+interval clear of 1 and of the noise floor, and a rank test at p < 0.05: dlscale.compare.comparison);
 CHANGED changes some of the changed framework's cell-metrics and nothing of the other
 frameworks'.
 The command exits 1 when CHANGED misses its change or changes another framework.
@@ -32,8 +32,8 @@ import pandas as pd
 import yaml
 
 from benchmarks.common import ENVS_DIR, REPO, log
-from dlscale import atomic
-from dlscale.compare import IMPROVED, REGRESSED
+from dlscale.base import atomic
+from dlscale.compare.comparison import IMPROVED, REGRESSED
 from dlscale.thresholds import COMPARE_NOISE_FLOOR
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -94,11 +94,11 @@ def run_interleaved(out: Path, repeats: int, change: tuple[str, str, Any]) -> No
 
 def compare(out: Path, new: str) -> pd.DataFrame:
     target = out / f"base-vs-{new}"
-    cmd = [sys.executable, "-m", "dlscale.compare", str(out / "base" / "results"), str(out / new / "results"),
+    cmd = [sys.executable, "-m", "dlscale.compare.comparison", str(out / "base" / "results"), str(out / new / "results"),
            "--out", str(target)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise SystemExit(f"compare-check: dlscale.compare failed: {proc.stderr[-2000:]}")
+        raise SystemExit(f"compare-check: dlscale.compare.comparison failed: {proc.stderr[-2000:]}")
     return pd.read_csv(target / "comparison.csv")
 
 

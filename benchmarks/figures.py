@@ -1,6 +1,6 @@
 """Two benchmark figures (altair): training efficiency (harness ratio and roofline fraction
 per model) and communication bandwidth per size, each as html and png, saved atomically by
-the study's own saver (``dlscale.figures.save_chart``)."""
+the study's own saver (``dlscale.figures.charts.save_chart``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 
 from dlscale import catalog
-from dlscale.figures import save_chart
+from dlscale.figures.charts import save_chart
 from dlscale.thresholds import HARNESS_RATIO
 
 FORMATS = (".html", ".png")

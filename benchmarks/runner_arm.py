@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.timing import CPU_QUANTILE, arm_order, median_gap, quantile_gap, throughput
-from dlscale import placement as placement_mod
 from dlscale.events import PartWriter
+from dlscale.host import placement as placement_mod
 from dlscale.runners.common import RunContext
 from dlscale.runspec import RunSpec
 

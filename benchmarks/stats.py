@@ -1,6 +1,6 @@
 """The drivers' summaries over repeats: medians with their intervals, paired ratios, verdicts.
 
-Every interval over repeats is ``dlscale.stats.median_interval``'s, the rule the study's
+Every interval over repeats is ``dlscale.analysis.stats.median_interval``'s, the rule the study's
 verdicts use (the min-max range up to 5 repeats, order statistics from 6, none for one),
 so a benchmark's interval and a finding's mean the same. Pass/fail references come from
 ``dlscale.thresholds``. Runs in the workflow venv (scipy); the workers' loop arithmetic,
@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from dlscale.stats import median_interval
+from dlscale.analysis.stats import median_interval
 
 
 @dataclass(frozen=True)

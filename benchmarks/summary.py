@@ -17,8 +17,9 @@ import pandas as pd
 from benchmarks.harness_overhead import HARNESS
 from benchmarks.stats import verdict
 from benchmarks.workflow_scale import AGGREGATE_TARGET_S, PLAN_TARGET_S
-from dlscale import atomic, catalog
-from dlscale.stats import median_interval
+from dlscale import catalog
+from dlscale.analysis.stats import median_interval
+from dlscale.base import atomic
 from dlscale.thresholds import HARNESS_RATIO
 
 
@@ -56,7 +57,7 @@ def _read(out_dir: Path, name: str) -> pd.DataFrame | None:
 
 
 def median_coverage(n: int) -> float:
-    """Coverage of the interval ``dlscale.stats`` gives the median of ``n`` repeats (it
+    """Coverage of the interval ``dlscale.analysis.stats`` gives the median of ``n`` repeats (it
     depends on ``n`` alone): 5 repeats 0.94, 3 0.75, 2 0.5, 1 none (0)."""
     coverage = median_interval(range(n)).coverage
     return 0.0 if math.isnan(coverage) else coverage
@@ -99,7 +100,7 @@ def lead_section(table: pd.DataFrame | None) -> str:
         "\nEach cell: the median over repeats of the paired ratio runner / bare (wall-time"
         " throughput, both arms side by side in one run, order rotated), its interval over those"
         f" repeats, n = repeats, and the mark against {HARNESS_RATIO} (median). The interval is"
-        " dlscale.stats' distribution-free confidence interval of the median (the study's"
+        " dlscale.analysis.stats' distribution-free confidence interval of the median (the study's"
         " verdicts use the same): [min, max] up to 5 repeats, order statistics from 6, with"
         f" coverage {coverage}. The bare loop is fed a fresh batch per step from the"
         " normalised set in memory, as a plain training loop is (benchmarks.bare_common). Details"
@@ -259,7 +260,7 @@ def startup_section(table: pd.DataFrame | None) -> str:
 def header(info: dict[str, Any]) -> str:
     lines = ["# dlscale benchmarks", ""]
     lines.append(
-        "Every figure is a median with its interval over repeats (dlscale.stats); ratios are paired per repeat"
+        "Every figure is a median with its interval over repeats (dlscale.analysis.stats); ratios are paired per repeat"
         " (both arms measured side by side in the same repeat, order rotated)."
     )
     lines.append("")

@@ -19,9 +19,9 @@ QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def training(job: TrainingJob) -> list[dict[str, Any]]:
+    from dlscale.base.sysutil import free_port
     from dlscale.runners.plan import LaunchContext
     from dlscale.runners.tensorflow.launcher import tf_env
-    from dlscale.sysutil import free_port
 
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-tf-env-") as tmp:
         ctx = LaunchContext(spec=job.spec, python=str(job.python), data=job.data, work_dir=Path(tmp),

@@ -3,7 +3,7 @@ throughputs, the arms' order, a framework's log rates.
 
 Standard library only: the workers (``<framework>_worker``) import it inside framework
 venvs, which have no scipy. It takes medians and quantiles of one loop's steps, never an
-interval over repeats: those are the driver's (``benchmarks.stats``, on ``dlscale.stats``).
+interval over repeats: those are the driver's (``benchmarks.stats``, on ``dlscale.analysis.stats``).
 """
 
 from __future__ import annotations

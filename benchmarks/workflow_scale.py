@@ -4,7 +4,7 @@
   and 10,000 runs, in a temporary directory whose ``envs_dir`` is temporary too, so nothing
   is built: wall time, CPU time and peak memory (from ``wait4``, the child's own rusage).
 * Aggregation of 1,000 runs' events (synthetic, shaped like a real study's: every rank's
-  iterations, warm-up included) through ``dlscale.analysis``, as the aggregate rule does it.
+  iterations, warm-up included) through ``dlscale.analysis.aggregate``, as the aggregate rule does it.
 
 Targets: 10,000 runs plan in under 20 s; 1,000 runs aggregate in under 10 s.
 """
@@ -173,13 +173,13 @@ def write_synthetic_study(root: Path, runs: int = AGGREGATE_RUNS) -> list[Path]:
 def aggregate_worker(list_file: Path, out_dir: Path) -> dict[str, float]:
     """What the aggregate rule does (scripts/aggregate.py), timed in this process."""
     t0 = time.perf_counter()
-    from dlscale import analysis, tables
+    from dlscale.analysis import aggregate, tables
 
     imported = time.perf_counter()
     paths = list_file.read_text(encoding="utf-8").split()
     runs, iterations = tables.load_events(paths)
-    table = analysis.findings(runs)
-    analysis.write_tables(
+    table = aggregate.findings(runs)
+    aggregate.write_tables(
         runs, iterations, table,
         runs_csv=out_dir / "runs.csv", runs_parquet=out_dir / "runs.parquet",
         iterations_parquet=out_dir / "iterations.parquet", findings_csv=out_dir / "findings.csv",
@@ -250,7 +250,7 @@ def scale_table(plans: list[dict], aggregations: list[dict]) -> pd.DataFrame:
     if aggregations:
         wall = summarize(a["aggregate_s"] for a in aggregations)
         rows.append(
-            {"task": "aggregate (dlscale.analysis)", "runs": AGGREGATE_RUNS, **wall.as_row("wall_s"),
+            {"task": "aggregate (dlscale.analysis.aggregate)", "runs": AGGREGATE_RUNS, **wall.as_row("wall_s"),
              "cpu_s_median": summarize(a["cpu_s"] for a in aggregations).median,
              "peak_rss_mb_max": max(a["peak_rss_mb"] for a in aggregations),
              "loadavg_1m_median": summarize(a["loadavg_1m"] for a in aggregations).median,

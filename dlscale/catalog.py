@@ -1,7 +1,7 @@
 """The only list of frameworks and models: what each is, and what the rest needs to know.
 
 Everything that names a framework or a model reads it here: the config schema's enums
-(filled in by ``dlscale.study.load_schema``), the training rule's wildcard constraint and
+(filled in by ``dlscale.study.matrix.load_schema``), the training rule's wildcard constraint and
 extra inputs, the figures' order and labels, the scaling model's synchronisation patterns,
 the benchmarks and the tests. Adding a framework is one catalog entry, one runner folder
 (``dlscale/runners/<name>/``, its files and modules as ``dlscale.runners.contract`` states
@@ -38,7 +38,7 @@ class Framework:
     #: ``<name>-<variant>`` -> pattern. Keys are the set-ups ``perfmodel.setup_of`` returns.
     setups: Mapping[str, str]
     #: The module whose import proves the framework's venv works on a node (the first its
-    #: runner needs; Caffe's is mpi4py, its runs' transport): ``dlscale.sitecheck``'s venv check.
+    #: runner needs; Caffe's is mpi4py, its runs' transport): ``dlscale.host.sitecheck``'s venv check.
     venv_import: str
     #: What a run needs besides its venv and data, by the name of the rule output in
     #: rules/envs.smk's EXTRA_INPUTS (``caffe``: the Caffe build; ``java``: a Java runtime for Spark).
@@ -86,7 +86,7 @@ class Model:
     parameters: int
     #: Datasets it can train on; the first is the default.
     datasets: tuple[str, ...]
-    #: Per-model defaults of the study config (filled in by dlscale.study).
+    #: Per-model defaults of the study config (filled in by dlscale.study.matrix).
     batch_per_rank: int
     iterations: int
     learning_rate: float = 0.01

@@ -41,7 +41,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlscale import atomic, catalog
+from dlscale import catalog
+from dlscale.base import atomic
 from dlscale.catalog import REPO_DIR
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ happened); the launcher merges them into the final file.
 stays standard-library only, since runners import it from framework venvs that may lack
 ``jsonschema``). ``validate_event`` is its fast check for the runner-facing writer and the
 readers: it holds an iteration event to exactly what the schema says (tests check the two
-agree), and a run_start / run_end to its required fields; ``dlscale.analysis`` validates
+agree), and a run_start / run_end to its required fields; ``dlscale.analysis.aggregate`` validates
 run_start and run_end against the full schema with ``jsonschema`` (``SCHEMA_KEYWORDS``
 says what the two extra keywords mean), then checks every event against its run.
 """
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from dlscale import atomic
+from dlscale.base import atomic
 
 EVENT_TYPES = ("run_start", "iteration", "eval", "run_end")
 
@@ -89,7 +89,7 @@ _LOADAVG = {"type": ["array", "null"], "items": {"type": "number"}}
 #: measures; each line is bounded by ``MAX_LINE_CHARS``), but not in run_start, which only the
 #: launcher writes; the ones named here must have these types. What one event cannot say
 #: (a rank below the world size, samples equal to the run's batch, a run id that matches its
-#: fields and its folder) is checked against the run by ``dlscale.analysis``.
+#: fields and its folder) is checked against the run by ``dlscale.analysis.aggregate``.
 EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
     "run_start": {
         "type": "object",
@@ -390,7 +390,7 @@ def scan(
     """A final events file one event at a time, in bounded memory: yields ``(line, event,
     is_last)`` with each event validated, then checks the file's structure (``check_ends``)
     once the last has been yielded. A consumer that keeps only what it needs of each
-    event (``dlscale.readevents``) reads a file of any length in the memory of that."""
+    event (``dlscale.analysis.readevents``) reads a file of any length in the memory of that."""
     events = iter_numbered(path, strict=True)
     first = next(events, None)
     pending = first

@@ -2,7 +2,7 @@
 
 One table serves two users: the scaling model (``dlscale.perfmodel``), which predicts
 communication time on a network from its alpha and beta, and the emulated interconnect
-(``dlscale.netns``), which shapes veth links with ``tc`` to match a preset so that the
+(``dlscale.host.netns``), which shapes veth links with ``tc`` to match a preset so that the
 prediction can be checked against measured runs on this host. A preset is emulable when
 this host's veth links can carry it (a 2-core VM moves a few Gbit/s between namespaces);
 faster networks (InfiniBand, TH Express-2) are for projection only.

@@ -11,8 +11,8 @@ grid is skipped. An option marked ``"x-threads": true`` is a thread count: candi
 the study's ``threads_per_rank`` are left out (a rank has that many cores; more would take
 cores the other frameworks do not get).
 
-``dlscale.study`` (config checks), ``dlscale.runspec`` (defaults of a spec) and
-``dlscale.tuning`` (the grid's runs) read it. Standard library only: Snakemake calls it
+``dlscale.study.matrix`` (config checks), ``dlscale.runspec`` (defaults of a spec) and
+``dlscale.tune.grid`` (the grid's runs) read it. Standard library only: Snakemake calls it
 when it builds the DAG, and every framework's venv imports it through runspec.
 """
 

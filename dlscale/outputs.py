@@ -1,7 +1,7 @@
 """The study's figures and tables by name: what the rules declare and the report groups.
 
 One list, read by the rules (outputs, report captions and categories, rule all's targets)
-and by dlscale.figures (what it can draw); standard library only, since Snakemake imports
+and by dlscale.figures.charts (what it can draw); standard library only, since Snakemake imports
 it when it builds the DAG.
 """
 
@@ -75,7 +75,7 @@ CATEGORY_PERFMODEL = "6. Scaling model"
 CATEGORY_CAFFE_LAYERS = "7. Caffe per-layer time"
 #: The tuning stage's table (rules/tune.smk) and the host's matmul peak (roofline).
 CATEGORY_TUNING = "8. Tuning: each framework at its best"
-#: The comparison with another study (config key compare_with; dlscale.compare).
+#: The comparison with another study (config key compare_with; dlscale.compare.comparison).
 CATEGORY_COMPARE = "9. Compared with another study"
 
 #: The comparison's files (python -m dlscale.compare, rule compare): output name -> file name.

@@ -3,8 +3,8 @@
 Throughput alone can be bought by doing less or different work (MLPerf's reason for time to
 train to a target quality), so every run ends with an evaluation on a held-out split and
 the verdicts never crown a framework whose model did not learn. This module is the one
-list of metrics and their rules; the runners measure, ``dlscale.tables`` reads the eval
-events, ``dlscale.verdicts`` decides. Standard library only: runners' venvs import it.
+list of metrics and their rules; the runners measure, ``dlscale.analysis.tables`` reads the eval
+events, ``dlscale.analysis.verdicts`` decides. Standard library only: runners' venvs import it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """RunSpec: everything one training run needs to know, typed, with its defaults, built once.
 
-``dlscale.study.run_spec`` builds it from the validated study config; the training rule
+``dlscale.study.matrix.run_spec`` builds it from the validated study config; the training rule
 passes it to the launcher as JSON (``RunSpec.to_json``), and the launcher and every rank
 read it back (``RunSpec.from_json``). Runners receive this object: they never re-default
 or cast a field. Its JSON is canonical (sorted keys, defaults that were added to the spec
@@ -43,7 +43,7 @@ _OMITTED_AT_DEFAULT: Mapping[str, Any] = {
 
 
 #: A run id: ``{framework}/{model}/n{nodes}x{ranks_per_node}[-{network}]/b{batch}/r{repeat}``
-#: (dlscale.study.Run builds and parses them; the launcher reads one off a run's folder).
+#: (dlscale.study.matrix.Run builds and parses them; the launcher reads one off a run's folder).
 RUN_ID_PATTERN = re.compile(
     r"^(?P<framework>[a-z]+)/(?P<model>[a-z0-9]+)/n(?P<nodes>\d+)x(?P<ranks_per_node>\d+)(?P<net>-[a-z0-9]+)?"
     r"/b(?P<batch>\d+)/r(?P<repeat>\d+)$"
@@ -101,9 +101,9 @@ class RunSpec:
     #: The cap on timed iterations of a run with a quality target.
     max_iterations: int = 0
     #: ``framework``: each framework's own initialiser and per-rank data blocks. ``shared``:
-    #: the same initial weights in every framework (``dlscale.initweights``) and every rank's
+    #: the same initial weights in every framework (``dlscale.data.initweights``) and every rank's
     #: slice of one global batch sequence (``dlscale.data.shards.GlobalBatchSlices``), so runs
-    #: compute the same optimisation step for step (the parity check, ``dlscale.parity``).
+    #: compute the same optimisation step for step (the parity check, ``dlscale.analysis.parity``).
     init: str = "framework"
     #: The framework's options, defaults filled (``dlscale/runners/<fw>/options.schema.json``).
     options: Mapping[str, Any] = field(default_factory=dict)

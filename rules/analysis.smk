@@ -52,7 +52,7 @@ rule aggregate:
 
 rule parity:
     """The parity check (config init: shared): every framework's first losses against the
-    reference framework's at the same global batch (dlscale.parity)."""
+    reference framework's at the same global batch (dlscale.analysis.parity)."""
     input:
         events=all_run_events,
     output:
@@ -185,7 +185,7 @@ rule perfmodel:
 
 rule compare:
     """This study (NEW) against the study of config key compare_with (BASE): each matched
-    cell's ratios with intervals, the verdicts that changed, what differs (dlscale.compare).
+    cell's ratios with intervals, the verdicts that changed, what differs (dlscale.compare.comparison).
     """
     input:
         runs="results/runs.csv",

@@ -129,6 +129,6 @@ rule caffe_layer_figure:
     params:
         python="python" if USE_CONDA else sys.executable,
     shell:
-        "{params.python:q} -m dlscale.layer_figures"
+        "{params.python:q} -m dlscale.figures.layers"
         " --events {input.events:q} --model {wildcards.model}"
         " --out {output.html:q} {output.svg:q} {output.png:q} > {log:q} 2>&1"

@@ -18,7 +18,7 @@
 #   algorithms  [str]      Open MPI all-reduce algorithms to force besides the default
 #   timeout_s   int        per job                               (default 900)
 
-# Settings and input functions: rules/helpers/commbench.smk (arguments: dlscale.jobs).
+# Settings and input functions: rules/helpers/commbench.smk (arguments: dlscale.study.jobs).
 
 
 include: "helpers/commbench.smk"

@@ -3,9 +3,9 @@ the environments' paths and the helpers every stage's jobs use.
 
 Each stage's own helpers live beside its rules (rules/helpers/<stage>.smk, included by the
 stage's file: `snakemake --lint` asks that a file with rules define no functions); what a
-job is asked to do (paths, arguments, resources) is built by dlscale.jobs and
+job is asked to do (paths, arguments, resources) is built by dlscale.study.jobs and
 dlscale.outputs, plain functions of the study. Nothing here imports a deep-learning
-framework: the DAG of a 10,000-run study is built from dlscale.study alone.
+framework: the DAG of a 10,000-run study is built from dlscale.study.matrix alone.
 """
 
 import os
@@ -14,13 +14,13 @@ import sys
 from snakemake.logging import logger
 
 from dlscale import envs as dlenvs
-from dlscale import jobs
-from dlscale import preflight
-from dlscale import study as dlstudy
-from dlscale.jobs import inspected, run_dir
+from dlscale.study import jobs
+from dlscale.study import preflight
+from dlscale.study import matrix as dlstudy
+from dlscale.study.jobs import inspected, run_dir
 from dlscale.outputs import figure_files, perfmodel_files, replay_files
 
-# Validated once, here, by dlscale.study (jsonschema with the schema completed from the
+# Validated once, here, by dlscale.study.matrix (jsonschema with the schema completed from the
 # catalog, defaults filled, then the checks a schema cannot express); Snakemake's own
 # validate() would read the schema file without the catalog's names.
 try:

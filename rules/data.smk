@@ -1,7 +1,7 @@
 # The datasets: real MNIST and Fashion-MNIST, synthetic ImageNet (real ImageNet:
 # rules/imagenet.smk), each as framework-neutral shards under DATASET_DIRS.
 
-from dlscale.jobs import dataset_dirs, heldout_dirs
+from dlscale.study.jobs import dataset_dirs, heldout_dirs
 
 #: Each dataset's shard folder (a training run's ``data`` input, rules/helpers/train.smk).
 DATASET_DIRS = dataset_dirs(STUDY)

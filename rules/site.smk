@@ -1,5 +1,5 @@
 # Site check (make check-site): one small 2-node job that verifies, across nodes, what the
-# study's frameworks need before the study spends node-hours (dlscale.sitecheck: shared
+# study's frameworks need before the study spends node-hours (dlscale.host.sitecheck: shared
 # file system, each venv importable on every node, TCP between nodes by node name, MPI
 # with PMIx for Caffe, Java for BigDL). Not part of `all`: ask for it by name.
 
@@ -28,6 +28,6 @@ rule check_site:
         shared="results/site/shared",
         python=sys.executable,
     shell:
-        "{params.python:q} -m dlscale.sitecheck --frameworks {params.frameworks}"
+        "{params.python:q} -m dlscale.host.sitecheck --frameworks {params.frameworks}"
         " --envs-dir {params.envs_dir:q} --shared {params.shared:q} --out {output:q}"
         " > {log:q} 2>&1"

@@ -2,7 +2,7 @@
 # constrained to its names). Everything framework-specific is in the runner folder,
 # reached through dlscale.launch. The job always writes events.jsonl: a failed run is a
 # record with status failed, and its attempt count (a parameter) makes the next invocation
-# redo it. Its inputs, spec and resources: rules/helpers/train.smk and dlscale.jobs.
+# redo it. Its inputs, spec and resources: rules/helpers/train.smk and dlscale.study.jobs.
 
 
 include: "helpers/train.smk"

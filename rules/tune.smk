@@ -1,8 +1,8 @@
-# The tuning stage (dlscale/tuning.py; config key `tune`): before the study's runs, each
+# The tuning stage (dlscale/tune/grid.py; config key `tune`): before the study's runs, each
 # tuned framework trains each of its models at 1 node under every setting of its grid,
 # `tune.repeats` times, with the training rule itself (same launcher, same events), under
 # results/tune/<framework>/<model>/<setting id>/r<k>/; then it races (checkpoint tune_race,
-# dlscale.tunechoice.race): rounds of one more run of the default and of each setting still
+# dlscale.tune.choice.race): rounds of one more run of the default and of each setting still
 # in contention until one wins or the budget (`tune.budget`) is spent, a clearly worse
 # setting measured no more. A checkpoint per (framework, model) chooses the setting; the
 # study's runs of that framework and model wait for it and carry the choice in their spec
@@ -93,7 +93,7 @@ rule tune_report:
 
 rule matmul_peak:
     """This host's float32 matmul peak at 1..cores threads (and the study's threads per
-    rank): the denominator of runs.csv's roofline fraction (dlscale.roofline). Measured
+    rank): the denominator of runs.csv's roofline fraction (dlscale.host.roofline). Measured
     under the contention probe; a thread count still contended after its redos is
     recorded as refused (the rule succeeds, its fractions are NaN and flagged)."""
     output:
@@ -114,5 +114,5 @@ rule matmul_peak:
         threads_per_rank=STUDY["threads_per_rank"],
         python=workflow_python(),
     shell:
-        "{params.python:q} -m dlscale.roofline peak --threads-per-rank {params.threads_per_rank}"
+        "{params.python:q} -m dlscale.host.roofline peak --threads-per-rank {params.threads_per_rank}"
         " --out {output.peak:q} > {log:q} 2>&1"

@@ -11,11 +11,11 @@ import logging
 
 
 def main(smk) -> None:
-    from dlscale import atomic
+    from dlscale.base import atomic
+    from dlscale.base.logsetup import log_to
     from dlscale.data import fashion_mnist
     from dlscale.data.mnist import read_idx
     from dlscale.data.shards import ShardSet, write_shards
-    from dlscale.logsetup import log_to
 
     log_to(smk.log[0])
     try:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 
 def main(smk) -> None:
-    from dlscale import atomic
+    from dlscale.base import atomic
+    from dlscale.base.logsetup import log_to
     from dlscale.data import mnist
     from dlscale.envs import machine_cache
-    from dlscale.logsetup import log_to
 
     log_to(smk.log[0])
     try:

@@ -8,9 +8,9 @@ import logging
 
 
 def main(smk) -> None:
+    from dlscale.base.logsetup import log_to
     from dlscale.data import imagenet
     from dlscale.data.shards import ShardSet
-    from dlscale.logsetup import log_to
 
     log_to(smk.log[0])
     try:

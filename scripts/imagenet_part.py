@@ -8,8 +8,8 @@ import logging
 
 
 def main(smk) -> None:
+    from dlscale.base.logsetup import log_to
     from dlscale.data import imagenet
-    from dlscale.logsetup import log_to
 
     log_to(smk.log[0])
     try:

@@ -1,7 +1,7 @@
 """Snakemake glue: build a framework's virtual environment from its lock (see dlscale.envs)."""
 
+from dlscale.base.logsetup import log_to
 from dlscale.envs import EnvError, build_venv, requirement_files, requirements_sha
-from dlscale.logsetup import log_to
 
 log_to(snakemake.log[0])
 framework, spec_dir = snakemake.wildcards.framework, snakemake.params.spec_dir

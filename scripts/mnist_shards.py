@@ -9,9 +9,9 @@ import logging
 
 
 def main(smk) -> None:
+    from dlscale.base.logsetup import log_to
     from dlscale.data import mnist
     from dlscale.data.shards import ShardSet, write_shards
-    from dlscale.logsetup import log_to
 
     log_to(smk.log[0])
     try:

@@ -1,10 +1,10 @@
-"""Snakemake glue: the study's runs -> results/parity.csv (``dlscale.parity``: every
+"""Snakemake glue: the study's runs -> results/parity.csv (``dlscale.analysis.parity``: every
 framework's first losses against the reference framework's, under ``init: shared``)."""
 
 import logging
 
-from dlscale import parity
-from dlscale.logsetup import log_to
+from dlscale.analysis import parity
+from dlscale.base.logsetup import log_to
 
 log_to(snakemake.log[0])
 log = logging.getLogger("parity")

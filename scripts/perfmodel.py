@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dlscale import atomic
-from dlscale.logsetup import log_to
+from dlscale.base import atomic
+from dlscale.base.logsetup import log_to
 from dlscale.outputs import FIGURE_FORMATS
 from dlscale.perfmodel import figures, pipeline, replay
 

@@ -1,13 +1,14 @@
 """Snakemake glue: one cell's repeats so far -> whether it needs another (repeats: auto).
 
-The decision is dlscale.stats.needs_more_repeats on the runs' throughputs (each run's
+The decision is dlscale.analysis.stats.needs_more_repeats on the runs' throughputs (each run's
 median over its timed iterations; a failed run counts as a repeat without a value).
 """
 
 import json
 
-from dlscale import atomic, stats, tables
-from dlscale.logsetup import log_to
+from dlscale.analysis import stats, tables
+from dlscale.base import atomic
+from dlscale.base.logsetup import log_to
 
 log_to(snakemake.log[0])
 events = snakemake.input.events

@@ -9,9 +9,9 @@ import logging
 
 
 def main(smk) -> None:
+    from dlscale.base.logsetup import log_to
     from dlscale.data.shards import ShardSet
     from dlscale.data.synthetic import make_synthetic_imagenet
-    from dlscale.logsetup import log_to
 
     log_to(smk.log[0])
     try:

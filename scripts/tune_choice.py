@@ -1,14 +1,15 @@
 """Snakemake glue: one (framework, model)'s tuning runs -> its choice.json.
 
-All logic is in ``dlscale.tunechoice.choose``; this maps the rule's input and params onto it.
+All logic is in ``dlscale.tune.choice.choose``; this maps the rule's input and params onto it.
 """
 
 import json
 import logging
 from pathlib import Path
 
-from dlscale import roofline, tunechoice
-from dlscale.logsetup import log_to
+from dlscale.base.logsetup import log_to
+from dlscale.host import roofline
+from dlscale.tune import choice
 
 log_to(snakemake.log[0])
 log = logging.getLogger("tune_choice")
@@ -20,7 +21,7 @@ try:
     events = {sid: [] for sid in settings}
     for path in snakemake.input.events:
         events[Path(path).parent.parent.name].append(path)
-    record = tunechoice.choose(
+    record = choice.choose(
         snakemake.wildcards.framework,
         snakemake.wildcards.model,
         settings,
@@ -45,7 +46,7 @@ try:
             f"; failed: {'; '.join(row['failed'])}" if row["failed"] else "",
         )
     log.info("chosen %s %s: %s", record["chosen"], record["chosen_settings"], record["reason"])
-    tunechoice.write_choice(snakemake.output.choice, record)
+    choice.write_choice(snakemake.output.choice, record)
 except Exception:
     log.exception("tuning choice failed")
     raise

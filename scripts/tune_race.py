@@ -1,15 +1,16 @@
 """Snakemake glue: one (framework, model)'s tuning runs so far -> its racing check
-(dlscale.tunechoice.race): run another round, and which settings it runs.
+(dlscale.tune.choice.race): run another round, and which settings it runs.
 
-All logic is in ``dlscale.tunechoice.race``; this maps the rule's input and params onto it.
+All logic is in ``dlscale.tune.choice.race``; this maps the rule's input and params onto it.
 """
 
 import json
 import logging
 from pathlib import Path
 
-from dlscale import atomic, tunechoice
-from dlscale.logsetup import log_to
+from dlscale.base import atomic
+from dlscale.base.logsetup import log_to
+from dlscale.tune import choice
 
 log_to(snakemake.log[0])
 log = logging.getLogger("tune_race")
@@ -24,8 +25,8 @@ try:
     if previous:
         with open(previous if isinstance(previous, str) else previous[0], encoding="utf-8") as handle:
             dropped = json.load(handle)["status"]
-    samples, failed = tunechoice.race_samples(events)
-    check = tunechoice.race(
+    samples, failed = choice.race_samples(events)
+    check = choice.race(
         samples,
         default=next(iter(settings)),
         budget=int(snakemake.params.budget),

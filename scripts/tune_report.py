@@ -1,12 +1,13 @@
-"""Snakemake glue: every choice.json -> results/tune/tuning.csv (dlscale.tunechoice.choice_table)."""
+"""Snakemake glue: every choice.json -> results/tune/tuning.csv (dlscale.tune.choice.choice_table)."""
 
 import json
 import logging
 
 import pandas as pd
 
-from dlscale import atomic, tunechoice
-from dlscale.logsetup import log_to
+from dlscale.base import atomic
+from dlscale.base.logsetup import log_to
+from dlscale.tune import choice
 
 log_to(snakemake.log[0])
 log = logging.getLogger("tune_report")
@@ -16,7 +17,7 @@ try:
     for path in snakemake.input.choices:
         with open(path, encoding="utf-8") as handle:
             records.append(json.load(handle))
-    table = pd.DataFrame(tunechoice.choice_table(records), columns=tunechoice.TABLE_COLUMNS)
+    table = pd.DataFrame(choice.choice_table(records), columns=choice.TABLE_COLUMNS)
     atomic.replace_with(snakemake.output.table, lambda tmp: table.to_csv(tmp, index=False))
     log.info("wrote %s (%d settings)", snakemake.output.table, len(table))
 except Exception:

@@ -3,7 +3,7 @@
 The scaling model (``dlscale.perfmodel``) needs each library's latency (alpha), bandwidth
 (beta) and fixed costs; training runs at one message size cannot separate them. These
 benchmarks sweep message sizes and world sizes, on this host's loopback and on the
-emulated interconnect (``dlscale.netns``), with the libraries the frameworks really use:
+emulated interconnect (``dlscale.host.netns``), with the libraries the frameworks really use:
 
 =============  ==========================================  ===============================
 module         library and operation                        runs in

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlscale import netns
 from dlscale.commbench import common
+from dlscale.host import netns
 
 MODULE = "dlscale.commbench.bigdl"
 EXECUTOR_MEMORY = "768m"

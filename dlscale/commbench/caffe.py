@@ -25,9 +25,9 @@ import sys
 import time
 from typing import Any
 
-from dlscale import netns
 from dlscale.commbench import common
 from dlscale.commbench.blobs import blob_bytes
+from dlscale.host import netns
 
 MODULE = "dlscale.commbench.caffe"
 

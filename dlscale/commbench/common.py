@@ -3,7 +3,7 @@
 A driver runs in its framework's venv (standard library and dlscale only here). Per world
 size it makes the network: an isolated namespace with only ``lo`` for ``host`` (nothing
 else on the host can reach the ranks, and fixed ports cannot collide), or one namespace
-per emulated node joined by shaped links (``dlscale.netns.emulated``). Rank ``k`` runs on
+per emulated node joined by shaped links (``dlscale.host.netns.emulated``). Rank ``k`` runs on
 node ``k``. Every process gets a time limit and its own process group, and is stopped by
 its group id when anything fails, so a benchmark never leaves a rank behind.
 """
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dlscale import atomic, netns
+from dlscale.base import atomic
 from dlscale.commbench import (
     DEFAULT_EXECUTORS,
     DEFAULT_MAX_OP_S,
@@ -32,6 +32,7 @@ from dlscale.commbench import (
     DEFAULT_WORLDS,
     RAW_COLUMNS,
 )
+from dlscale.host import netns
 from dlscale.networks import emulated_preset
 
 #: Port of rank 0's rendezvous (the namespaces are the benchmark's own: nothing else binds).

@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from dlscale import netns
+from dlscale.host import netns
 
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_QUEUE = 3

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale import atomic
+from dlscale.base import atomic
 from dlscale.data.shards import (
     DatasetError,
     ShardWriter,

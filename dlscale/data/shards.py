@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale import atomic
+from dlscale.base import atomic
 
 FORMAT = "dlscale-shards/1"
 INDEX_NAME = "index.json"

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dlscale import netns, networks, placement, userns
+from dlscale import networks
+from dlscale.host import netns, placement, userns
 from dlscale.launch.runner import runner_launcher
 from dlscale.runspec import RunSpec
 

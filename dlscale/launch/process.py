@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO
 
-from dlscale.sysutil import die_with_parent
+from dlscale.base.sysutil import die_with_parent
 
 #: After SIGTERM, how long the ranks get to end before SIGKILL.
 GRACE_S = 10.0

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlscale import netns, networks, placement, userns
+from dlscale import networks
+from dlscale.base.sysutil import free_port
+from dlscale.host import netns, placement, userns
 from dlscale.launch import records
 from dlscale.launch.failures import describe_failure, describe_group_failure, finished_ok, startup_failure
 from dlscale.launch.network import describe_network, joiner, launch_mode, master_address, setup_network
@@ -28,7 +30,6 @@ from dlscale.launch.process import relay_stderr, spawn, stop
 from dlscale.launch.records import read_parts, read_spec, run_settings
 from dlscale.launch.runner import runner_launcher
 from dlscale.runners.plan import LaunchContext, Plan, SrunTaskError, environ_with, srun_task_error
-from dlscale.sysutil import free_port
 
 log = logging.getLogger(__name__)
 

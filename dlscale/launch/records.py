@@ -18,9 +18,9 @@ from types import ModuleType
 from typing import Any
 
 from dlscale import envs, networks, quality
+from dlscale.base.sysutil import git_sha
 from dlscale.runners.plan import Plan
 from dlscale.runspec import RunSpec, SpecError, run_id_fields
-from dlscale.sysutil import git_sha
 
 #: The thread variables every rank's environment may set, recorded with the settings.
 THREAD_VARIABLES = (

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlscale import contention
+from dlscale.base.logsetup import log_to_streams
+from dlscale.host import contention
 from dlscale.launch import attempts
 from dlscale.launch.ranks import Launch
 from dlscale.launch.records import NOT_MEASURED
-from dlscale.logsetup import log_to_streams
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ PREFIX = "launch"
 #: The repository the run's code came from (run_start's ``git_sha``).
 REPO = Path(__file__).resolve().parents[2]
 
-#: A run whose host was busy with other work (dlscale.contention) is redone this many
+#: A run whose host was busy with other work (dlscale.host.contention) is redone this many
 #: times; if every attempt is contended the last is recorded as is, marked ``contended``,
 #: and the analysis leaves it out of the findings with that reason. Two: a busy spell
 #: from a neighbour (an apt update, another user's build) rarely outlasts three runs of a

@@ -2,7 +2,7 @@
 and the published record replayed (``replay``).
 
 Drawn with altair from the tables of ``dlscale.perfmodel.pipeline`` and written in every format of
-``dlscale.outputs.FIGURE_FORMATS`` through ``dlscale.figures.save_chart`` (atomic). A table
+``dlscale.outputs.FIGURE_FORMATS`` through ``dlscale.figures.charts.save_chart`` (atomic). A table
 with nothing in it gives a chart that says why, never an error.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dlscale import catalog
-from dlscale.figures import draw, empty_chart
+from dlscale.figures.charts import draw, empty_chart
 from dlscale.perfmodel.replay import PATTERN_NAMES
 from dlscale.perfmodel.runs import setup_of
 from dlscale.perfmodel.validation import VALIDATION_TARGET
@@ -482,5 +482,5 @@ def replay_chart(
 def make_replay_figure(
     out: dict[str, str], table: pd.DataFrame, summary: pd.DataFrame | None = None, note: str = ""
 ) -> None:
-    """Draw ``replay_chart`` into ``out`` (format -> path), through ``dlscale.figures.draw``."""
+    """Draw ``replay_chart`` into ``out`` (format -> path), through ``dlscale.figures.charts.draw``."""
     draw({REPLAY_FIGURE: lambda: replay_chart(table, summary, note)}, {REPLAY_FIGURE: out})

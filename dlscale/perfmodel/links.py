@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.netns import shaping_args
+from dlscale.host.netns import shaping_args
 from dlscale.networks import HOST, PRESETS, NetworkPreset, emulated_preset
 from dlscale.perfmodel.fits import Fits
 
@@ -36,7 +36,7 @@ class Link:
     #: library achieves through ``tc tbf``, fitted on the emulated micro-benchmarks; 1 on a
     #: real network, where the projection has no measurement of it).
     wire_scale: float = 1.0
-    #: An emulated network (``dlscale.netns``), not a projection preset.
+    #: An emulated network (``dlscale.host.netns``), not a projection preset.
     emulated: bool = False
     #: A parameter-server step's pushes and pulls are pipelined on a full-duplex link: each
     #: direction of a server's node carries its share for the remote workers plus its own
@@ -82,7 +82,7 @@ class Link:
 
 
 def emulated_link(network: str, fits: Fits | None = None) -> Link:
-    """The link an emulated network adds to the host (``dlscale.netns``): the preset's rate,
+    """The link an emulated network adds to the host (``dlscale.host.netns``): the preset's rate,
     the token bucket ``tc tbf`` is given (``netns.shaping_args``), egress only, and the extra
     one-way latency a TCP ping-pong measured across it over loopback (0 when not measured:
     no delay is emulated on this kernel)."""

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlscale import atomic, thresholds
+from dlscale import thresholds
+from dlscale.base import atomic
 from dlscale.commbench import LIBRARIES, RAW_COLUMNS
 from dlscale.networks import HOST
 from dlscale.perfmodel.bootstrap import CellSampler

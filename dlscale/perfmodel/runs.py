@@ -69,7 +69,7 @@ def measured_runs(runs: pd.DataFrame) -> pd.DataFrame:
     gradient bytes and ``exposed_s`` (median ``step_s - compute_s``; ``comm_s`` if unsplit).
 
     Contended runs (``contended``: other work took the host's CPUs while they were timed,
-    ``dlscale.contention``) take no part, in calibration or validation: their time is that
+    ``dlscale.host.contention``) take no part, in calibration or validation: their time is that
     work's too, which no term of the model stands for.
     """
     if runs.empty or "status" not in runs:

@@ -25,7 +25,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dlscale import catalog, strictyaml
+from dlscale import catalog
+from dlscale.base import strictyaml
 from dlscale.networks import GBIT, PRESETS, NetworkPreset
 from dlscale.perfmodel.comm import Gradient
 from dlscale.perfmodel.patterns import PS, RING, SETUP_PATTERN

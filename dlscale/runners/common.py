@@ -25,10 +25,10 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from dlscale import placement as placement_mod
 from dlscale import quality
 from dlscale.data.shards import INDEX_NAME, heldout_dir
 from dlscale.events import PartWriter
+from dlscale.host import placement as placement_mod
 from dlscale.runspec import RunSpec
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from dlscale import placement
+from dlscale.host import placement
 from dlscale.runspec import RunSpec
 
 
@@ -47,12 +47,12 @@ class LaunchContext:
     master_port: int
     mode: str = "local"  # "local" (emulated nodes on this host) or "slurm" (inside an allocation)
     master_addr: str = "127.0.0.1"
-    # Local runs on an emulated interconnect (dlscale.netns): each emulated node's address
+    # Local runs on an emulated interconnect (dlscale.host.netns): each emulated node's address
     # and the interface ranks talk on; by default every node is this host's loopback.
     node_addresses: tuple[str, ...] = ("127.0.0.1",)
     interface: str = "lo"
     # Set on an emulated interconnect: what a process that starts other nodes' processes
-    # (mpirun, Spark's driver) needs to put each on its node (dlscale.netns.node_env).
+    # (mpirun, Spark's driver) needs to put each on its node (dlscale.host.netns.node_env).
     node_env: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -9,7 +9,7 @@ import functools
 import json
 
 from dlscale import catalog
-from dlscale import tuning as dltuning
+from dlscale.tune import grid as dltuning
 
 
 @inspected

@@ -1,11 +1,11 @@
-"""The tuning stage's helpers (rules/tune.smk, dlscale.tuning): each tuning run's spec, the
+"""The tuning stage's helpers (rules/tune.smk, dlscale.tune.grid): each tuning run's spec, the
 choice a (framework, model) reads, and the stage's targets."""
 
 import functools
 import json
 import os
 
-from dlscale import tuning as dltuning
+from dlscale.tune import grid as dltuning
 from dlscale.outputs import CATEGORY_TUNING, TUNING_TABLE
 
 #: The study's frameworks that have a tuning grid (tune.enabled, more than one setting).
@@ -64,7 +64,7 @@ def tune_cpus(wildcards):
 
 def race_history(framework, model, upto=None):
     """(events files, last check) of one (framework, model)'s race: the first round (every
-    setting, ``tune.repeats`` times, interleaved: dlscale.tuning.tune_runs), then one round
+    setting, ``tune.repeats`` times, interleaved: dlscale.tune.grid.tune_runs), then one round
     per check that asked for more (its ``next`` settings), up to the check after ``upto``
     rounds (None: until a check says stop). The checks are checkpoints (tune_race): a
     round is planned once the check before it has run, as under ``repeats: auto``."""

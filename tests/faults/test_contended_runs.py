@@ -2,7 +2,7 @@
 and left out of the findings (issue 23: clean measurements).
 
 Real contention, not a mock: busy loops on every core beside a real torch run through
-dlscale.launch, the launcher's contention probe (dlscale.contention) reading /proc/stat.
+dlscale.launch, the launcher's contention probe (dlscale.host.contention) reading /proc/stat.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale import tables, verdicts
+from dlscale.analysis import tables, verdicts
 from dlscale.events import read_events
 
 BUSY = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"

@@ -27,9 +27,9 @@ from helpers.faults import (
 )
 from helpers.paths import caffe_python, framework_python
 
-from dlscale import netns
 from dlscale.events import read_events
-from dlscale.study import IMPLEMENTED_FRAMEWORKS
+from dlscale.host import netns
+from dlscale.study.matrix import IMPLEMENTED_FRAMEWORKS
 
 pytestmark = pytest.mark.faults
 

@@ -24,10 +24,11 @@ from helpers.faults import fault_spec, judge
 from helpers.paths import REPO
 
 import dlscale.parse.__main__ as parse_cli
-from dlscale import netns, tables
+from dlscale.analysis import tables
 from dlscale.events import MAX_LINE_CHARS, EventError
+from dlscale.host import netns
 from dlscale.launch import network as launcher
-from dlscale.study import ConfigError, check_local_capacity, load_schema, validate_config
+from dlscale.study.matrix import ConfigError, check_local_capacity, load_schema, validate_config
 
 pytestmark = pytest.mark.faults
 

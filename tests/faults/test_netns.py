@@ -18,11 +18,11 @@ import pytest
 from helpers.faults import fault_spec, launch
 from helpers.paths import caffe_python, framework_python
 
-from dlscale import netns
 from dlscale.events import read_events
+from dlscale.host import netns
 from dlscale.launch import network as launcher
 from dlscale.networks import PRESETS, emulated_preset, network_choices
-from dlscale.study import IMPLEMENTED_FRAMEWORKS
+from dlscale.study.matrix import IMPLEMENTED_FRAMEWORKS
 
 needs_netns = pytest.mark.skipif(
     netns.unavailable(shaping=True) is not None, reason=str(netns.unavailable(shaping=True))
@@ -63,7 +63,7 @@ else:
 
 def stream_rate(net: netns.RunNetwork, size: int) -> float:
     """Bytes/s of one TCP stream from emulated node 0 to node 1, through the namespaces."""
-    prefix = [sys.executable, "-m", "dlscale.netns"]
+    prefix = [sys.executable, "-m", "dlscale.host.netns"]
     env = netns.node_env(net)
     server = subprocess.Popen(
         [*prefix, "--node", "1", "--", sys.executable, "-c", STREAM, "server", net.addresses[1], str(size)],

@@ -21,9 +21,13 @@ from helpers.faults import judge
 from helpers.markup import BREAKOUT, HOSTILE, IMG, SVG, live_markup
 from helpers.paths import REPO
 
-from dlscale import atomic, catalog, compare_page, figures, preflight
+from dlscale import catalog
 from dlscale import perfmodel as pm
-from dlscale.study import expand_runs, load_schema, run_spec, validate_config
+from dlscale.base import atomic
+from dlscale.compare import page as compare_page
+from dlscale.figures import charts as figures
+from dlscale.study import preflight
+from dlscale.study.matrix import expand_runs, load_schema, run_spec, validate_config
 
 pytestmark = pytest.mark.faults
 

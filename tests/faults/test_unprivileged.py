@@ -1,7 +1,7 @@
 """Local runs without root: nothing of a run listens on the host's interfaces (issue 17).
 
 Without root (or iproute2) the launcher isolates a run in an unprivileged user+network
-namespace (dlscale.userns); where that cannot be made either, it runs only what binds
+namespace (dlscale.host.userns); where that cannot be made either, it runs only what binds
 loopback (torch, BigDL) and refuses TensorFlow and MPI, which listen on every interface.
 
 The real tests run the launcher as ``nobody`` (``setpriv``), on files it can read under a
@@ -26,8 +26,8 @@ import pytest
 from helpers.faults import descendants, fault_spec
 from helpers.paths import REPO
 
-from dlscale import netns, userns
 from dlscale.events import read_events
+from dlscale.host import netns, userns
 from dlscale.launch import network as launcher
 
 pytestmark = pytest.mark.faults  # a host without namespaces is a fault of the environment

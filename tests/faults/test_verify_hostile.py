@@ -1,4 +1,4 @@
-"""``python -m dlscale.verify`` on hostile archives and folders (issue 33, item 1).
+"""``python -m dlscale.archive.verify`` on hostile archives and folders (issue 33, item 1).
 
 Each class of hostile input a sender could craft is put through the real entry point (a
 subprocess, as a receiver runs it, with its temporary folder inside the test's own): it
@@ -35,9 +35,9 @@ from helpers.faults import FaultRow, record
 from helpers.paths import REPO
 from helpers.verify_study import make_archive, make_study
 
-from dlscale import archive_safety
-from dlscale import artifact as dlartifact
-from dlscale import verify as dlverify
+from dlscale.archive import artifact as dlartifact
+from dlscale.archive import safety as archive_safety
+from dlscale.archive import verify as dlverify
 
 pytestmark = pytest.mark.faults
 
@@ -108,7 +108,7 @@ def a_zip(path: Path, name: str, data: bytes = b"x", mode: int | None = None) ->
 
 def rewritten(archive_path: Path, out: Path, edit: Callable[[Path], None]) -> Path:
     """The honest archive unpacked, edited by ``edit(root)``, its manifest's checksums made
-    to match again (as a careful sender would), and packed as dlscale.artifact packs."""
+    to match again (as a careful sender would), and packed as dlscale.archive.artifact packs."""
     unpacked = out.parent / f"{out.name}.unpacked"
     with tarfile.open(archive_path) as tar:
         tar.extractall(unpacked, filter="data")
@@ -162,7 +162,7 @@ def host_secrets(tmp_path: Path) -> list[str]:
 
 
 class Case:
-    """One hostile input put through ``python -m dlscale.verify``; ``problems`` says what
+    """One hostile input put through ``python -m dlscale.archive.verify``; ``problems`` says what
     went wrong (empty: refused as it should be)."""
 
     def __init__(self, tmp_path: Path, target: Path, where: str, rule: str, *args: str) -> None:
@@ -180,7 +180,7 @@ class Case:
         env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(REPO)}
         started = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "dlscale.verify", str(self.target), *self.args],
+            [sys.executable, "-m", "dlscale.archive.verify", str(self.target), *self.args],
             capture_output=True, text=True, timeout=120, env=env, cwd=cwd,
         )  # fmt: skip
         self.seconds = time.perf_counter() - started
@@ -376,7 +376,7 @@ def test_a_bomb_is_refused_by_each_limit(tmp_path: Path):
 
 
 def test_the_default_limits_refuse_a_bomb_before_unpacking_it(tmp_path: Path, monkeypatch, capsys):
-    """A 64 MiB member of zeros (the largest dlscale.artifact archives; gzip makes it 65 KB,
+    """A 64 MiB member of zeros (the largest dlscale.archive.artifact archives; gzip makes it 65 KB,
     a ratio of about 1030) is refused by the default ratio limit, and a header claiming 3
     GiB by the member limit, both from their headers: nothing is unpacked, and the 3 GiB
     one's data is never even decompressed (the archive holds none)."""

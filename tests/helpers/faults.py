@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.runspec import RunSpec
-from dlscale.study import expand_runs, load_schema, run_spec, validate_config
+from dlscale.study.matrix import expand_runs, load_schema, run_spec, validate_config
 from helpers.paths import REPO
 
 TABLE = REPO / "results" / "fault-table.jsonl"
@@ -75,7 +75,7 @@ INTERRUPTIBLE_ITERATIONS: dict[str, int] = {"bigdl": 200}
 
 
 def fault_spec(framework: str, *, nodes: int = 2, iterations: int | None = None, **overrides: Any) -> RunSpec:
-    """A LeNet run spec for ``framework`` built by dlscale.study, as the workflow builds it
+    """A LeNet run spec for ``framework`` built by dlscale.study.matrix, as the workflow builds it
     (by default a run that only a fault ends: ``INTERRUPTIBLE_ITERATIONS``)."""
     if iterations is None:
         iterations = INTERRUPTIBLE_ITERATIONS.get(framework, 100_000)

@@ -7,7 +7,7 @@ the foreground as our child and is stopped by its PID (jobs first, then their st
 Client commands get the config path from wrapper scripts first on PATH, because the
 Snakemake SLURM plugin strips every ``SLURM_*`` variable (SLURM_CONF included) from jobs.
 
-The cluster is wired like a real one (``dlscale.netns.bridged``): every node runs in a
+The cluster is wired like a real one (``dlscale.host.netns.bridged``): every node runs in a
 network namespace of its own with one interface, ``eth0`` at 10.78.0.<k>, joined to the
 others by veth pairs on a bridge in a hub namespace, where the controller (slurmctld,
 munged; 10.78.0.254 on the bridge) and the clients run. Each node's link is shaped with
@@ -142,7 +142,7 @@ class SlurmCluster:
         # Not netns.PREFIX: sweep_stale() must never take a cluster whose creator has exited
         # (``up`` by hand returns at once).
         self.netns = f"dlslurm-{os.getpid()}-{self.base.name[-6:]}"
-        self.net = None  # dlscale.netns.RunNetwork once made
+        self.net = None  # dlscale.host.netns.RunNetwork once made
 
     @property
     def node_names(self) -> list[str]:
@@ -161,7 +161,8 @@ class SlurmCluster:
         return [str(self.bin / "on-node"), node]
 
     def _make_network(self) -> None:
-        from dlscale import netns, networks
+        from dlscale import networks
+        from dlscale.host import netns
 
         preset = networks.PRESETS[self.network] if self.network else None
         nodes = {self.namespace(n): self.address(n) for n in self.node_names}
@@ -171,7 +172,8 @@ class SlurmCluster:
 
     def set_network(self, network: str | None) -> None:
         """Shape every node's link to preset ``network`` (None: unshaped), between runs."""
-        from dlscale import netns, networks
+        from dlscale import networks
+        from dlscale.host import netns
 
         preset = networks.PRESETS[network] if network else None
         for node in self.node_names:

@@ -1,5 +1,5 @@
 """A small study of hand-written events as `make demo` leaves it (config, every run's events and
-log, the tables made by dlscale.analysis, a figure and a report), and its archive: the
+log, the tables made by dlscale.analysis.aggregate, a figure and a report), and its archive: the
 honest input of the verify tests, which tamper with it (tests/unit/test_verify.py) or build
 hostile archives beside it (tests/faults/test_verify_hostile.py)."""
 
@@ -11,11 +11,12 @@ from typing import Any
 
 import yaml
 
-from dlscale import analysis, tables
-from dlscale import artifact as dlartifact
-from dlscale import study as dlstudy
+from dlscale.analysis import aggregate as analysis
+from dlscale.analysis import tables
+from dlscale.archive import artifact as dlartifact
 from dlscale.catalog import REPO_DIR
 from dlscale.events import write_atomic
+from dlscale.study import matrix as dlstudy
 
 STUDY = {
     "frameworks": ["torch", "tensorflow"],
@@ -92,7 +93,7 @@ def write_tables(paths: list[str]) -> None:
 
 def make_study(tmp_path: Path) -> Path:
     """A study folder: config.yaml, every run's events and log, the four tables, a figure
-    and a report, all as `make demo` leaves them (tables made by dlscale.analysis)."""
+    and a report, all as `make demo` leaves them (tables made by dlscale.analysis.aggregate)."""
     root = tmp_path / "study"
     root.mkdir()
     (root / "config.yaml").write_text(yaml.safe_dump(STUDY))

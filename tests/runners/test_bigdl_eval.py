@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from helpers.bigdl_runs import SHARED_INIT, TWO_EXECUTOR_TARGET, launch, spec
 
-from dlscale import catalog, initweights, tables
+from dlscale import catalog
+from dlscale.analysis import tables
+from dlscale.data import initweights
 from dlscale.data.shards import GlobalBatchSlices
 from dlscale.events import read_events
 from dlscale.runners.bigdl.data import shared_indices

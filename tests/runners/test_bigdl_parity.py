@@ -1,8 +1,8 @@
 """The BigDL runner's side of the parity check (issue 34): ``init: shared``, for real.
 
-A 1-rank LeNet run starting from ``dlscale.initweights``' arrays (in BigDL's layout),
+A 1-rank LeNet run starting from ``dlscale.data.initweights``' arrays (in BigDL's layout),
 trained on its slice of the run's global batch sequence, with torch's SGD (momentum, no
-dampening) and the mean loss. Its first losses are what ``dlscale.parity`` compares with
+dampening) and the mean loss. Its first losses are what ``dlscale.analysis.parity`` compares with
 the other frameworks'; two differences are BigDL's by design and stay (the parity check
 names them): its FP16 parameter exchange (the replicas compute with weights rounded to
 half precision, also with one executor) and its own order of mini-batches drawn from the
@@ -19,7 +19,7 @@ import os
 from helpers.bigdl_runs import SHARED_INIT
 from helpers.paths import REPO
 
-from dlscale import initweights
+from dlscale.data import initweights
 
 PARITY = REPO / "tests" / "data" / "parity" / "bigdl-lenet.json"
 #: The settings of the losses compared: the first 20 iterations of the shared run

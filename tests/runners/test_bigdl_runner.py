@@ -220,8 +220,8 @@ def test_a_failed_gather_after_every_iteration_is_a_warning_of_the_run(tmp_path)
     import argparse
 
     from dlscale.events import PartWriter
+    from dlscale.host.placement import Placement
     from dlscale.launch.ranks import Launch
-    from dlscale.placement import Placement
     from dlscale.runners.bigdl.train import report
     from dlscale.runners.common import RunContext
 

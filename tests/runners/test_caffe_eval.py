@@ -14,9 +14,9 @@ import math
 import numpy as np
 from helpers.caffe_runs import launch, spec
 
+from dlscale.analysis.tables import load_events
 from dlscale.events import read_events
 from dlscale.runners.caffe.evaluate import squared_error, top_k_hits
-from dlscale.tables import load_events
 
 
 def run(caffe_py, mnist_shards, tmp_path, **fields):

@@ -17,7 +17,7 @@ import pytest
 from helpers.caffe_runs import launch, spec
 from helpers.paths import REPO
 
-from dlscale import initweights
+from dlscale.data import initweights
 from dlscale.events import read_events
 
 PARITY = REPO / "tests" / "data" / "parity" / "caffe-lenet.json"

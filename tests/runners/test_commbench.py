@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 from helpers.paths import REPO, framework_python
 
-from dlscale import catalog, commbench, netns
+from dlscale import catalog, commbench
 from dlscale.commbench import blobs, common
+from dlscale.host import netns
 
 
 def test_every_framework_has_a_benchmark_module_and_a_library() -> None:

@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 from helpers.paths import REPO, caffe_python, framework_python
 
-from dlscale import catalog, tables
+from dlscale import catalog
+from dlscale.analysis import tables
 from dlscale.events import read_events
 
 
@@ -128,7 +129,7 @@ def test_pipeline_feeds_an_imagenet_model(torch_py, imagenet_shards, tmp_path):
 
 
 def test_input_option_reaches_the_run_spec_only_when_set(schema):
-    from dlscale.study import expand_runs, run_spec, validate_config
+    from dlscale.study.matrix import expand_runs, run_spec, validate_config
 
     memory = validate_config({"models": ["lenet"]}, schema)
     run = expand_runs(memory)[0]

@@ -15,7 +15,7 @@ import pytest
 from helpers.paths import framework_python
 from helpers.tensorflow_runs import iterations_of, launch, spec
 
-from dlscale import tables
+from dlscale.analysis import tables
 from dlscale.events import read_events
 
 TARGET = {"metric": "top1", "value": 0.5}

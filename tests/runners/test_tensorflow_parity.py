@@ -1,6 +1,6 @@
 """The TensorFlow runner's side of the parity check (issue 34): ``init: shared``, for real.
 
-With the run spec's ``init: shared`` the runner starts from ``dlscale.initweights``' arrays
+With the run spec's ``init: shared`` the runner starts from ``dlscale.data.initweights``' arrays
 in Keras' layout, trains every rank on its slice of one global batch sequence, with
 torch's SGD-momentum and the mean loss over the global batch. These tests check the
 layout against a forward pass written in numpy on the canonical arrays, pin the first 20
@@ -21,9 +21,9 @@ import pytest
 from helpers.paths import REPO, framework_python
 from helpers.tensorflow_runs import iterations_of, launch, spec
 
-from dlscale import initweights
+from dlscale.analysis.parity import tolerance_for
+from dlscale.data import initweights
 from dlscale.events import read_events
-from dlscale.parity import tolerance_for
 
 PARITY_FILE = REPO / "tests" / "data" / "parity" / "tensorflow-lenet.json"
 SEED = 1234
@@ -57,7 +57,7 @@ NUMPY_FORWARD = r"""
 import json, sys
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-from dlscale import initweights
+from dlscale.data import initweights
 from dlscale.runners.tensorflow import sharedinit
 from dlscale.runners.tensorflow.models import build_model
 

@@ -22,8 +22,9 @@ from helpers.paths import framework_python
 from helpers.slurm_jobs import rank_pid_when_running
 from helpers.tensorflow_runs import iterations_of, launch, spec
 
-from dlscale import catalog, placement
+from dlscale import catalog
 from dlscale.events import read_events
+from dlscale.host import placement
 from dlscale.runners.plan import LaunchContext
 from dlscale.runners.tensorflow import cluster
 from dlscale.runners.tensorflow import launcher as tf_launcher

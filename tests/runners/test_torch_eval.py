@@ -14,7 +14,7 @@ import math
 import pytest
 from helpers.torch_runs import launch, spec
 
-from dlscale import tables
+from dlscale.analysis import tables
 from dlscale.events import read_events
 
 #: The launcher redoes a run whose host was busy; on 2 shared cores that would only repeat

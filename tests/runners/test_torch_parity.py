@@ -2,10 +2,10 @@
 
 torch's semantics are the reference: its SGD (v = m v + g; w -= lr v) and mean losses are
 what every other runner is made to compute. These tests pin what the reference run
-computes: it starts from ``dlscale.initweights`` (digest recorded), trains on the global
+computes: it starts from ``dlscale.data.initweights`` (digest recorded), trains on the global
 batch sequence (``GlobalBatchSlices``), its AutoEncoder's first loss is the mean over pixels
 and images of the sigmoid cross-entropy of the shared weights on the first batch, and 2
-ranks of 32 compute what 1 rank of 64 does (``dlscale.parity.check`` passes).
+ranks of 32 compute what 1 rank of 64 does (``dlscale.analysis.parity.check`` passes).
 
 ``tests/data/parity/torch-lenet.json`` holds the reference LeNet run's 20 losses, for the
 other frameworks' parity work to compare with; ``torch-lenet-threads.json`` the same run at
@@ -24,10 +24,11 @@ import pytest
 from helpers.paths import REPO
 from helpers.torch_runs import launch, spec
 
-from dlscale import initweights, parity
+from dlscale.analysis import parity
+from dlscale.analysis.parity import tolerance_for
+from dlscale.data import initweights
 from dlscale.data.shards import GlobalBatchSlices, ShardSet
 from dlscale.events import read_events
-from dlscale.parity import tolerance_for
 
 PARITY_DATA = REPO / "tests" / "data" / "parity"
 #: The reference run the parity engineer compares with: 1 rank, no warm-up.

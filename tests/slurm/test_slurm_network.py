@@ -81,9 +81,9 @@ def test_slower_link_shows_in_comm_s(slurm, tmp_path, torch_py, mnist_shards):
 
 
 def test_a_daemon_binds_the_address_its_node_reaches_the_master_from(slurm):
-    """``python -m dlscale.placement --towards MASTER`` (how Spark's workers start under SLURM):
+    """``python -m dlscale.host.placement --towards MASTER`` (how Spark's workers start under SLURM):
     on node n2 it is n2's address, not the host name's nor loopback; an unknown master is named."""
-    on_n2 = [*slurm.netns_prefix("n2"), sys.executable, "-m", "dlscale.placement", "--towards"]
+    on_n2 = [*slurm.netns_prefix("n2"), sys.executable, "-m", "dlscale.host.placement", "--towards"]
     said = subprocess.run(
         [*on_n2, "n1", "--", "sh", "-c", 'echo "{address} $SPARK_LOCAL_IP"'],
         capture_output=True, text=True, timeout=60, cwd=REPO,

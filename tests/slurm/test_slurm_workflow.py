@@ -192,7 +192,7 @@ def test_study_through_slurm_with_a_failure_and_a_rerun(
     # under another launcher.
     compared = tmp_path / "compared"
     proc = subprocess.run(
-        [sys.executable, "-m", "dlscale.compare", str(four_framework_study / "results"),
+        [sys.executable, "-m", "dlscale.compare.comparison", str(four_framework_study / "results"),
          str(tmp_path / "results"), "--out", str(compared)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

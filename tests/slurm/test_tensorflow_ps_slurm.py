@@ -25,8 +25,8 @@ import pytest
 from helpers.paths import framework_python
 from helpers.slurm_cluster import SlurmCluster, alive, launch_job
 
-from dlscale import placement
 from dlscale.events import read_events
+from dlscale.host import placement
 from dlscale.launch.failures import describe_group_failure
 from dlscale.launch.records import read_parts
 from dlscale.runners.plan import LaunchContext

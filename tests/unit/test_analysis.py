@@ -1,4 +1,4 @@
-"""dlscale.analysis on hand-written events files with hand-computed answers."""
+"""dlscale.analysis.aggregate on hand-written events files with hand-computed answers."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from helpers.events import iteration, steady_run, write_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlscale import analysis, atomic, tables, verdicts
+from dlscale.analysis import aggregate, tables, verdicts
+from dlscale.base import atomic
 
 
 def one(runs: pd.DataFrame, run_id: str) -> pd.Series:
@@ -304,7 +305,7 @@ def test_no_events_files_gives_empty_tables() -> None:
     assert iterations.empty
     assert list(runs.columns) == list(tables.RUN_COLUMNS)
     assert list(iterations.columns) == list(tables.ITERATION_COLUMNS)
-    assert analysis.findings(runs).empty
+    assert aggregate.findings(runs).empty
 
 
 # --- findings ---------------------------------------------------------------------------------
@@ -356,7 +357,7 @@ def test_findings_pick_the_right_framework(tmp_path: Path) -> None:
         *comm_cell(tmp_path, "torch", 4, 0.21, 0.2),  # 1905/s, eff 0.952, share 0.048
     ]
     runs, _ = tables.load_events(paths)
-    table = analysis.findings(runs)
+    table = aggregate.findings(runs)
     assert list(table.columns) == list(verdicts.FINDINGS_COLUMNS)
     row = table.set_index("model").loc["lenet"]
     assert row["fastest_compute"] == "tensorflow"
@@ -401,7 +402,7 @@ def test_findings_ignore_failed_runs_and_self_baselines(tmp_path: Path) -> None:
         *comm_cell(tmp_path, "caffe", 4, 0.21, 0.2),
     ]
     runs, _ = tables.load_events(paths)
-    row = analysis.findings(runs).set_index("model").loc["lenet"]
+    row = aggregate.findings(runs).set_index("model").loc["lenet"]
     assert row["fastest_compute"] == "torch"
     assert row["best_scaling"] == "torch"
     assert row["best_scaling_efficiency"] == pytest.approx(0.8)
@@ -411,7 +412,7 @@ def test_findings_ignore_failed_runs_and_self_baselines(tmp_path: Path) -> None:
 def test_one_node_count_cannot_answer_scaling(tmp_path: Path) -> None:
     paths = [comm_run(tmp_path, "torch", 2, 0.25, 0.2), comm_run(tmp_path, "torch", 2, 0.25, 0.2, repeat=1)]
     runs, _ = tables.load_events(paths)
-    row = analysis.findings(runs).iloc[0]
+    row = aggregate.findings(runs).iloc[0]
     assert row["fastest_compute"] == "torch"  # a single framework still answers
     assert row["fastest_compute_throughput"] == pytest.approx(800.0)
     assert (
@@ -428,7 +429,7 @@ def test_one_repeat_per_cell_names_no_winner(tmp_path: Path) -> None:
     # no winner; the leader and runner-up are still reported.
     paths = [comm_run(tmp_path, "tensorflow", 1, 0.1, 0.1), comm_run(tmp_path, "torch", 1, 0.5, 0.5)]
     runs, _ = tables.load_events(paths)
-    row = analysis.findings(runs).iloc[0]
+    row = aggregate.findings(runs).iloc[0]
     assert row["fastest_compute"] == "no clear winner"
     assert row["fastest_compute_leader"] == "tensorflow"
     assert row["fastest_compute_runner_up"] == "torch"
@@ -442,7 +443,7 @@ def test_findings_single_rank_and_all_failed(tmp_path: Path) -> None:
         write_run(tmp_path, [], model="alexnet", status="failed", reason="timeout"),
     ]
     runs, _ = tables.load_events(paths)
-    table = analysis.findings(runs).set_index("model")
+    table = aggregate.findings(runs).set_index("model")
     assert table.loc["lenet", "best_communication"] == "n/a (needs > 1 rank)"
     assert table.loc["alexnet", "fastest_compute"] == "n/a (no ok runs)"
     assert table.loc["alexnet", "best_scaling"] == "n/a (no ok runs)"
@@ -506,7 +507,7 @@ def test_one_rank_communication_is_flagged_as_fixed_overhead(tmp_path: Path) -> 
 
 def test_aggregate_is_independent_of_input_order(tmp_path: Path) -> None:
     paths = [*comm_cell(tmp_path, "torch", 1, 0.2, 0.2), *comm_cell(tmp_path, "torch", 2, 0.25, 0.2)]
-    forward, backward = analysis.aggregate(paths), analysis.aggregate(list(reversed(paths)))
+    forward, backward = aggregate.aggregate(paths), aggregate.aggregate(list(reversed(paths)))
     for name in ("runs", "iterations", "cells", "findings", "claims"):
         pd.testing.assert_frame_equal(getattr(forward, name), getattr(backward, name))
 
@@ -516,7 +517,7 @@ def test_aggregate_is_independent_of_input_order(tmp_path: Path) -> None:
 
 def test_write_tables_atomically_and_readably(tmp_path: Path, two_rank_run: Path) -> None:
     runs, iterations = tables.load_events([two_rank_run])
-    table = analysis.findings(runs)
+    table = aggregate.findings(runs)
     out = tmp_path / "results"
     targets = {
         "runs_csv": out / "runs.csv",
@@ -526,7 +527,7 @@ def test_write_tables_atomically_and_readably(tmp_path: Path, two_rank_run: Path
     }
     (out).mkdir()
     targets["runs_csv"].write_text("old\n")
-    analysis.write_tables(runs, iterations, table, **targets)
+    aggregate.write_tables(runs, iterations, table, **targets)
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in targets.values())  # no temp files
     csv = pd.read_csv(targets["runs_csv"])
     assert list(csv.columns) == list(tables.RUN_COLUMNS)
@@ -545,10 +546,10 @@ def test_write_tables_keeps_the_old_file_when_writing_fails(tmp_path: Path, two_
     old.write_bytes(b"old")
     bad = iterations.assign(step_s=[object()] * len(iterations))  # parquet cannot write this
     with pytest.raises(ValueError, match="object"):  # pyarrow's ArrowInvalid
-        analysis.write_tables(
+        aggregate.write_tables(
             runs,
             bad,
-            analysis.findings(runs),
+            aggregate.findings(runs),
             runs_csv=tmp_path / "runs.csv",
             runs_parquet=tmp_path / "runs.parquet",
             iterations_parquet=tmp_path / "iterations.parquet",
@@ -670,7 +671,7 @@ def test_findings_answer_each_network_apart(tmp_path: Path) -> None:
         *comm_cell(tmp_path, "caffe", 2, 0.4, 0.2, network="emulated-100mbe"),  # eff 0.5
     ]
     runs, _ = tables.load_events(paths)
-    table = analysis.findings(runs)
+    table = aggregate.findings(runs)
     assert list(table["network"]) == ["host", "emulated-100mbe"]  # the host first
     by_network = table.set_index("network")
     assert by_network.loc["host", "best_scaling"] == "torch"

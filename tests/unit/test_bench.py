@@ -22,7 +22,7 @@ from dlscale.thresholds import HARNESS_RATIO, threshold
 
 
 def test_summarize_is_dlscale_stats_interval_and_drops_failed_repeats():
-    from dlscale.stats import median_interval
+    from dlscale.analysis.stats import median_interval
 
     s = stats.summarize([3.0, 1.0, float("nan"), 2.0, 10.0, None])
     assert (s.median, s.low, s.high, s.n) == (2.5, 1.0, 10.0, 4)  # up to 5 repeats: the range
@@ -239,17 +239,18 @@ def test_comm_table_ratios_against_tcp_and_mpi():
 
 @pytest.mark.parametrize("runs", [100, 1000, 10000])
 def test_generated_studies_have_exactly_the_asked_runs(runs, schema):
-    from dlscale import study
+    from dlscale.study import matrix
 
     config = workflow_scale.study_of_size(runs, "/nonexistent/envs")
-    validated = study.validate_config(config, schema, REPO)
-    assert len(study.expand_runs(validated)) == runs
+    validated = matrix.validate_config(config, schema, REPO)
+    assert len(matrix.expand_runs(validated)) == runs
     with pytest.raises(ValueError):
         workflow_scale.study_of_size(101, "x")
 
 
 def test_synthetic_events_aggregate_as_ok_runs(tmp_path):
-    from dlscale import catalog, tables
+    from dlscale import catalog
+    from dlscale.analysis import tables
 
     paths = workflow_scale.write_synthetic_study(tmp_path, runs=20)
     assert len(paths) == 20

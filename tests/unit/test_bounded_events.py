@@ -17,18 +17,18 @@ from helpers.events import iteration, run_start
 from helpers.paths import REPO
 
 from dlscale import events
+from dlscale.analysis.readevents import read_run
+from dlscale.analysis.tables import load_study
 from dlscale.events import MAX_LINE_CHARS, EventError, check_file, read_numbered
-from dlscale.readevents import read_run
-from dlscale.tables import load_study
 
 #: Aggregates a tiny run first (every import and first-use allocation done), then the big one:
 #: the difference of the two high-water marks is what the big file cost.
 PROBE = """
 import json, resource, sys
-from dlscale import analysis
-analysis.main([sys.argv[3], "--out", sys.argv[4]])
+from dlscale.analysis import aggregate
+aggregate.main([sys.argv[3], "--out", sys.argv[4]])
 warm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-code = analysis.main([sys.argv[1], "--out", sys.argv[2]])
+code = aggregate.main([sys.argv[1], "--out", sys.argv[2]])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"code": code, "warm_kib": warm, "peak_kib": peak}))
 """

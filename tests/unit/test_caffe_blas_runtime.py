@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from dlscale.analysis.tables import run_versions
 from dlscale.launch import records
 from dlscale.runners.caffe import blas
-from dlscale.tables import run_versions
 
 
 def fake_debian(root: Path, name: str) -> Path:

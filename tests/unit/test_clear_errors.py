@@ -1,8 +1,8 @@
 """Clear errors where a traceback showed (issue 33, item 5).
 
 A full disk during aggregation ends in one line naming the table being written, with every
-old table intact (``dlscale.atomic.WriteError``); a Snakemake lock left by a killed
-invocation is named, with the command that clears it (``dlscale.preflight``).
+old table intact (``dlscale.base.atomic.WriteError``); a Snakemake lock left by a killed
+invocation is named, with the command that clears it (``dlscale.study.preflight``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import yaml
 from helpers.events import steady_run
 from helpers.paths import REPO
 
-from dlscale import analysis, atomic, preflight
+from dlscale.analysis import aggregate
+from dlscale.base import atomic
+from dlscale.study import preflight
 
 # --- a full disk ------------------------------------------------------------------------------
 
@@ -39,10 +41,10 @@ def _full_after(nbytes: int, code: int = errno.ENOSPC) -> Callable[..., None]:
     return write
 
 
-def _tables() -> analysis.Tables:
+def _tables() -> aggregate.Tables:
     runs = pd.DataFrame({"run_id": ["torch/lenet/n1x1/b64/r0"], "throughput": [64.0]})
     empty = pd.DataFrame({"x": []})
-    return analysis.Tables(runs, empty, empty, empty, empty)
+    return aggregate.Tables(runs, empty, empty, empty, empty)
 
 
 def _old_tables(out: Path) -> dict[str, Path]:
@@ -64,7 +66,7 @@ def test_a_full_disk_names_the_table_and_keeps_every_old_one(
     targets = _old_tables(tmp_path / "results")
     monkeypatch.setattr(pd.DataFrame, "to_csv", _full_after(4096, code))
     with pytest.raises(atomic.WriteError) as err:
-        analysis.write_outputs(_tables(), targets)
+        aggregate.write_outputs(_tables(), targets)
     message = str(err.value)
     assert message.startswith(f"cannot write {targets['runs_csv']}: the file system is full")
     assert os.strerror(code) in message and "left as it was" in message
@@ -92,7 +94,7 @@ def test_a_full_disk_at_the_last_table_leaves_the_first_ones_old_too(
     with pytest.raises(
         atomic.WriteError, match=f"cannot write {targets['findings_csv']}: the file system is full"
     ):
-        analysis.write_outputs(_tables(), targets)
+        aggregate.write_outputs(_tables(), targets)
     for name, path in targets.items():
         assert path.read_text() == f"old {name}\n"
     assert not [p for p in targets["runs_csv"].parent.iterdir() if p.name.startswith(".")]
@@ -131,7 +133,7 @@ def test_the_aggregation_command_ends_in_one_line(
     out.mkdir()
     (out / "runs.parquet").write_bytes(b"old")
     monkeypatch.setattr(pd.DataFrame, "to_parquet", _full_after(100))
-    assert analysis.main([str(tmp_path / "runs"), "--out", str(out)]) == 1
+    assert aggregate.main([str(tmp_path / "runs"), "--out", str(out)]) == 1
     said = capsys.readouterr().err.strip().splitlines()
     assert said == [
         f"python -m dlscale.analysis: cannot write {out / 'runs.parquet'}: the file system is full"

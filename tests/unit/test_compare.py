@@ -1,4 +1,4 @@
-"""Studies compared cell by cell (dlscale.compare): the rules of a change, and the CLI on the
+"""Studies compared cell by cell (dlscale.compare.comparison): the rules of a change, and the CLI on the
 golden study (tests/data/golden, aggregated as tests/unit/test_golden.py does) against copies
 of it whose events were changed in a stated way:
 
@@ -34,10 +34,13 @@ from helpers.paths import REPO, SCHEMA
 from helpers.verify_study import make_archive
 from helpers.verify_study import make_study as make_verify_study
 
-from dlscale import analysis, compare, compare_page, compare_studies
+from dlscale.analysis import aggregate
+from dlscale.analysis.stats import BOOTSTRAP, RANGE_RATIO_LOW_N, Interval
+from dlscale.compare import comparison
+from dlscale.compare import page as compare_page
+from dlscale.compare import studies as compare_studies
 from dlscale.outputs import COMPARE_FILES
-from dlscale.stats import BOOTSTRAP, RANGE_RATIO_LOW_N, Interval
-from dlscale.study import ConfigError, load_schema, validate_config
+from dlscale.study.matrix import ConfigError, load_schema, validate_config
 
 GOLDEN_RUNS = REPO / "tests" / "data" / "golden" / "runs"
 Event = dict[str, Any]
@@ -55,8 +58,8 @@ def make_study(root: Path, change: Callable[[Event], None] | None = None) -> Pat
                 change(event)
             path.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events))
     with contextlib.chdir(results):
-        paths = analysis.find_events("runs")
-        analysis.write_outputs(analysis.aggregate(paths), dict(analysis.OUTPUT_FILES))
+        paths = aggregate.find_events("runs")
+        aggregate.write_outputs(aggregate.aggregate(paths), dict(aggregate.OUTPUT_FILES))
     return root
 
 
@@ -105,7 +108,7 @@ def studies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
-    code = compare.main([str(a) for a in args])
+    code = comparison.main([str(a) for a in args])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -114,7 +117,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int,
 
 
 def test_each_metric_declares_which_direction_is_better() -> None:
-    better = {m.name: m.higher_is_better for m in compare.METRICS}
+    better = {m.name: m.higher_is_better for m in comparison.METRICS}
     assert better == {
         "throughput": True,
         "exposed_comm_share": False,
@@ -126,60 +129,60 @@ def test_each_metric_declares_which_direction_is_better() -> None:
 @pytest.mark.parametrize(
     ("interval", "p_value", "higher", "change"),
     [
-        (Interval(1.1, 0.95, 1.2, BOOTSTRAP), 0.001, True, compare.NO_CHANGE),  # spans 1
-        (Interval(1.1, 1.05, 1.2, BOOTSTRAP), 0.001, True, compare.IMPROVED),
-        (Interval(1.1, 1.05, 1.2, BOOTSTRAP), 0.001, False, compare.REGRESSED),  # a larger share is worse
-        (Interval(0.8, 0.7, 0.9, BOOTSTRAP), 0.001, True, compare.REGRESSED),
-        (Interval(0.8, 0.7, 0.9, BOOTSTRAP), 0.2, True, compare.NO_CHANGE),  # the test does not reject
+        (Interval(1.1, 0.95, 1.2, BOOTSTRAP), 0.001, True, comparison.NO_CHANGE),  # spans 1
+        (Interval(1.1, 1.05, 1.2, BOOTSTRAP), 0.001, True, comparison.IMPROVED),
+        (Interval(1.1, 1.05, 1.2, BOOTSTRAP), 0.001, False, comparison.REGRESSED),  # a larger share is worse
+        (Interval(0.8, 0.7, 0.9, BOOTSTRAP), 0.001, True, comparison.REGRESSED),
+        (Interval(0.8, 0.7, 0.9, BOOTSTRAP), 0.2, True, comparison.NO_CHANGE),  # the test does not reject
         # 2 against 2 repeats: a range that excludes 1 by chance one time in three, no test.
-        (Interval(0.8, 0.7, 0.9, RANGE_RATIO_LOW_N, 0.25), 0.33, False, compare.NO_CHANGE),
-        (Interval(0.8, 0.7, 0.9, RANGE_RATIO_LOW_N, 0.25), float("nan"), False, compare.NO_CHANGE),
+        (Interval(0.8, 0.7, 0.9, RANGE_RATIO_LOW_N, 0.25), 0.33, False, comparison.NO_CHANGE),
+        (Interval(0.8, 0.7, 0.9, RANGE_RATIO_LOW_N, 0.25), float("nan"), False, comparison.NO_CHANGE),
         # No rank test (efficiency): a 95 % bootstrap interval decides alone.
-        (Interval(0.8, 0.7, 0.9, BOOTSTRAP, 0.95), float("nan"), False, compare.IMPROVED),
-        (Interval(2.0, float("nan"), float("nan"), "single run"), float("nan"), True, compare.NO_CHANGE),
+        (Interval(0.8, 0.7, 0.9, BOOTSTRAP, 0.95), float("nan"), False, comparison.IMPROVED),
+        (Interval(2.0, float("nan"), float("nan"), "single run"), float("nan"), True, comparison.NO_CHANGE),
     ],
 )
 def test_a_change_is_named_only_when_the_interval_excludes_1_and_the_test_rejects(
     interval: Interval, p_value: float, higher: bool, change: str
 ) -> None:
-    assert compare.decide_change(interval, p_value, higher, floor=0.0) == change
+    assert comparison.decide_change(interval, p_value, higher, floor=0.0) == change
 
 
 @pytest.mark.parametrize(
     ("interval", "change"),
     [
-        (Interval(1.1, 1.04, 1.2, BOOTSTRAP), compare.NO_CHANGE),  # reaches into 1 + 0.05
-        (Interval(1.3, 1.06, 1.4, BOOTSTRAP), compare.IMPROVED),
-        (Interval(0.85, 0.8, 0.95, BOOTSTRAP), compare.REGRESSED),  # wholly below 1 / 1.05 = 0.952
-        (Interval(0.93, 0.88, 0.96, BOOTSTRAP), compare.NO_CHANGE),
+        (Interval(1.1, 1.04, 1.2, BOOTSTRAP), comparison.NO_CHANGE),  # reaches into 1 + 0.05
+        (Interval(1.3, 1.06, 1.4, BOOTSTRAP), comparison.IMPROVED),
+        (Interval(0.85, 0.8, 0.95, BOOTSTRAP), comparison.REGRESSED),  # wholly below 1 / 1.05 = 0.952
+        (Interval(0.93, 0.88, 0.96, BOOTSTRAP), comparison.NO_CHANGE),
     ],
 )
 def test_a_change_must_clear_the_between_study_noise_floor(interval: Interval, change: str) -> None:
-    assert compare.COMPARE_NOISE_FLOOR == 0.05
-    assert compare.decide_change(interval, 0.001, True) == change
-    note = compare.why_no_change(interval, 0.001, 6, 6)
-    assert (note is not None and "noise floor 1 +/- 0.05" in note) == (change == compare.NO_CHANGE)
+    assert comparison.COMPARE_NOISE_FLOOR == 0.05
+    assert comparison.decide_change(interval, 0.001, True) == change
+    note = comparison.why_no_change(interval, 0.001, 6, 6)
+    assert (note is not None and "noise floor 1 +/- 0.05" in note) == (change == comparison.NO_CHANGE)
 
 
 def test_the_rank_test_is_exact_and_cannot_reject_with_three_repeats_a_side() -> None:
     # Complete separation: the exact two-sided p-value is 2 / C(n1 + n2, n1).
-    assert compare.rank_test([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1) == compare.smallest_p(3, 3)
-    assert compare.rank_test([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
-    assert compare.smallest_p(2, 2) == pytest.approx(1 / 3)
-    assert np.isnan(compare.rank_test([1.0], [2.0, 3.0]))
-    assert compare.rank_test([1.0] * 6, [1.0] * 6) == 1.0
-    note = compare.why_no_change(Interval(2.0, 1.5, 2.5, RANGE_RATIO_LOW_N, 0.56), 0.1, 3, 3)
+    assert comparison.rank_test([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1) == comparison.smallest_p(3, 3)
+    assert comparison.rank_test([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
+    assert comparison.smallest_p(2, 2) == pytest.approx(1 / 3)
+    assert np.isnan(comparison.rank_test([1.0], [2.0, 3.0]))
+    assert comparison.rank_test([1.0] * 6, [1.0] * 6) == 1.0
+    note = comparison.why_no_change(Interval(2.0, 1.5, 2.5, RANGE_RATIO_LOW_N, 0.56), 0.1, 3, 3)
     assert note is not None and "3 against 3 repeats cannot reject" in note
 
 
 def test_efficiency_is_a_ratio_of_ratios_from_the_four_cells() -> None:
     cell, base = np.array([16.0, 18, 20, 16, 18, 20]), np.array([10.0, 11, 12, 10, 11, 12])
-    same = compare.efficiency_ratio_interval(cell, base, cell, base)
+    same = comparison.efficiency_ratio_interval(cell, base, cell, base)
     assert same.method == BOOTSTRAP and same.value == 1.0 and same.low < 1.0 < same.high
     # NEW's baseline twice as fast, its cell as fast as BASE's: efficiency halved.
-    half = compare.efficiency_ratio_interval(cell, 2 * base, cell, base)
+    half = comparison.efficiency_ratio_interval(cell, 2 * base, cell, base)
     assert half.value == pytest.approx(0.5) and half.high < 1.0
-    low_n = compare.efficiency_ratio_interval(
+    low_n = comparison.efficiency_ratio_interval(
         np.array([4.0, 5]), np.array([2.0, 2.5]), np.array([2.0, 3]), np.array([1.0, 2])
     )
     # [min/max / (max/min), max/min / (min/max)] over the two studies' cells and baselines.
@@ -192,20 +195,20 @@ def test_efficiency_is_a_ratio_of_ratios_from_the_four_cells() -> None:
 
 
 def test_the_ratio_uses_the_verdicts_intervals() -> None:
-    metric = compare.METRIC_BY_NAME["throughput"]
-    six = compare.compare_metric(
+    metric = comparison.METRIC_BY_NAME["throughput"]
+    six = comparison.compare_metric(
         np.array([10, 11, 12, 10, 11, 12.0]), np.array([20, 22, 24, 20, 22, 24.0]), metric
     )
     assert six is not None
     assert six["interval"] == BOOTSTRAP and six["coverage"] == 0.95
-    assert six["ratio"] == pytest.approx(2.0) and six["change"] == compare.IMPROVED
-    two = compare.compare_metric(np.array([10, 12.0]), np.array([20, 24.0]), metric)
+    assert six["ratio"] == pytest.approx(2.0) and six["change"] == comparison.IMPROVED
+    two = comparison.compare_metric(np.array([10, 12.0]), np.array([20, 24.0]), metric)
     assert two is not None
     # The conservative range ratio [min(new)/max(base), max(new)/min(base)], 50 % x 50 %.
     assert (two["interval"], two["ratio_lower"], two["ratio_upper"]) == (RANGE_RATIO_LOW_N, 20 / 12, 24 / 10)
     assert two["coverage"] == 0.25 and two["p_value"] == pytest.approx(1 / 3)
-    assert two["change"] == compare.NO_CHANGE and "more repeats needed" in two["note"]
-    assert compare.compare_metric(np.array([0.0, 0.0]), np.array([1.0, 1.0]), metric) is None
+    assert two["change"] == comparison.NO_CHANGE and "more repeats needed" in two["note"]
+    assert comparison.compare_metric(np.array([0.0, 0.0]), np.array([1.0, 1.0]), metric) is None
 
 
 def test_the_table_schema_is_read_from_the_columns() -> None:
@@ -213,18 +216,20 @@ def test_the_table_schema_is_read_from_the_columns() -> None:
     assert compare_studies.table_schema(runs) == 2
     legacy = runs.drop(columns=["dataset", "network", "exposed_comm_share"])
     assert compare_studies.table_schema(legacy) == 1
-    with pytest.raises(compare.CompareError, match="incompatible table schema: no column.s. throughput"):
+    with pytest.raises(comparison.CompareError, match="incompatible table schema: no column.s. throughput"):
         compare_studies.table_schema(runs.drop(columns=["throughput"]))
-    with pytest.raises(compare.CompareError, match="schema version 99"):
+    with pytest.raises(comparison.CompareError, match="schema version 99"):
         compare_studies.table_schema(runs.assign(schema_version=99))
     assert compare_studies.table_schema(runs.assign(schema_version=2)) == 2
 
 
 def test_verdict_changes_are_put_in_words() -> None:
-    assert compare.what_changed("tensorflow", "bigdl") == "different winner: tensorflow -> bigdl"
-    assert compare.what_changed("no clear winner", "torch") == "winner torch where there was no clear winner"
-    assert compare.what_changed("torch", "no clear winner") == "torch no longer wins"
-    assert compare.what_changed("contradicted", "reproduced") == "claim contradicted -> reproduced"
+    assert comparison.what_changed("tensorflow", "bigdl") == "different winner: tensorflow -> bigdl"
+    assert (
+        comparison.what_changed("no clear winner", "torch") == "winner torch where there was no clear winner"
+    )
+    assert comparison.what_changed("torch", "no clear winner") == "torch no longer wins"
+    assert comparison.what_changed("contradicted", "reproduced") == "claim contradicted -> reproduced"
 
 
 # --- the CLI on real tables -------------------------------------------------------------------
@@ -234,12 +239,12 @@ def test_the_same_study_twice_shows_no_change(studies: dict[str, Path], tmp_path
     out = tmp_path / "cmp"
     code, stdout, err = run_cli(capsys, studies["base"], studies["same"] / "results", "--out", out)
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == sorted(compare.OUTPUT_FILES.values())
+    assert sorted(p.name for p in out.iterdir()) == sorted(comparison.OUTPUT_FILES.values())
     table = pd.read_csv(out / "comparison.csv")
-    assert list(table.columns) == list(compare.COMPARISON_COLUMNS)
+    assert list(table.columns) == list(comparison.COMPARISON_COLUMNS)
     # 20 cells (the contended TensorFlow run is left out of its cell, as in the verdicts).
     assert table["cell"].nunique() == 20
-    assert set(table["change"]) == {compare.NO_CHANGE}
+    assert set(table["change"]) == {comparison.NO_CHANGE}
     assert np.allclose(table["ratio"], 1.0)
     assert pd.read_csv(out / "verdict_changes.csv").empty
     assert pd.read_csv(out / "differences.csv").empty
@@ -260,13 +265,13 @@ def test_one_framework_made_faster_changes_only_that_framework(
     # LeNet has 6 repeats a side: a bootstrap interval and a rank test that rejects.
     lenet = bigdl[bigdl["model"].eq("lenet")]
     assert set(lenet["interval"]) == {BOOTSTRAP} and (lenet["p_value"] < 0.05).all()
-    assert set(lenet["change"]) == {compare.IMPROVED}
+    assert set(lenet["change"]) == {comparison.IMPROVED}
     # The AutoEncoder has 2 a side: the range excludes 1, but no test could reject.
     autoencoder = bigdl[bigdl["model"].eq("autoencoder")]
-    assert (autoencoder["ratio_lower"] > 1).all() and set(autoencoder["change"]) == {compare.NO_CHANGE}
+    assert (autoencoder["ratio_lower"] > 1).all() and set(autoencoder["change"]) == {comparison.NO_CHANGE}
     assert autoencoder["note"].str.contains("2 against 2 repeats cannot reject").all()
     others = table[table["framework"].ne("bigdl") | table["metric"].ne("throughput")]
-    assert set(others["change"]) == {compare.NO_CHANGE}
+    assert set(others["change"]) == {comparison.NO_CHANGE}
 
 
 def test_a_changed_winner_is_listed(studies: dict[str, Path], tmp_path: Path, capsys) -> None:
@@ -422,7 +427,7 @@ def test_an_archive_is_verified_then_compared(archived, tmp_path: Path, capsys) 
     code, stdout, err = run_cli(capsys, archive, archive.parent, "--out", out)
     assert code == 0, err
     table = pd.read_csv(out / "comparison.csv")
-    assert not table.empty and set(table["change"]) == {compare.NO_CHANGE}
+    assert not table.empty and set(table["change"]) == {comparison.NO_CHANGE}
     assert "verified: every checksum and table matches" in (out / "comparison.html").read_text()
 
 
@@ -449,7 +454,7 @@ def test_the_config_key_compare_with_must_name_an_existing_study(studies, tmp_pa
 
 def test_the_rule_writes_the_files_the_cli_writes() -> None:
     """rules/analysis.smk declares outputs.COMPARE_FILES; the CLI writes the same names."""
-    assert compare.OUTPUT_FILES is COMPARE_FILES
+    assert comparison.OUTPUT_FILES is COMPARE_FILES
     rules = (REPO / "rules" / "analysis.smk").read_text()
     assert "rule compare:" in rules and "COMPARE_FILES.items()" in rules
     assert "COMPARE_TARGETS" in (REPO / "Snakefile").read_text()
@@ -473,23 +478,25 @@ def test_an_independent_repeat_of_the_study_changes_few_cells(studies, tmp_path:
                 for repeat in range(6 if model == "lenet" else 2):
                     make_runs.write(framework, model, nodes, repeat, rng)
     with contextlib.chdir(other / "results"):
-        analysis.write_outputs(analysis.aggregate(analysis.find_events("runs")), dict(analysis.OUTPUT_FILES))
+        aggregate.write_outputs(
+            aggregate.aggregate(aggregate.find_events("runs")), dict(aggregate.OUTPUT_FILES)
+        )
     code, _, err = run_cli(capsys, studies["base"], other, "--out", tmp_path / "cmp")
     assert code == 0, err
     unmatched = pd.read_csv(tmp_path / "cmp" / "unmatched.csv")
     assert set(unmatched["network"]) == {"emulated-1gbe"} and set(unmatched["only_in"]) == {"base"}
     table = pd.read_csv(tmp_path / "cmp" / "comparison.csv")
-    changed = table[table["change"].ne(compare.NO_CHANGE)]
+    changed = table[table["change"].ne(comparison.NO_CHANGE)]
     assert len(changed) <= 0.1 * len(table), changed[["cell", "metric", "ratio", "p_value"]]
     assert (abs(changed["ratio"] - 1) < 0.05).all()
 
 
 def test_a_shorter_time_to_target_is_an_improvement() -> None:
-    metric = compare.METRIC_BY_NAME["time_to_target_s"]
+    metric = comparison.METRIC_BY_NAME["time_to_target_s"]
     base, new = np.array([100.0, 102, 104, 101, 103, 105]), np.array([80.0, 81, 82, 83, 84, 85])
-    row = compare.compare_metric(base, new, metric)
+    row = comparison.compare_metric(base, new, metric)
     assert row is not None and row["better"] == "lower" and row["ratio"] < 1
-    assert row["change"] == compare.IMPROVED
+    assert row["change"] == comparison.IMPROVED
 
 
 def test_the_page_ranks_the_frameworks_per_set_up() -> None:
@@ -510,7 +517,7 @@ def test_the_module_runs_as_a_command(studies: dict[str, Path], tmp_path: Path) 
         [
             sys.executable,
             "-m",
-            "dlscale.compare",
+            "dlscale.compare.comparison",
             str(studies["base"]),
             str(studies["base"]),
             "--out",

@@ -1,6 +1,6 @@
 """One value for every model (issue 33, item 7): ``iterations: 30`` as well as a map.
 
-The per-model keys that take one value are the schema's (``dlscale.study.per_model_keys``);
+The per-model keys that take one value are the schema's (``dlscale.study.matrix.per_model_keys``);
 the value becomes the map of every model before defaults are filled, so the runs, their
 ids and their spec hashes are those of the same map written out.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dlscale import catalog
-from dlscale.study import ConfigError, expand_runs, per_model_keys, run_spec, validate_config
+from dlscale.study.matrix import ConfigError, expand_runs, per_model_keys, run_spec, validate_config
 
 #: The keys that take one value for every model, and one such value of each.
 ONE_VALUE = {"batch_per_rank": 32, "global_batch": 64, "iterations": 30, "learning_rate": 0.05}

@@ -1,10 +1,10 @@
-"""dlscale.contention: the arithmetic on synthetic /proc/stat snapshots, and the probe's API."""
+"""dlscale.host.contention: the arithmetic on synthetic /proc/stat snapshots, and the probe's API."""
 
 from __future__ import annotations
 
 import pytest
 
-from dlscale import contention
+from dlscale.host import contention
 
 HZ = 100.0
 

@@ -15,9 +15,10 @@ import pytest
 from helpers.events import iteration, run_start
 from helpers.markup import BREAKOUT, CHROMIUM, HOSTILE, IMG, NO_CHROMIUM, SVG, browser_dom, live_markup
 
-from dlscale import analysis, figures
+from dlscale.analysis import aggregate
 from dlscale.events import write_atomic
-from dlscale.quality_figures import QUALITY_FIGURES, make_quality_figures
+from dlscale.figures import charts
+from dlscale.figures.quality import QUALITY_FIGURES, make_quality_figures
 
 
 def _hostile_study(root: Path) -> list[Path]:
@@ -43,16 +44,16 @@ def _hostile_study(root: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[analysis.Tables, list[Path]]:
+def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[aggregate.Tables, list[Path]]:
     root = tmp_path_factory.mktemp("hostile")
-    tables = analysis.aggregate(_hostile_study(root / "runs"))
+    tables = aggregate.aggregate(_hostile_study(root / "runs"))
     out = root / "figures"
 
     def paths_of(names: tuple[str, ...]) -> dict[str, dict[str, str]]:
         return {name: {fmt: str(out / f"{name}.{fmt}") for fmt in ("html", "svg")} for name in names}
 
-    study, learned = paths_of(figures.STUDY_FIGURES), paths_of(QUALITY_FIGURES)
-    figures.make_figures(tables.runs, tables.iterations, study)
+    study, learned = paths_of(charts.STUDY_FIGURES), paths_of(QUALITY_FIGURES)
+    charts.make_figures(tables.runs, tables.iterations, study)
     make_quality_figures(tables.runs, tables.cells, tables.evals, learned)
     # A chart that shows the run strings themselves (title, axis, tooltip): the figures above
     # show few of them today, every later figure goes through the same writer.
@@ -64,12 +65,12 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[analysis.Tables, li
         .encode(x="throughput:Q", y="hosts:N", tooltip=["run_id", "hosts", "versions", "settings", "reason"])
     )
     for fmt in ("html", "svg"):
-        figures.save_chart(chart, out / f"strings.{fmt}")
+        charts.save_chart(chart, out / f"strings.{fmt}")
     written = sorted(out.iterdir())
     return tables, written
 
 
-def test_the_run_strings_reach_the_tables_as_given(drawn: tuple[analysis.Tables, list[Path]]) -> None:
+def test_the_run_strings_reach_the_tables_as_given(drawn: tuple[aggregate.Tables, list[Path]]) -> None:
     tables, _ = drawn
     runs = tables.runs
     assert IMG in runs["hosts"].iat[0] and SVG in runs["versions"].iat[0]
@@ -77,7 +78,7 @@ def test_the_run_strings_reach_the_tables_as_given(drawn: tuple[analysis.Tables,
 
 
 def test_no_page_or_figure_makes_an_element_from_a_run_string(
-    drawn: tuple[analysis.Tables, list[Path]],
+    drawn: tuple[aggregate.Tables, list[Path]],
 ) -> None:
     _, written = drawn
     assert {p.suffix for p in written} == {".html", ".svg"} and len(written) >= 10
@@ -89,7 +90,7 @@ def test_no_page_or_figure_makes_an_element_from_a_run_string(
 
 def test_the_html_writer_keeps_a_script_end_inside_its_data(tmp_path: Path) -> None:
     chart = alt.Chart(pd.DataFrame({"x": [1], "h": [BREAKOUT]})).mark_point().encode(x="x", tooltip="h")
-    figures.save_chart(chart, tmp_path / "c.html")
+    charts.save_chart(chart, tmp_path / "c.html")
     text = (tmp_path / "c.html").read_text(encoding="utf-8")
     assert BREAKOUT not in text and "\\u003c/script\\u003e\\u003cimg src=x onerror=alert(1)\\u003e" in text
     # Unescaped, altair's own writer would have made the element (what this guards against).
@@ -99,7 +100,7 @@ def test_the_html_writer_keeps_a_script_end_inside_its_data(tmp_path: Path) -> N
 
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_a_browser_builds_no_element_from_a_run_string(
-    drawn: tuple[analysis.Tables, list[Path]], tmp_path: Path
+    drawn: tuple[aggregate.Tables, list[Path]], tmp_path: Path
 ) -> None:
     _, written = drawn
     pages = [p for p in written if p.name in ("strings.html", "throughput.html", "strings.svg")]

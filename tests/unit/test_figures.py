@@ -1,4 +1,4 @@
-"""dlscale.figures: every figure in every format, offline, from small tables."""
+"""dlscale.figures.charts: every figure in every format, offline, from small tables."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dlscale import figures, tables
+from dlscale.analysis import tables
 from dlscale.events import write_atomic
+from dlscale.figures import charts
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", re.IGNORECASE)
@@ -83,7 +84,7 @@ def write_run(
 
 def outputs(root: Path) -> dict[str, dict[str, str]]:
     return {
-        name: {fmt: str(root / f"{name}.{fmt}") for fmt in figures.FORMATS} for name in figures.STUDY_FIGURES
+        name: {fmt: str(root / f"{name}.{fmt}") for fmt in charts.FORMATS} for name in charts.STUDY_FIGURES
     }
 
 
@@ -126,7 +127,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, pd.Da
 def test_make_figures_writes_every_format(tmp_path: Path, study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     runs, iterations = study
     out = outputs(tmp_path)
-    figures.make_figures(runs, iterations, out)
+    charts.make_figures(runs, iterations, out)
     html = check_files(tmp_path, out)
     # ok runs are drawn, the failed one is not (it is in the table instead)
     assert "torch/lenet/n4x1/b32/r1" in html["throughput"]
@@ -142,7 +143,7 @@ def test_make_figures_with_zero_ok_runs(tmp_path: Path) -> None:
     runs, iterations = tables.load_events(paths)
     assert runs["status"].eq("failed").all()
     out = outputs(tmp_path / "figures")
-    figures.make_figures(runs, iterations, out)
+    charts.make_figures(runs, iterations, out)
     html = check_files(tmp_path / "figures", out)
     for name, text in html.items():
         assert "no successful runs" in text, name
@@ -151,13 +152,13 @@ def test_make_figures_with_zero_ok_runs(tmp_path: Path) -> None:
 def test_make_figures_with_no_runs_at_all(tmp_path: Path) -> None:
     runs, iterations = tables.load_events([])
     out = outputs(tmp_path)
-    figures.make_figures(runs, iterations, out)
+    charts.make_figures(runs, iterations, out)
     check_files(tmp_path, out)
 
 
 def test_breakdown_table_medians_and_unsplit_steps(study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     runs, _ = study
-    table = figures.breakdown_table(runs).set_index(["model", "framework", "nodes", "component"])
+    table = charts.breakdown_table(runs).set_index(["model", "framework", "nodes", "component"])
     assert table.loc[("lenet", "torch", 4, "compute"), "seconds"] == pytest.approx(0.10)
     assert table.loc[("lenet", "torch", 4, "exposed communication"), "seconds"] == pytest.approx(0.025)
     assert table.loc[("lenet", "caffe", 2, "step (not split)"), "seconds"] == pytest.approx(0.1)
@@ -171,8 +172,8 @@ def test_breakdown_shows_input_wait_only_where_recorded(
 ) -> None:
     runs, _ = study  # no run recorded input_s: all NaN, no input part, figure as before
     assert runs["input_s"].isna().all()
-    assert "input wait" not in set(figures.breakdown_table(runs)["component"])
-    assert "input wait on top" not in figures.breakdown_chart(runs).to_json()  # title as before
+    assert "input wait" not in set(charts.breakdown_table(runs)["component"])
+    assert "input wait on top" not in charts.breakdown_chart(runs).to_json()  # title as before
 
     root = tmp_path / "events"
     paths = [
@@ -181,21 +182,21 @@ def test_breakdown_shows_input_wait_only_where_recorded(
         write_run(root, "caffe", "lenet", 1, 0.08),  # no input_s: no input part
     ]
     runs, iterations = tables.load_events(paths)
-    table = figures.breakdown_table(runs).set_index(["framework", "component"])
+    table = charts.breakdown_table(runs).set_index(["framework", "component"])
     assert table.loc[("torch", "input wait"), "seconds"] == pytest.approx(0.03)
     order = table["order"]
     assert order[("torch", "input wait")] > order[("torch", "exposed communication")]  # on top
     assert table.loc[("tensorflow", "input wait"), "seconds"] == pytest.approx(0.005)
     assert ("caffe", "input wait") not in table.index
     out = outputs(tmp_path / "figures")
-    figures.make_figures(runs, iterations, out)
+    charts.make_figures(runs, iterations, out)
     html = check_files(tmp_path / "figures", out)
     assert "input wait" in html["breakdown"] and "step (not split)" in html["breakdown"]
 
 
 def test_loss_table_is_rank0_median_over_repeats(study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     runs, iterations = study
-    table = figures.loss_table(runs, iterations).set_index(["model", "framework", "nodes", "iteration"])
+    table = charts.loss_table(runs, iterations).set_index(["model", "framework", "nodes", "iteration"])
     # repeats 0 and 1 have loss 2.3/(1+i) and 2.3/(2+i): the median is their mean
     want = (2.3 / 1 + 2.3 / 2) / 2
     assert table.loc[("lenet", "torch", 2, 0), "loss"] == pytest.approx(want)  # warm-up kept
@@ -204,7 +205,7 @@ def test_loss_table_is_rank0_median_over_repeats(study: tuple[pd.DataFrame, pd.D
 
 
 def test_loss_table_thins_long_curves() -> None:
-    n = 3 * figures.MAX_LOSS_POINTS + 7
+    n = 3 * charts.MAX_LOSS_POINTS + 7
     runs = pd.DataFrame(
         {
             "run_id": ["r"],
@@ -223,8 +224,8 @@ def test_loss_table_thins_long_curves() -> None:
     iterations = pd.DataFrame(
         {"run_id": "r", "model": "lenet", "framework": "torch", "nodes": 1, "rank": 0, "iteration": range(n)}
     ).assign(loss=lambda d: 1.0 / (1 + d["iteration"]))
-    table = figures.loss_table(runs, iterations)
-    assert len(table) <= figures.MAX_LOSS_POINTS + 1
+    table = charts.loss_table(runs, iterations)
+    assert len(table) <= charts.MAX_LOSS_POINTS + 1
     assert table["iteration"].iloc[0] == 0
     assert table["iteration"].iloc[-1] == n - 1  # the end of the curve is kept
 
@@ -232,9 +233,9 @@ def test_loss_table_thins_long_curves() -> None:
 def test_bad_outputs_are_refused(tmp_path: Path, study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     runs, iterations = study
     with pytest.raises(KeyError, match="thruput"):
-        figures.make_figures(runs, iterations, {"thruput": {"png": str(tmp_path / "t.png")}})
+        charts.make_figures(runs, iterations, {"thruput": {"png": str(tmp_path / "t.png")}})
     with pytest.raises(ValueError, match=r"does not end in \.svg"):
-        figures.make_figures(runs, iterations, {"loss": {"svg": str(tmp_path / "loss.png")}})
+        charts.make_figures(runs, iterations, {"loss": {"svg": str(tmp_path / "loss.png")}})
 
 
 def chart_rows(chart: Any) -> list[dict[str, Any]]:
@@ -261,7 +262,7 @@ def test_scaling_figures_draw_intervals_and_mark_flagged_points(tmp_path: Path) 
     paths.append(write_run(root, "caffe", "lenet", 1, 0.3, compute=0.3, repeat=3, contention=busy))
     runs, iterations = tables.load_events(paths)
 
-    rows = chart_rows(figures.speedup_chart(runs))
+    rows = chart_rows(charts.speedup_chart(runs))
     cells = {row["cell"]: row for row in rows if row["kind"] == "cell"}
     torch = cells["torch/lenet/n2x1/b32"]
     assert torch["value"] == pytest.approx(2.5)
@@ -272,7 +273,7 @@ def test_scaling_figures_draw_intervals_and_mark_flagged_points(tmp_path: Path) 
     assert caffe["marker"] == "ok" and caffe["flag"] == ""
     assert caffe["value"] == pytest.approx(1.6)  # the contended 1-node run is not in the baseline
 
-    rows = chart_rows(figures.throughput_chart(runs))
+    rows = chart_rows(charts.throughput_chart(runs))
     cells = {row["cell"]: row for row in rows if row["kind"] == "cell"}
     base = cells["caffe/lenet/n1x1/b32"]
     assert (base["value"], base["low"], base["high"]) == pytest.approx((320, 320 / 1.02, 320 / 0.98))
@@ -280,9 +281,9 @@ def test_scaling_figures_draw_intervals_and_mark_flagged_points(tmp_path: Path) 
     busy_run = next(row for row in rows if row["run_id"] == "caffe/lenet/n1x1/b32/r3")
     assert busy_run["marker"] == "flagged" and busy_run["flag"].startswith("contended")
 
-    spec = json.dumps(figures.speedup_chart(runs).to_dict())
+    spec = json.dumps(charts.speedup_chart(runs).to_dict())
     assert '"rule"' in spec and '"triangle-up"' in spec  # interval bars, flagged shape
     out = outputs(tmp_path / "figures")
-    figures.make_figures(runs, iterations, out)
+    charts.make_figures(runs, iterations, out)
     html = check_files(tmp_path / "figures", out)
     assert "superlinear" in html["speedup"] and "contended" in html["throughput"]

@@ -24,7 +24,7 @@ TABLES = ("runs.csv", "cells.csv", "findings.csv", "claims.csv")
 def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("golden")
     proc = subprocess.run(
-        [sys.executable, "-m", "dlscale.analysis", "runs", "--out", str(out)],
+        [sys.executable, "-m", "dlscale.analysis.aggregate", "runs", "--out", str(out)],
         cwd=GOLDEN,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""The workflow's job builders (dlscale.jobs) and its list of outputs (dlscale.outputs): what
+"""The workflow's job builders (dlscale.study.jobs) and its list of outputs (dlscale.outputs): what
 the rules ask of each job, checked without Snakemake."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from types import SimpleNamespace
 import pytest
 from helpers.paths import REPO
 
-from dlscale import catalog, jobs, outputs
-from dlscale.study import WILDCARD_CONSTRAINTS, Run, validate_config
+from dlscale import catalog, outputs
+from dlscale.study import jobs
+from dlscale.study.matrix import WILDCARD_CONSTRAINTS, Run, validate_config
 
 #: The training rule's output (rules/train.smk): run_dir and cell_wildcards must agree with it.
 TRAIN_EVENTS = (

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from dlscale.base.logsetup import log_to_streams
 from dlscale.events import read_events
 from dlscale.launch import attempts, failures, network, process, records
-from dlscale.logsetup import log_to_streams
 from dlscale.runners.plan import SrunTaskError
 from dlscale.runspec import RunSpec
 

@@ -16,19 +16,20 @@ from pathlib import Path
 import pytest
 from helpers.paths import REPO
 
-from dlscale import figures, outputs, quality_figures
+from dlscale import outputs
+from dlscale.figures import charts, quality
 
 PACKAGE = REPO / "dlscale"
 MAX_LINES = 1000
 
 #: The ground floor: standard library only, imported at DAG time and by every runner venv.
 GROUND_FLOOR = (
-    "dlscale.atomic",
+    "dlscale.base.atomic",
     "dlscale.catalog",
     "dlscale.networks",
     "dlscale.options",
     "dlscale.outputs",
-    "dlscale.placement",
+    "dlscale.host.placement",
     "dlscale.runspec",
     "dlscale.thresholds",
 )
@@ -38,30 +39,30 @@ GROUND_FLOOR = (
 #: modules on its own floor or below. A package is named by its prefix.
 FLOORS: tuple[tuple[str, ...], ...] = (
     # ground: the catalog and what the DAG and every runner's venv import
-    ("dlscale", "dlscale.atomic", "dlscale.catalog", "dlscale.networks", "dlscale.options", "dlscale.outputs",
-     "dlscale.placement", "dlscale.runspec", "dlscale.thresholds", "dlscale.quality", "dlscale.initweights",
-     "dlscale.events", "dlscale.jobs", "dlscale.sysutil", "dlscale.logsetup", "dlscale.preflight",
-     "dlscale.netns", "dlscale.userns", "dlscale.contention", "dlscale.roofline", "dlscale.envs",
-     "dlscale.sitecheck", "dlscale.stats", "dlscale.archive_safety"),
+    ("dlscale", "dlscale.base.atomic", "dlscale.catalog", "dlscale.networks", "dlscale.options", "dlscale.outputs",
+     "dlscale.host.placement", "dlscale.runspec", "dlscale.thresholds", "dlscale.quality", "dlscale.data.initweights",
+     "dlscale.events", "dlscale.study.jobs", "dlscale.base.sysutil", "dlscale.base.logsetup", "dlscale.study.preflight",
+     "dlscale.host.netns", "dlscale.host.userns", "dlscale.host.contention", "dlscale.host.roofline", "dlscale.envs",
+     "dlscale.host.sitecheck", "dlscale.analysis.stats", "dlscale.archive.safety"),
     # config -> runs; data; native logs
-    ("dlscale.study", "dlscale.strictyaml", "dlscale.data", "dlscale.parse"),
+    ("dlscale.study.matrix", "dlscale.base.strictyaml", "dlscale.data", "dlscale.parse"),
     # one folder per framework behind one contract
     ("dlscale.runners",),
     # start, watch and record a run; the micro-benchmarks; the tuning grid (asks the runners)
-    ("dlscale.launch", "dlscale.commbench", "dlscale.tuning"),
+    ("dlscale.launch", "dlscale.commbench", "dlscale.tune.grid"),
     # events -> tables
-    ("dlscale.evals", "dlscale.readevents", "dlscale.tables", "dlscale.parity", "dlscale.convergence"),
+    ("dlscale.analysis.evals", "dlscale.analysis.readevents", "dlscale.analysis.tables", "dlscale.analysis.parity", "dlscale.analysis.convergence"),
     # tables -> cells, findings, claims; the tuning stage's choice
-    ("dlscale.verdicts", "dlscale.tunechoice"),
+    ("dlscale.analysis.verdicts", "dlscale.tune.choice"),
     # what a person reads, and the scaling model
-    ("dlscale.figures", "dlscale.quality_figures", "dlscale.layer_figures", "dlscale.target_claims",
+    ("dlscale.figures.charts", "dlscale.figures.quality", "dlscale.figures.layers", "dlscale.analysis.target_claims",
      "dlscale.perfmodel", "dlscale.perfmodel.systems", "dlscale.perfmodel.replay"),
     # the aggregation entry point
-    ("dlscale.analysis",),
+    ("dlscale.analysis.aggregate", "dlscale.analysis.__main__"),
     # archives in and out
-    ("dlscale.artifact", "dlscale.verify"),
+    ("dlscale.archive.artifact", "dlscale.archive.verify"),
     # studies against each other (archives read through verify)
-    ("dlscale.compare", "dlscale.compare_studies", "dlscale.compare_page"),
+    ("dlscale.compare.comparison", "dlscale.compare.__main__", "dlscale.compare.studies", "dlscale.compare.page"),
 )  # fmt: skip
 
 
@@ -183,7 +184,7 @@ def test_the_ground_floor_imports_only_the_ground_floor() -> None:
 def test_every_figure_has_one_drawer() -> None:
     """The one list of figures (dlscale.outputs.FIGURES) is exactly what the two drawing
     modules draw, each figure by one of them."""
-    drawn = [*figures.STUDY_FIGURES, *quality_figures.QUALITY_FIGURES]
+    drawn = [*charts.STUDY_FIGURES, *quality.QUALITY_FIGURES]
     assert sorted(drawn) == sorted(outputs.FIGURES) and len(set(drawn)) == len(drawn)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dlscale import parity
+from dlscale.analysis import parity
 from dlscale.events import write_atomic
 
 

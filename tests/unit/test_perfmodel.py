@@ -15,12 +15,13 @@ import yaml
 from helpers.paths import REPO
 from helpers.perfmodel_inputs import TRUE, synthetic_bench
 
-from dlscale import catalog, study
+from dlscale import catalog
 from dlscale import perfmodel as pm
 from dlscale.commbench.blobs import blob_bytes
 from dlscale.networks import PRESETS
 from dlscale.perfmodel import figures as perfmodel_figures
 from dlscale.perfmodel import pipeline
+from dlscale.study import matrix
 
 MB = 1e6
 
@@ -203,7 +204,7 @@ def run_row(
     strategy: str | None = None,
     step: float | None = None,
 ) -> dict[str, Any]:
-    """One ok row of a runs table with what the model reads (as dlscale.analysis writes it)."""
+    """One ok row of a runs table with what the model reads (as dlscale.analysis.aggregate writes it)."""
     suffix = "" if network == "host" else "-" + network.removeprefix("emulated-")
     step = compute + exposed if step is None else step
     return {
@@ -939,8 +940,8 @@ def test_settings_take_the_schema_defaults_and_the_study_s_values() -> None:
         defaults, network="1gbe", num_ps=3
     )
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validated = study.validate_config(
-        config, study.load_schema(REPO / "schemas" / "config.schema.yaml"), REPO
+    validated = matrix.validate_config(
+        config, matrix.load_schema(REPO / "schemas" / "config.schema.yaml"), REPO
     )
     settings = pipeline.Settings.from_study(validated)
     assert settings.network == validated["projection"]["network"]

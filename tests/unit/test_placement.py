@@ -1,10 +1,10 @@
-"""Placement from SLURM, the local launcher, or a lone process (dlscale.placement)."""
+"""Placement from SLURM, the local launcher, or a lone process (dlscale.host.placement)."""
 
 from __future__ import annotations
 
 import pytest
 
-from dlscale.placement import detect, expand_hostlist, local_rank_env
+from dlscale.host.placement import detect, expand_hostlist, local_rank_env
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ def test_expand_hostlist(hostlist, hosts):
     ("value", "counts"), [("1", [1]), ("2(x3)", [2, 2, 2]), ("2(x3),1", [2, 2, 2, 1]), ("4,2(x2)", [4, 2, 2])]
 )
 def test_expand_tasks_per_node(value, counts):
-    from dlscale.placement import expand_tasks_per_node
+    from dlscale.host.placement import expand_tasks_per_node
 
     assert expand_tasks_per_node(value) == counts
 
@@ -89,7 +89,7 @@ SHOW_JOB = (
 
 def test_allocation_env_restores_what_the_job_step_took_away():
     """Snakemake's job step leaves SLURM_JOB_ID only: the rest comes from scontrol, once."""
-    from dlscale.placement import allocation_env
+    from dlscale.host.placement import allocation_env
 
     asked = []
 
@@ -117,7 +117,7 @@ def test_allocation_env_restores_what_the_job_step_took_away():
 def test_allocation_env_is_empty_when_slurm_cannot_say():
     import subprocess
 
-    from dlscale.placement import allocation_env, allocation_from_show_job
+    from dlscale.host.placement import allocation_env, allocation_from_show_job
 
     def failing(job):
         raise subprocess.CalledProcessError(1, ["scontrol"])

@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dlscale import analysis, convergence, quality, tables
-from dlscale.evals import Target, parse_target
+from dlscale import quality
+from dlscale.analysis import aggregate, convergence, tables
+from dlscale.analysis.evals import Target, parse_target
 from dlscale.events import EventError, write_atomic
-from dlscale.quality_figures import make_quality_figures
+from dlscale.figures.quality import make_quality_figures
 
 
 def run_events(
@@ -151,7 +152,7 @@ def test_chance_level_quality_is_not_learned_and_never_crowned(tmp_path: Path) -
         run_events(
             tmp_path, framework="tensorflow", repeat=repeat, step_s=0.01 + 1e-4 * repeat, evals=[(6, 0.93)]
         )
-    built = analysis.aggregate(analysis.find_events(tmp_path))
+    built = aggregate.aggregate(aggregate.find_events(tmp_path))
     runs = built.runs.set_index("framework")
     assert not runs.loc["torch", "learned"].any()
     cell = built.cells.set_index("framework").loc["torch"]
@@ -207,7 +208,7 @@ def test_the_target_option_on_copied_runs_gives_the_workflows_tables(tmp_path: P
     for root, extra in ((with_spec, []), (copied, ["--target", "lenet=top1:0.9"])):
         out = root.parent / "tables"
         proc = subprocess.run(
-            [sys.executable, "-m", "dlscale.analysis", "runs", "--out", str(out), *extra],
+            [sys.executable, "-m", "dlscale.analysis.aggregate", "runs", "--out", str(out), *extra],
             cwd=root.parent, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
@@ -246,7 +247,7 @@ def _cells_with_targets(tmp_path: Path, times: dict[str, list[float | None]]) ->
                 target={"metric": "top1", "value": 0.9},
                 evals=[(done, 0.5 if seconds is None else 0.95)],
             )  # fmt: skip
-    return analysis.aggregate(analysis.find_events(tmp_path)).time_to_target
+    return aggregate.aggregate(aggregate.find_events(tmp_path)).time_to_target
 
 
 def test_separated_times_to_target_name_a_winner(tmp_path: Path) -> None:
@@ -296,7 +297,7 @@ def test_the_quality_figures_draw_every_run_and_both_efficiencies(tmp_path: Path
                     step_s=step * (1 + 0.02 * repeat) * nodes, target={"metric": "top1", "value": 0.9},
                     evals=[(4, 0.5), (8, 0.85), (12, 0.93)],
                 )  # fmt: skip
-    built = analysis.aggregate(analysis.find_events(tmp_path / "runs"))
+    built = aggregate.aggregate(aggregate.find_events(tmp_path / "runs"))
     both = convergence.efficiencies(built.cells)
     tt = both[both["kind"].eq(convergence.EFFICIENCY_KINDS[1]) & both["nodes"].eq(2)]
     # Twice the step time at twice the nodes to the same target: time-to-target efficiency 1/4.
@@ -320,7 +321,7 @@ def test_the_seed_claims_are_judged_again_as_time_to_target(tmp_path: Path) -> N
             tmp_path, framework="caffe", repeat=repeat, step_s=0.015 * jitter, iterations=7,
             target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)],
         )  # fmt: skip
-    claims = analysis.aggregate(analysis.find_events(tmp_path)).claims.set_index("claim")
+    claims = aggregate.aggregate(aggregate.find_events(tmp_path)).claims.set_index("claim")
     fastest = claims.loc["BigDL computes fastest"]
     assert fastest["verdict"] == "reproduced"  # samples/s
     assert fastest["verdict_time_to_target"] == "contradicted", fastest["reason_time_to_target"]
@@ -336,9 +337,11 @@ def test_a_designed_difference_is_named_and_kept_out_of_time_to_target(tmp_path:
                    target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)])  # fmt: skip
         run_events(tmp_path, framework="bigdl", repeat=repeat, step_s=0.01, iterations=7,
                    target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)])  # fmt: skip
-    built = analysis.aggregate(analysis.find_events(tmp_path))
+    built = aggregate.aggregate(aggregate.find_events(tmp_path))
     assert built.runs.set_index("framework").loc["bigdl", "designed_difference"].str.contains("FP16").all()
     row = built.time_to_target.iloc[0]
     assert row["fastest_to_target"] == "torch" and "bigdl left out (not the same work" in row["note"]
-    opted_in = analysis.aggregate(analysis.find_events(tmp_path), same_work_only=False).time_to_target.iloc[0]
+    opted_in = aggregate.aggregate(aggregate.find_events(tmp_path), same_work_only=False).time_to_target.iloc[
+        0
+    ]
     assert opted_in["fastest_to_target"] == "bigdl"

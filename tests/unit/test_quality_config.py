@@ -1,11 +1,11 @@
-"""A study's quality settings fail before any job when they cannot be met (dlscale.study):
+"""A study's quality settings fail before any job when they cannot be met (dlscale.study.matrix):
 each message names the key and says why."""
 
 from __future__ import annotations
 
 import pytest
 
-from dlscale.study import ConfigError, validate_config
+from dlscale.study.matrix import ConfigError, validate_config
 
 LENET_TARGET = {"quality_target": {"lenet": {"metric": "top1", "value": 0.9}}, "eval_every": 10}
 

@@ -254,7 +254,7 @@ def test_full_duplex_parameter_servers_pipeline_pushes_and_pulls() -> None:
 
 
 def run_row(framework: str, nodes: int, compute: float, exposed: float, strategy: str | None = None) -> dict:
-    """One ok host run of LeNet as ``dlscale.analysis`` writes it (what the model reads)."""
+    """One ok host run of LeNet as ``dlscale.analysis.aggregate`` writes it (what the model reads)."""
     step = compute + exposed
     return {
         "run_id": f"{framework}{'-' + strategy if strategy else ''}/lenet/n{nodes}x1/b64/r0",

@@ -1,7 +1,7 @@
 """A peak you can trust (issue 32, item 5): the matmul peak is measured under the contention
 probe, a contended sample is redone and then its thread count refused (recorded, not
-fatal: dlscale.roofline's docstring), and a roofline fraction above 1 or over a refused
-peak is flagged in the runs table (dlscale.tables.add_roofline)."""
+fatal: dlscale.host.roofline's docstring), and a roofline fraction above 1 or over a refused
+peak is flagged in the runs table (dlscale.analysis.tables.add_roofline)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from helpers.paths import REPO
 
-from dlscale import contention, roofline
-from dlscale.tables import add_roofline
+from dlscale.analysis.tables import add_roofline
+from dlscale.host import contention, roofline
 from dlscale.thresholds import ROOFLINE_FRACTION
 
 
@@ -64,7 +64,7 @@ def test_a_sample_contended_in_every_attempt_refuses_its_thread_count() -> None:
 
 
 def test_a_peak_measured_beside_a_busy_loop_on_its_cpu_is_refused(tmp_path) -> None:
-    """For real: ``python -m dlscale.roofline peak`` and a busy-loop process pinned to the same
+    """For real: ``python -m dlscale.host.roofline peak`` and a busy-loop process pinned to the same
     CPU; every attempt is contended, so no peak is written for that count and a run at it
     gets no fraction, with the reason in its flag."""
     cpu = min(os.sched_getaffinity(0))
@@ -73,7 +73,7 @@ def test_a_peak_measured_beside_a_busy_loop_on_its_cpu_is_refused(tmp_path) -> N
     try:
         out = tmp_path / "matmul_peak.json"
         proc = subprocess.run(
-            [sys.executable, "-m", "dlscale.roofline", "peak", "--cores", "1", "--threads-per-rank", "1"]
+            [sys.executable, "-m", "dlscale.host.roofline", "peak", "--cores", "1", "--threads-per-rank", "1"]
             + ["--rounds", "1", "--attempts", "2", "--out", str(out)],
             cwd=REPO,
             preexec_fn=pin,
@@ -143,7 +143,7 @@ def test_no_peak_leaves_the_flags_alone() -> None:
 
 
 def test_a_roofline_flag_alone_does_not_mark_a_point_in_the_scaling_figures() -> None:
-    from dlscale.figures import _questions_speed
+    from dlscale.figures.charts import _questions_speed
 
     flags = pd.Series(
         [

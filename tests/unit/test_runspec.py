@@ -14,7 +14,7 @@ import pytest
 
 from dlscale.runspec import RunSpec, SpecError
 
-#: A run spec as dlscale.study wrote it before RunSpec existed: a plain dict, options
+#: A run spec as dlscale.study.matrix wrote it before RunSpec existed: a plain dict, options
 #: complete (filled by validation), no ``network`` or ``input`` (added later, left out at
 #: their defaults so that these runs kept their hash).
 KNOWN = {
@@ -157,7 +157,7 @@ def test_the_launcher_records_a_spec_that_is_not_a_run_as_a_failed_run(tmp_path)
     assert "'batch'" in proc.stderr
     # Its record is well typed (the run's fields come from its folder): the tables read
     # it as a failed row of that run.
-    from dlscale.tables import load_events
+    from dlscale.analysis.tables import load_events
 
     runs, _ = load_events([events])
     assert runs.loc[0, "run_id"] == KNOWN["run_id"] and runs.loc[0, "status"] == "failed"

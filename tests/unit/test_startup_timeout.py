@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from helpers.faults import fault_spec
 
+from dlscale.host.placement import Placement
 from dlscale.launch.failures import startup_failure
-from dlscale.placement import Placement
 from dlscale.runners.common import RunFailure, check_peers_resolve, placement_peers, unresolved
 from dlscale.runners.plan import LaunchContext, Plan, Process
 
@@ -64,7 +64,7 @@ def test_master_address_names_node_0():
 
 def test_slurm_master_address_is_the_one_the_second_node_reaches(monkeypatch):
     """Not the host name's address (Debian maps it to 127.0.1.1): the route towards node 2."""
-    from dlscale import placement
+    from dlscale.host import placement
     from dlscale.launch.network import master_address
 
     asked = []

@@ -1,4 +1,4 @@
-"""dlscale.strictyaml and the study's config files read through it: what PyYAML's safe
+"""dlscale.base.strictyaml and the study's config files read through it: what PyYAML's safe
 loader lets through silently (a key given twice, aliases) is refused with its line."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dlscale import artifact, strictyaml
-from dlscale.study import ConfigError, check_config_files
+from dlscale.archive import artifact
+from dlscale.base import strictyaml
+from dlscale.study.matrix import ConfigError, check_config_files
 
 PLAIN = "name: lenet\nnodes: [1, 2, 4]\nlearning_rate: {lenet: 0.01, alexnet: 0.02}\nnote: null\n"
 

@@ -1,4 +1,4 @@
-"""Config validation, defaults and the run matrix (dlscale.study)."""
+"""Config validation, defaults and the run matrix (dlscale.study.matrix)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlscale.study import ConfigError, Run, expand_runs, run_spec, validate_config
+from dlscale.study.matrix import ConfigError, Run, expand_runs, run_spec, validate_config
 
 
 def test_default_config_is_valid(repo, schema):
@@ -117,9 +117,9 @@ def test_a_pooled_study_must_have_its_runs(schema, tmp_path):
 
 
 def test_unimplemented_framework_is_refused(schema, monkeypatch):
-    import dlscale.study
+    import dlscale.study.matrix
 
-    monkeypatch.setattr(dlscale.study, "IMPLEMENTED_FRAMEWORKS", ("torch",))
+    monkeypatch.setattr(dlscale.study.matrix, "IMPLEMENTED_FRAMEWORKS", ("torch",))
     with pytest.raises(ConfigError, match=r"'frameworks': 'bigdl' has no runner yet"):
         validate_config({"frameworks": ["torch", "bigdl"]}, schema)
 
@@ -178,9 +178,9 @@ def test_any_config_is_valid_or_a_clear_error(schema, config):
 
 
 def test_models_per_framework_restricts_one_framework(schema, monkeypatch):
-    import dlscale.study
+    import dlscale.study.matrix
 
-    monkeypatch.setattr(dlscale.study, "IMPLEMENTED_FRAMEWORKS", ("torch", "bigdl"))
+    monkeypatch.setattr(dlscale.study.matrix, "IMPLEMENTED_FRAMEWORKS", ("torch", "bigdl"))
     study = validate_config(
         {"frameworks": ["torch", "bigdl"], "models_per_framework": {"bigdl": ["lenet"]}, "nodes": [1]}, schema
     )
@@ -192,7 +192,7 @@ def test_models_per_framework_restricts_one_framework(schema, monkeypatch):
 
 
 def test_networks_multiply_the_matrix_and_mark_emulated_run_ids(schema, monkeypatch):
-    from dlscale import netns
+    from dlscale.host import netns
 
     monkeypatch.setattr(netns, "unavailable", lambda shaping=False: None)
     study = validate_config(
@@ -230,7 +230,7 @@ def test_bad_network_names_the_key(schema, value, message):
 
 
 def test_emulated_network_without_root_fails_before_any_job(schema, monkeypatch):
-    from dlscale import netns
+    from dlscale.host import netns
 
     monkeypatch.setattr(netns, "unavailable", lambda shaping=False: "network namespaces need root (test)")
     with pytest.raises(ConfigError, match="config key 'network': 'emulated-1gbe' .* need root"):
@@ -280,7 +280,7 @@ def test_yaml_aliases_are_refused_before_they_expand(schema):
 
 
 def test_local_profile_refuses_more_threads_than_the_host_by_far(schema):
-    from dlscale.study import LOCAL_OVERSUBSCRIPTION, check_local_capacity
+    from dlscale.study.matrix import LOCAL_OVERSUBSCRIPTION, check_local_capacity
 
     study = validate_config({"nodes": [1, 100000]}, schema)
     with pytest.raises(ConfigError, match=r"config key 'nodes': the largest run \(100000 nodes"):

@@ -1,6 +1,6 @@
 """Events files that no real run writes must never become numbers (issue 17).
 
-Each case was once accepted by ``dlscale.tables.load_events`` and gave a wrong row: ranks
+Each case was once accepted by ``dlscale.analysis.tables.load_events`` and gave a wrong row: ranks
 outside the world, a rank missing from every iteration, samples that are not the batch,
 a baseline without throughput, a run id that disagrees with its folder or its own fields,
 two files of one run, fields of the wrong type. A structural impossibility is an
@@ -27,7 +27,7 @@ from helpers.paths import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlscale import analysis, tables
+from dlscale.analysis import aggregate, tables
 from dlscale.events import EVENT_SCHEMAS, EventError, PartWriter, validate_event, write_atomic
 
 
@@ -148,7 +148,7 @@ def test_a_baseline_without_throughput_is_never_a_baseline(tmp_path: Path) -> No
     # Every step of 0 s: no throughput at all, so no speedup can be measured against it.
     base = put(tmp_path, [run_start(), *every_rank(1, step=0.0), run_end()])
     two = put(tmp_path, [run_start(nodes=2), *every_rank(2), run_end()])
-    tables = analysis.aggregate([base, two])
+    tables = aggregate.aggregate([base, two])
     runs = tables.runs.set_index("nodes")
     assert (runs.loc[1, "status"], runs.loc[1, "reason"]) == (
         "failed",
@@ -315,8 +315,8 @@ def test_a_non_finite_loss_stays_null(tmp_path: Path) -> None:
 
 def launched(tmp_path: Path, framework: str, nodes: int, *, die_at: int | None = None) -> Path:
     """A run merged by ``dlscale.launch`` from part files the runners' harness wrote."""
+    from dlscale.host.placement import Placement
     from dlscale.launch.ranks import Launch
-    from dlscale.placement import Placement
     from dlscale.runners.common import RunContext
     from dlscale.runners.plan import Plan
     from dlscale.runspec import RunSpec

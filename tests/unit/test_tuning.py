@@ -1,5 +1,5 @@
-"""The tuning stage's pure parts (dlscale.tuning): grids, pins, the choice, the settings
-record, and the roofline fraction (dlscale.roofline, dlscale.tables.add_roofline)."""
+"""The tuning stage's pure parts (dlscale.tune.grid): grids, pins, the choice, the settings
+record, and the roofline fraction (dlscale.host.roofline, dlscale.analysis.tables.add_roofline)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import pandas as pd
 import pytest
 from helpers.paths import torch_python
 
-from dlscale import roofline, tunechoice, tuning
+from dlscale.host import roofline
 from dlscale.launch import records
 from dlscale.runners.plan import Plan, Process
 from dlscale.runners.tensorflow import launcher as tf_launcher
 from dlscale.runners.torch import launcher as torch_launcher
-from dlscale.study import ConfigError, Run, expand_runs, run_spec, validate_config
+from dlscale.study.matrix import ConfigError, Run, expand_runs, run_spec, validate_config
+from dlscale.tune import choice, grid
 
 BASE = {"frameworks": ["torch", "tensorflow"], "models": ["lenet"], "nodes": [1, 2]}
 
@@ -30,13 +31,13 @@ def study(schema, **tune):
 
 def test_grid_is_the_product_of_the_x_tune_options_default_first(schema):
     s = study(schema)
-    torch_grid = tuning.grid(s, "torch")
+    torch_grid = grid.grid(s, "torch")
     # the framework's default (channels_last_all_models null: the ImageNet-CNN rule)
     assert torch_grid[0] == {"channels_last_all_models": None, "mkldnn": True}
     assert len(torch_grid) == 6 and len({json.dumps(g, sort_keys=True) for g in torch_grid}) == 6
     # At 1 thread per rank the thread-count candidates above 1 are left out, and 1 beside
     # null (= threads_per_rank) would be the same setting: intra stays null only.
-    tf_grid = tuning.grid(s, "tensorflow")
+    tf_grid = grid.grid(s, "tensorflow")
     assert {g["intra_op_threads"] for g in tf_grid} == {None}
     assert {g["inter_op_threads"] for g in tf_grid} == {1, 2} and len(tf_grid) == 4
     assert tf_grid[0] == {"intra_op_threads": None, "inter_op_threads": 2, "onednn": True}
@@ -50,14 +51,14 @@ def test_bigdl_grid_has_its_batch_split_without_repeats_or_refused_settings(sche
     config = {"frameworks": ["bigdl"], "models": ["lenet"], "nodes": [1], "threads_per_rank": 2}
     tune = {"enabled": True, "options": {"bigdl": {"engine": ["mklblas", "mkldnn"], "batch_split": [None, "per_core", "per_executor"]}}}  # fmt: skip
     s = validate_config({**config, "tune": tune}, schema)
-    kept, left_out = tuning.grid_report(s, "bigdl")
+    kept, left_out = grid.grid_report(s, "bigdl")
     assert list(kept.values()) == [
         {"engine": "mklblas", "batch_split": None},  # the default: per-core replicas
         {"engine": "mkldnn", "batch_split": None},  # mkldnn's own: one replica, 2 threads
         {"engine": "mkldnn", "batch_split": "per_core"},
     ]
-    assert tuning.grid(s, "bigdl") == list(kept.values()) and tuning.is_tuned(s, "bigdl")
-    reasons = {json.dumps(raw, sort_keys=True): left_out[tuning.setting_id(raw)] for raw in (
+    assert grid.grid(s, "bigdl") == list(kept.values()) and grid.is_tuned(s, "bigdl")
+    reasons = {json.dumps(raw, sort_keys=True): left_out[grid.setting_id(raw)] for raw in (
         {"engine": "mklblas", "batch_split": "per_core"},
         {"engine": "mklblas", "batch_split": "per_executor"},
         {"engine": "mkldnn", "batch_split": "per_executor"},
@@ -65,41 +66,41 @@ def test_bigdl_grid_has_its_batch_split_without_repeats_or_refused_settings(sche
     assert len(left_out) == 3
     assert reasons['{"batch_split": "per_core", "engine": "mklblas"}'].startswith("the same run as ")
     assert "needs bigdl.engine=mkldnn" in reasons['{"batch_split": "per_executor", "engine": "mklblas"}']
-    mkldnn_default = tuning.setting_id({"engine": "mkldnn", "batch_split": None})
+    mkldnn_default = grid.setting_id({"engine": "mkldnn", "batch_split": None})
     assert reasons['{"batch_split": "per_executor", "engine": "mkldnn"}'] == (
         f"the same run as {mkldnn_default} (its settings record is identical)"
     )
     # Every kept setting's tuning run gets the split it names (the spec and its record).
     for sid, setting in kept.items():
-        spec = tuning.tune_spec(s, "bigdl", "lenet", sid, 0)
+        spec = grid.tune_spec(s, "bigdl", "lenet", sid, 0)
         assert spec.options["engine"] == setting["engine"]
         assert spec.options.get("batch_split") == setting["batch_split"]
     # One core per executor: the refused mode exists (and is BigDL's multiModels=false).
     one = validate_config({**config, "threads_per_rank": 1, "tune": tune}, schema)
-    assert {"engine": "mklblas", "batch_split": "per_executor"} in tuning.grid(one, "bigdl")
+    assert {"engine": "mklblas", "batch_split": "per_executor"} in grid.grid(one, "bigdl")
 
 
 def test_thread_candidates_follow_threads_per_rank(schema):
     s = validate_config({**BASE, "threads_per_rank": 2, "tune": {"enabled": True}}, schema)
-    assert tuning.tuned_options(s, "tensorflow")["intra_op_threads"] == [None, 1]
-    assert tuning.tuned_options(s, "tensorflow")["inter_op_threads"] == [2, 1]
+    assert grid.tuned_options(s, "tensorflow")["intra_op_threads"] == [None, 1]
+    assert grid.tuned_options(s, "tensorflow")["inter_op_threads"] == [2, 1]
 
 
 def test_setting_ids_are_stable_and_never_a_run_id_part():
-    a = tuning.setting_id({"mkldnn": False, "channels_last": True})
-    assert a == tuning.setting_id({"channels_last": True, "mkldnn": False})
-    assert a != tuning.setting_id({"channels_last": True, "mkldnn": True})
+    a = grid.setting_id({"mkldnn": False, "channels_last": True})
+    assert a == grid.setting_id({"channels_last": True, "mkldnn": False})
+    assert a != grid.setting_id({"channels_last": True, "mkldnn": True})
     assert a.startswith("s") and len(a) == 11
 
 
 def test_restricted_options_keep_the_default(schema):
     s = study(schema, options={"torch": {"mkldnn": [False]}})
-    assert tuning.grid(s, "torch") == [{"mkldnn": True}, {"mkldnn": False}]
+    assert grid.grid(s, "torch") == [{"mkldnn": True}, {"mkldnn": False}]
 
 
 def test_a_pinned_setting_is_not_tuned_and_all_pinned_skips_the_grid(schema):
     s = study(schema, pinned={"torch": {"mkldnn": False}})
-    assert tuning.grid(s, "torch") == [
+    assert grid.grid(s, "torch") == [
         {"channels_last_all_models": None},
         {"channels_last_all_models": True},
         {"channels_last_all_models": False},
@@ -111,14 +112,14 @@ def test_a_pinned_setting_is_not_tuned_and_all_pinned_skips_the_grid(schema):
         schema,
     )
     assert s["tune"]["pinned"]["torch"] == {"mkldnn": False, "channels_last_all_models": False}
-    assert tuning.grid(s, "torch") == [] and not tuning.is_tuned(s, "torch")
+    assert grid.grid(s, "torch") == [] and not grid.is_tuned(s, "torch")
     run = Run("torch", "lenet", 1, 1, 64, 0)
     assert run_spec(s, run).options["mkldnn"] is False
 
 
 def test_tuning_off_has_no_grid(schema):
     s = validate_config(BASE, schema)
-    assert s["tune"]["enabled"] is False and tuning.grid(s, "torch") == []
+    assert s["tune"]["enabled"] is False and grid.grid(s, "torch") == []
 
 
 @pytest.mark.parametrize(
@@ -150,7 +151,7 @@ def test_pinned_twice_differently_is_an_error(schema):
 def test_a_choice_equal_to_the_defaults_keeps_the_run_hash(schema):
     s = study(schema)
     for run in expand_runs(s):
-        default = tuning.grid(s, run.framework)[0]
+        default = grid.grid(s, run.framework)[0]
         assert run_spec(s, run, default).sha256 == run_spec(s, run).sha256
     run = Run("torch", "lenet", 2, 1, 64, 0)
     tuned = run_spec(s, run, {"mkldnn": False})
@@ -159,34 +160,34 @@ def test_a_choice_equal_to_the_defaults_keeps_the_run_hash(schema):
 
 def test_tune_spec_is_the_one_node_run_with_the_setting(schema):
     s = study(schema, iterations=5)
-    sid, setting = list(tuning.grid_ids(s, "torch").items())[3]
-    spec = tuning.tune_spec(s, "torch", "lenet", sid, 1)
+    sid, setting = list(grid.grid_ids(s, "torch").items())[3]
+    spec = grid.tune_spec(s, "torch", "lenet", sid, 1)
     assert (spec.nodes, spec.repeat, spec.iterations, spec.run_id) == (1, 1, 5, "torch/lenet/n1x1/b64/r1")
     assert {k: spec.options[k] for k in setting} == setting
-    with pytest.raises(tuning.TuneError, match="no setting"):
-        tuning.tune_spec(s, "torch", "lenet", "s0000000000", 0)
+    with pytest.raises(grid.TuneError, match="no setting"):
+        grid.tune_spec(s, "torch", "lenet", "s0000000000", 0)
 
 
 def test_tune_runs_are_interleaved_across_settings(schema):
     s = study(schema, repeats=2)
-    paths = tuning.tune_runs(s, "torch", "lenet")
-    ids = list(tuning.grid_ids(s, "torch"))
-    assert paths[: len(ids)] == [tuning.run_path("torch", "lenet", sid, 0) for sid in ids]
+    paths = grid.tune_runs(s, "torch", "lenet")
+    ids = list(grid.grid_ids(s, "torch"))
+    assert paths[: len(ids)] == [grid.run_path("torch", "lenet", sid, 0) for sid in ids]
     assert len(paths) == 2 * len(ids)
 
 
 def test_race_budget_is_the_first_round_and_the_framework_s_further_runs(schema):
     s = study(schema, repeats=2, options={"torch": {"mkldnn": [False]}})
-    assert tuning.race_budget(s, "torch") == 2 * 2 + 8  # the schema's default budget
+    assert grid.race_budget(s, "torch") == 2 * 2 + 8  # the schema's default budget
     s = study(schema, repeats=3, options={"torch": {"mkldnn": [False]}}, budget={"torch": 0})
-    assert tuning.race_budget(s, "torch") == 2 * 3
-    (default, _), (off, _) = tuning.grid_ids(s, "torch").items()
-    assert tuning.race_round(s, "torch", "lenet", [default, off], 3) == [
-        tuning.run_path("torch", "lenet", default, 3),
-        tuning.run_path("torch", "lenet", off, 3),
+    assert grid.race_budget(s, "torch") == 2 * 3
+    (default, _), (off, _) = grid.grid_ids(s, "torch").items()
+    assert grid.race_round(s, "torch", "lenet", [default, off], 3) == [
+        grid.run_path("torch", "lenet", default, 3),
+        grid.run_path("torch", "lenet", off, 3),
     ]
-    with pytest.raises(tuning.TuneError, match="not in its grid"):
-        tuning.race_round(s, "torch", "lenet", ["s0000000000"], 3)
+    with pytest.raises(grid.TuneError, match="not in its grid"):
+        grid.race_round(s, "torch", "lenet", ["s0000000000"], 3)
 
 
 # --- the choice -------------------------------------------------------------------------------
@@ -195,22 +196,22 @@ def test_race_budget_is_the_first_round_and_the_framework_s_further_runs(schema)
 def test_a_clearly_faster_setting_is_chosen_once_its_95_interval_clears_the_default():
     samples = {"d": [100, 102, 101, 99, 103, 100], "a": [120, 121, 119, 122, 118, 120]}
     samples["b"] = [130, 131, 132, 129, 133, 130]
-    chosen, reason = tunechoice.decide(samples, "d")
+    chosen, reason = choice.decide(samples, "d")
     assert chosen == "b" and "95% interval lies above 1" in reason
     # Three repeats each separate the ranges but give no 95% interval: the default stays.
-    chosen, reason = tunechoice.decide({k: v[:3] for k, v in samples.items()}, "d")
+    chosen, reason = choice.decide({k: v[:3] for k, v in samples.items()}, "d")
     assert chosen == "d" and "the default stays" in reason
 
 
 def test_overlapping_intervals_keep_the_default():
     # "a" has the higher median, but its gain's interval reaches below 1: a tie.
     samples = {"d": [100, 110, 105, 98, 112, 104], "a": [108, 115, 112, 101, 99, 113]}
-    chosen, reason = tunechoice.decide(samples, "d")
+    chosen, reason = choice.decide(samples, "d")
     assert chosen == "d" and "the default stays" in reason
 
 
 def test_one_repeat_never_separates():
-    assert tunechoice.decide({"d": [100.0], "a": [1000.0]}, "d")[0] == "d"
+    assert choice.decide({"d": [100.0], "a": [1000.0]}, "d")[0] == "d"
 
 
 def test_racing_drops_a_clearly_worse_setting_after_the_first_round():
@@ -218,51 +219,51 @@ def test_racing_drops_a_clearly_worse_setting_after_the_first_round():
     "close" overlaps it and runs again with the default; "broken" failed every run."""
     nan = math.nan
     samples = {"d": [100, 104], "slow": [70, 72], "close": [101, 106], "broken": [nan, nan]}
-    check = tunechoice.race(samples, "d", budget=24, failed={"broken"})
+    check = choice.race(samples, "d", budget=24, failed={"broken"})
     states = {sid: st["state"] for sid, st in check["status"].items()}
     assert states == {"d": "default", "slow": "clearly worse", "close": "in contention", "broken": "failed"}
     assert check["more"] and check["next"] == ["d", "close"] and check["runs"] == 8
     # A dropped setting stays dropped though the default's interval moves on.
     samples.update(d=[100, 104, 60], close=[101, 106, 103])
-    later = tunechoice.race(samples, "d", budget=24, dropped=check["status"], failed={"broken"})
+    later = choice.race(samples, "d", budget=24, dropped=check["status"], failed={"broken"})
     assert later["status"]["slow"] == {"state": "clearly worse", "n": 2, "after": 2}
     assert later["next"] == ["d", "close"]
     # Runs that were only contended (NaN, not failed) race on: another round measures them.
-    busy = tunechoice.race({"d": [100, 104], "a": [nan, nan]}, "d", budget=24)
+    busy = choice.race({"d": [100, 104], "a": [nan, nan]}, "d", budget=24)
     assert busy["status"]["a"]["state"] == "in contention" and busy["next"] == ["d", "a"]
-    assert tunechoice.race({"d": [nan, nan], "a": [1, 2]}, "d", budget=24)["next"] == ["d", "a"]
-    assert not tunechoice.race({"d": [nan, nan], "a": [1, 2]}, "d", budget=24, failed={"d"})["more"]
+    assert choice.race({"d": [nan, nan], "a": [1, 2]}, "d", budget=24)["next"] == ["d", "a"]
+    assert not choice.race({"d": [nan, nan], "a": [1, 2]}, "d", budget=24, failed={"d"})["more"]
 
 
 def test_racing_stops_at_a_winner_or_at_the_budget():
     d, a = [100, 101, 99, 102, 100, 98], [130, 128, 131, 129, 132, 130]
-    won = tunechoice.race({"d": d, "a": a}, "d", budget=12)
+    won = choice.race({"d": d, "a": a}, "d", budget=12)
     assert not won["more"] and won["status"]["a"]["state"] == "won" and won["status"]["a"]["n"] == 6
     # Undecided at 4 + 4 runs with room for 1 more run only: the budget is spent.
-    spent = tunechoice.race({"d": d[:4], "a": [99, 103, 101, 100]}, "d", budget=9)
+    spent = choice.race({"d": d[:4], "a": [99, 103, 101, 100]}, "d", budget=9)
     assert not spent["more"] and spent["status"]["a"]["state"] == "budget spent: undecided"
-    assert not tunechoice.race({"d": d[:2], "a": [120, 90]}, "d", budget=5)["more"]
+    assert not choice.race({"d": d[:2], "a": [120, 90]}, "d", budget=5)["more"]
     with pytest.raises(ValueError, match="default setting 'x'"):
-        tunechoice.race({"d": d}, "x", budget=4)
+        choice.race({"d": d}, "x", budget=4)
 
 
 def test_verdicts_say_why_each_setting_won_or_lost():
     row = {"id": "a", "default": False, "state": "won", "n": 6, "after": 6}
     row.update(gain=0.30, gain_low=0.14, gain_high=0.49)
-    assert tunechoice.verdict(row, "a") == "won: +30% [+14, +49], n=6"
+    assert choice.verdict(row, "a") == "won: +30% [+14, +49], n=6"
     worse = {"id": "b", "default": False, "state": "clearly worse", "n": 3, "after": 3, "gain": None}
-    assert tunechoice.verdict(worse, "a") == "dropped after 3: clearly worse (n=3)"
+    assert choice.verdict(worse, "a") == "dropped after 3: clearly worse (n=3)"
     undecided = {**row, "state": "budget spent: undecided", "gain": None}
-    assert tunechoice.verdict(undecided, "d").startswith("budget spent: undecided")
+    assert choice.verdict(undecided, "d").startswith("budget spent: undecided")
 
 
 def test_failed_settings_are_never_chosen():
     nan = math.nan
-    chosen, _ = tunechoice.decide({"d": [100, 101, 102], "broken": [nan, nan, nan]}, "d")
+    chosen, _ = choice.decide({"d": [100, 101, 102], "broken": [nan, nan, nan]}, "d")
     assert chosen == "d"
-    chosen, reason = tunechoice.decide({"d": [nan, nan], "a": [50, 51], "b": [60, 61]}, "d")
+    chosen, reason = choice.decide({"d": [nan, nan], "a": [50, 51], "b": [60, 61]}, "d")
     assert chosen == "b" and "default has no ok run" in reason
-    assert tunechoice.decide({"d": [nan], "a": [nan]}, "d") == (
+    assert choice.decide({"d": [nan], "a": [nan]}, "d") == (
         "d",
         "no setting has an ok, uncontended run: the default stays",
     )
@@ -328,7 +329,7 @@ def test_channels_last_all_models_reaches_the_spec_hash_and_run_start_only_when_
 
 
 def test_roofline_fraction_is_achieved_over_peak_per_rank():
-    from dlscale.tables import add_roofline
+    from dlscale.analysis.tables import add_roofline
 
     runs = pd.DataFrame(
         {
@@ -371,7 +372,7 @@ def test_flops_per_sample_are_the_torch_models_count():
 
 def test_listed_settings_replace_the_product(schema):
     s = study(schema, settings={"tensorflow": [{"onednn": False}, {"inter_op_threads": 1}]})
-    assert tuning.grid(s, "tensorflow") == [
+    assert grid.grid(s, "tensorflow") == [
         {"onednn": True, "inter_op_threads": 2},
         {"onednn": False, "inter_op_threads": 2},
         {"onednn": True, "inter_op_threads": 1},

@@ -1,4 +1,4 @@
-"""dlscale.verdicts: intervals over repeats, findings that check themselves, the seed's claims.
+"""dlscale.analysis.verdicts: intervals over repeats, findings that check themselves, the seed's claims.
 
 Every expected number is computed by hand in the comments; test inputs are hand-written
 events files (helpers.events), read by the same code as the workflow's.
@@ -20,7 +20,7 @@ import pytest
 from helpers.events import iteration, write_run
 from helpers.paths import REPO
 
-from dlscale import analysis, stats, target_claims, verdicts
+from dlscale.analysis import aggregate, stats, target_claims, verdicts
 
 # --- intervals ------------------------------------------------------------------------------
 
@@ -141,8 +141,8 @@ def runs_of(
     return paths
 
 
-def tables(paths: list[Path]) -> analysis.Tables:
-    return analysis.aggregate(paths)
+def tables(paths: list[Path]) -> aggregate.Tables:
+    return aggregate.aggregate(paths)
 
 
 def cell(cells: pd.DataFrame, name: str) -> pd.Series:
@@ -425,7 +425,7 @@ def test_claims_reproduced_contradicted_inconclusive(tmp_path: Path) -> None:
 
 
 def test_empty_runs_give_empty_tables() -> None:
-    result = analysis.aggregate([])
+    result = aggregate.aggregate([])
     assert result.cells.empty and list(result.cells.columns) == list(verdicts.CELL_COLUMNS)
     assert result.findings.empty and list(result.findings.columns) == list(verdicts.FINDINGS_COLUMNS)
     assert result.claims.empty and list(result.claims.columns) == list(target_claims.CLAIM_COLUMNS)
@@ -458,7 +458,7 @@ def test_the_command_on_a_copied_folder_gives_the_workflows_tables(tmp_path: Pat
     ]
     relative = [str(path.relative_to(study)) for path in paths]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    script = FAKE_SNAKEMAKE.format(names=dict(analysis.OUTPUT_FILES))
+    script = FAKE_SNAKEMAKE.format(names=dict(aggregate.OUTPUT_FILES))
     # The aggregate rule's script, as Snakemake runs it (inputs in the rule's order).
     subprocess.run(
         [sys.executable, "-c", script, str(REPO / "scripts" / "aggregate.py"), *reversed(relative)],
@@ -469,7 +469,7 @@ def test_the_command_on_a_copied_folder_gives_the_workflows_tables(tmp_path: Pat
     copy = tmp_path / "copied"
     shutil.copytree(study / "results" / "runs", copy / "results" / "runs")
     done = subprocess.run(
-        [sys.executable, "-m", "dlscale.analysis", "results/runs", "--out", "tables"],
+        [sys.executable, "-m", "dlscale.analysis.aggregate", "results/runs", "--out", "tables"],
         cwd=copy,
         env=env,
         capture_output=True,
@@ -477,7 +477,7 @@ def test_the_command_on_a_copied_folder_gives_the_workflows_tables(tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr
     assert "14 runs, 13 ok, 1 failed" in done.stdout
-    for name, filename in analysis.OUTPUT_FILES.items():
+    for name, filename in aggregate.OUTPUT_FILES.items():
         ours, theirs = copy / "tables" / filename, study / "results" / filename
         if filename.endswith(".csv"):
             assert ours.read_text() == theirs.read_text(), name
@@ -491,7 +491,7 @@ def test_the_command_on_a_copied_folder_gives_the_workflows_tables(tmp_path: Pat
 
 def test_the_command_refuses_a_folder_without_runs(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "dlscale.analysis", str(tmp_path), "--out", str(tmp_path / "out")],
+        [sys.executable, "-m", "dlscale.analysis.aggregate", str(tmp_path), "--out", str(tmp_path / "out")],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,

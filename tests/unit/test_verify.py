@@ -1,6 +1,6 @@
-"""dlscale.verify and dlscale.artifact on a study made of hand-written events.
+"""dlscale.archive.verify and dlscale.archive.artifact on a study made of hand-written events.
 
-The study's tables are made as the workflow makes them (dlscale.analysis on the events
+The study's tables are made as the workflow makes them (dlscale.analysis.aggregate on the events
 files, in the study's run order, by paths relative to the study folder), so a consistent
 study must verify, and a tampered event, a removed run or a table edited by hand must
 fail, naming the file and what differs.
@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from helpers.verify_study import make_archive, make_study
 
-from dlscale import artifact as dlartifact
-from dlscale import verify as dlverify
+from dlscale.archive import artifact, verify
 
 
 @pytest.fixture
@@ -41,7 +40,7 @@ def a_run_events(root: Path) -> Path:
     return root / "results" / "runs" / "torch" / "lenet" / "n2x1" / "b64" / "r0" / "events.jsonl"
 
 
-def problems(report: dlverify.Report) -> str:
+def problems(report: verify.Report) -> str:
     return "\n".join(report.lines())
 
 
@@ -49,7 +48,7 @@ def problems(report: dlverify.Report) -> str:
 
 
 def test_a_consistent_results_folder_verifies(study: Path):
-    report = dlverify.verify(study / "results")
+    report = verify.verify(study / "results")
     assert report.ok, problems(report)
 
 
@@ -78,7 +77,7 @@ def test_the_archive_holds_the_study_and_verifies(archive: Path, capsys):
     assert not any(name.endswith(".npy") or name.endswith(".tar.gz") for name in names)
     with tarfile.open(archive) as tar:
         manifest = json.load(tar.extractfile(top + "MANIFEST.json"))
-    assert manifest["format"] == dlartifact.FORMAT
+    assert manifest["format"] == artifact.FORMAT
     assert len(manifest["study"]["run_ids"]) == 4
     assert set(manifest["files"]) == {name.removeprefix(top) for name in names} - {"MANIFEST.json"}
     provenance = manifest["provenance"]
@@ -86,12 +85,12 @@ def test_the_archive_holds_the_study_and_verifies(archive: Path, capsys):
         assert key in provenance, key
     assert provenance["environments"]["torch"]["lock_sha256"]
 
-    assert dlverify._main([str(archive)]) == 0
+    assert verify._main([str(archive)]) == 0
     assert "verify: OK" in capsys.readouterr().out
 
 
 def test_an_unpacked_archive_verifies(unpacked: Path):
-    report = dlverify.verify(unpacked)
+    report = verify.verify(unpacked)
     assert report.ok, problems(report)
 
 
@@ -111,7 +110,7 @@ def edit_one_number(path: Path) -> None:
 def test_a_tampered_event_fails_naming_the_file(unpacked: Path, capsys):
     events = a_run_events(unpacked)
     edit_one_number(events)
-    assert dlverify._main([str(unpacked)]) == 1
+    assert verify._main([str(unpacked)]) == 1
     out = capsys.readouterr().out
     name = "results/runs/torch/lenet/n2x1/b64/r0/events.jsonl"
     assert f"{name}: content differs from MANIFEST.json" in out
@@ -123,7 +122,7 @@ def test_a_tampered_event_fails_naming_the_file(unpacked: Path, capsys):
 
 def test_a_tampered_event_in_a_results_folder_fails_by_recomputation(study: Path):
     edit_one_number(a_run_events(study))
-    report = dlverify.verify(study / "results")
+    report = verify.verify(study / "results")
     assert not report.ok
     assert "results/runs.csv" in report.files()
     assert "results/iterations.parquet" in report.files()
@@ -133,7 +132,7 @@ def test_a_tampered_event_in_a_results_folder_fails_by_recomputation(study: Path
 def test_a_malformed_event_is_named_with_its_line(unpacked: Path):
     events = a_run_events(unpacked)
     events.write_text(events.read_text().replace('"step_s"', '"step_seconds"', 1))
-    report = dlverify.verify(unpacked)
+    report = verify.verify(unpacked)
     name = "results/runs/torch/lenet/n2x1/b64/r0/events.jsonl"
     assert name in report.files()
     assert any(line.startswith(f"{name}: unreadable") for line in report.lines()), problems(report)
@@ -142,7 +141,7 @@ def test_a_malformed_event_is_named_with_its_line(unpacked: Path):
 def test_a_removed_run_fails_naming_it(unpacked: Path):
     events = a_run_events(unpacked)
     events.unlink()
-    report = dlverify.verify(unpacked)
+    report = verify.verify(unpacked)
     text = problems(report)
     name = "results/runs/torch/lenet/n2x1/b64/r0/events.jsonl"
     assert f"{name}: listed in MANIFEST.json but missing" in text
@@ -152,7 +151,7 @@ def test_a_removed_run_fails_naming_it(unpacked: Path):
 
 def test_a_removed_run_in_a_results_folder_fails(study: Path):
     a_run_events(study).unlink()
-    report = dlverify.verify(study / "results", config=study / "config.yaml")
+    report = verify.verify(study / "results", config=study / "config.yaml")
     assert "results/runs/torch/lenet/n2x1/b64/r0/events.jsonl" in report.files()
     assert "results/runs.csv" in report.files()
 
@@ -165,7 +164,7 @@ def test_a_table_edited_by_hand_fails_naming_it(unpacked: Path):
     row[header.index("throughput")] = str(float(row[header.index("throughput")]) + 1)
     with open(table, "w", newline="") as handle:
         csv.writer(handle, lineterminator="\n").writerows([header, *rows])
-    report = dlverify.verify(unpacked)
+    report = verify.verify(unpacked)
     text = problems(report)
     assert "results/runs.csv: content differs from MANIFEST.json" in text
     assert "results/runs.csv: row run_id=torch/lenet/n1x1/b64/r0: throughput is" in text
@@ -176,18 +175,18 @@ def test_an_edited_findings_table_fails_in_a_results_folder(study: Path):
     table = study / "results" / "findings.csv"
     header, first, *rest = table.read_text().splitlines()
     table.write_text("\n".join([header, first + "0", *rest]) + "\n")  # one cell, edited by hand
-    report = dlverify.verify(study / "results")
+    report = verify.verify(study / "results")
     assert report.files() == ["results/findings.csv"], problems(report)
 
 
 def test_a_file_added_to_an_archive_is_named(unpacked: Path):
     (unpacked / "results" / "extra.csv").write_text("a,b\n")
-    report = dlverify.verify(unpacked)
+    report = verify.verify(unpacked)
     assert report.lines() == [
         "results/extra.csv: not listed in MANIFEST.json (added after the archive was made?)"
     ]
 
 
 def test_not_a_study(tmp_path: Path, capsys):
-    assert dlverify._main([str(tmp_path)]) == 2
+    assert verify._main([str(tmp_path)]) == 2
     assert "verify:" in capsys.readouterr().err

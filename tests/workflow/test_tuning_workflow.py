@@ -23,8 +23,8 @@ import yaml
 from helpers.paths import ENVS_DIR, REPO
 from helpers.workflow import RUNS_TABLE, SNAKEMAKE, planned_jobs, snakemake
 
-from dlscale import study as dlstudy
-from dlscale import tuning
+from dlscale.study import matrix
+from dlscale.tune import grid
 
 pytestmark = pytest.mark.workflow
 
@@ -45,14 +45,14 @@ STUDY = {
 
 
 def validated(config: dict) -> dict:
-    return dlstudy.validate_config(config, dlstudy.load_schema(REPO / "schemas" / "config.schema.yaml"))
+    return matrix.validate_config(config, matrix.load_schema(REPO / "schemas" / "config.schema.yaml"))
 
 
 def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path, torch_py, mnist_idx):
     config = {**STUDY, "data": {"mnist": {"source": str(mnist_idx)}}}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(config))
     study = validated(config)
-    (default_id, default), (off_id, off) = tuning.grid_ids(study, "torch").items()
+    (default_id, default), (off_id, off) = grid.grid_ids(study, "torch").items()
     assert default == {"mkldnn": True} and off == {"mkldnn": False}
 
     dry = snakemake(tmp_path, "--dry-run")  # plans before any tuning: the choice is a checkpoint
@@ -61,7 +61,7 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
     assert jobs["tune_run"] == 4 and jobs["tune_choice"] == 1 and jobs["train"] == 1
     assert jobs["tune_race"] == 1  # the check after the first round; later rounds follow it
 
-    broken = [tuning.run_path("torch", "lenet", default_id, r) for r in range(2)]
+    broken = [grid.run_path("torch", "lenet", default_id, r) for r in range(2)]
     first = subprocess.run(
         [*SNAKEMAKE, *broken, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
          "--profile", str(REPO / "profiles" / "local"), "--configfile", str(tmp_path / "study.yaml")],
@@ -74,7 +74,7 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
     proc = snakemake(tmp_path, RUNS_TABLE, TUNING_TABLE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
-    choice = json.loads((tmp_path / tuning.choice_path("torch", "lenet")).read_text())
+    choice = json.loads((tmp_path / grid.choice_path("torch", "lenet")).read_text())
     rows = {row["id"]: row for row in choice["settings"]}
     assert rows[default_id]["ok_runs"] == 0 and rows[default_id]["runs"] == 2
     assert any("does not resolve" in reason for reason in rows[default_id]["failed"]), rows[default_id]
@@ -86,7 +86,7 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
         assert choice["chosen"] == default_id and "no setting has an ok" in choice["reason"]
     chosen = choice["chosen_settings"]
     # The race stopped after its first round: a default without an ok run cannot be raced.
-    race = json.loads((tmp_path / tuning.race_path("torch", "lenet", 2)).read_text())
+    race = json.loads((tmp_path / grid.race_path("torch", "lenet", 2)).read_text())
     assert race["more"] is False and race["runs"] == 4 and race["budget"] == 4 + 8
     assert rows[default_id]["verdict"].startswith("default: ")
     assert rows[off_id]["n"] == 2 - rows[off_id]["contended_runs"]
@@ -95,8 +95,8 @@ def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path
     events = tmp_path / "results" / "runs" / "torch" / "lenet" / "n1x2" / "b64" / "r0" / "events.jsonl"
     start = json.loads(events.read_text().splitlines()[0])
     assert start["spec"]["options"].get("mkldnn", True) == chosen["mkldnn"]
-    run = dlstudy.Run("torch", "lenet", 1, 2, 64, 0)
-    assert start["config_sha256"] == dlstudy.run_spec(study, run, chosen).sha256
+    run = matrix.Run("torch", "lenet", 1, 2, 64, 0)
+    assert start["config_sha256"] == matrix.run_spec(study, run, chosen).sha256
     assert start["settings"]["mkldnn"] == chosen["mkldnn"]
     assert start["settings"]["engine"] == ("onednn" if chosen["mkldnn"] else "native")
     assert start["settings"]["env"]["OMP_NUM_THREADS"] == "1"

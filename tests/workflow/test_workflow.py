@@ -195,7 +195,7 @@ def test_bad_config_fails_before_any_job(tmp_path):
 
 
 def test_large_study_dag_builds_without_importing_torch(tmp_path):
-    """4 models x 6 node counts x 3 repeats: the DAG is built from dlscale.study alone."""
+    """4 models x 6 node counts x 3 repeats: the DAG is built from dlscale.study.matrix alone."""
     study = {"nodes": [1, 2, 4, 8, 16, 32], "repeats": 3, "envs_dir": str(tmp_path / "envs")}
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
     probe = (

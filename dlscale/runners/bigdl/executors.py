@@ -15,7 +15,7 @@ does: Spark logs ``Lost executor ID on HOST: reason`` as it removes one
 (``lost_in_log``), which ``LiveLog`` reads anyway.
 
 An executor's host is its node's address (every worker binds the address its node reaches
-the master from: ``python -m dlscale.placement --towards``), so node k of the run is the
+the master from: ``python -m dlscale.host.placement --towards``), so node k of the run is the
 executor whose host is the address of the k-th node of the allocation (SLURM_JOB_NODELIST,
 in SLURM's order, each name resolved as the workers' peers resolve it). Ranks follow:
 node k holds ranks ``k x ranks_per_node ..``.
@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.placement import expand_hostlist
+from dlscale.host.placement import expand_hostlist
 
 POLL_S = 0.2
 LOST = re.compile(r"Lost executor (\S+) on ([^\s:]+): ")  # TaskSchedulerImpl, at ERROR

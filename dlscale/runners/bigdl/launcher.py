@@ -9,7 +9,7 @@ iteration event carries the GLOBAL samples.
 
 from typing import Any
 
-from dlscale import placement
+from dlscale.host import placement
 from dlscale.runners.bigdl import settings as bigdl_settings
 from dlscale.runners.plan import LaunchContext, Plan, Process
 from dlscale.runspec import RunSpec

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale import initweights
+from dlscale.data import initweights
 
 
 def _nn() -> Any:
@@ -149,7 +149,7 @@ def criterion(name: str) -> Any:
 
 
 def shared_weights(name: str, weights: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """``init: shared``: the canonical arrays (``dlscale.initweights``) in the order and
+    """``init: shared``: the canonical arrays (``dlscale.data.initweights``) in the order and
     layout of the BigDL model's parameters: a convolution's weight gains BigDL's group axis
     ``(1, out, in, kh, kw)``; a Linear's ``(out, in)`` is torch's, and LeNet's flattening
     (``Reshape`` of NCHW) is the canonical (C, H, W) order."""

@@ -14,7 +14,7 @@ the JVM's).
   per node started by a single ``srun`` step, each offering the cores and memory the
   allocation gives a node. Every daemon binds its node's address (``SPARK_LOCAL_IP``: the
   master and the driver the launcher's master address, a worker the address its node
-  reaches the master from, ``python -m dlscale.placement``), never every interface.
+  reaches the master from, ``python -m dlscale.host.placement``), never every interface.
 
 Authentication (every mode): each cluster has its own random secret (``secret``, never
 printed or logged). The daemons get it in ``_SPARK_AUTH_SECRET`` (their environment, not
@@ -46,8 +46,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlscale.netns import ENV_NODE_ADDRESSES, ENV_NODE_NAMESPACES, node_argv
-from dlscale.placement import ADDRESS_TOKEN
+from dlscale.host.netns import ENV_NODE_ADDRESSES, ENV_NODE_NAMESPACES, node_argv
+from dlscale.host.placement import ADDRESS_TOKEN
 from dlscale.runners.plan import first_srun_task_error
 from dlscale.runspec import RunSpec
 
@@ -105,7 +105,7 @@ def bigdl_batch(spec: RunSpec, shape: ClusterShape) -> int:
 
 def node_address(node: int) -> str:
     """Emulated node ``node``'s address: loopback, or its own on an emulated interconnect
-    (``dlscale.netns``: each node a network namespace, the launcher lists the addresses)."""
+    (``dlscale.host.netns``: each node a network namespace, the launcher lists the addresses)."""
     addresses = [a for a in os.environ.get(ENV_NODE_ADDRESSES, "").split(",") if a]
     return addresses[node % len(addresses)] if addresses else HOST
 
@@ -114,7 +114,7 @@ def on_node(node: int) -> list[str]:
     """The prefix that starts a daemon on emulated node ``node`` (nothing without emulation).
 
     The driver and the master run on node 0, where the launcher put the driver; worker k
-    joins node k's namespace (``python -m dlscale.netns``), so its executor's traffic to
+    joins node k's namespace (``python -m dlscale.host.netns``), so its executor's traffic to
     the others crosses the emulated links.
     """
     if not os.environ.get(ENV_NODE_NAMESPACES):
@@ -124,7 +124,7 @@ def on_node(node: int) -> list[str]:
 
 def placement_argv(master: str) -> list[str]:
     """The prefix that runs a daemon bound to its node's address towards ``master``."""
-    return [sys.executable, "-m", "dlscale.placement", "--towards", master, "--"]
+    return [sys.executable, "-m", "dlscale.host.placement", "--towards", master, "--"]
 
 
 def free_port() -> int:

@@ -26,7 +26,7 @@ replica trains on the study's batch per rank when threads_per_rank is 1.
 Held-out quality (dlscale.runners.bigdl.evaluate): the driver evaluates the trained model
 with BigDL's ``predict`` after the last iteration and, with ``eval_every``, between
 segments of training (each ``optimize`` up to the next evaluation); a quality target met
-stops training there. With ``init: shared`` the model starts from dlscale.initweights'
+stops training there. With ``init: shared`` the model starts from dlscale.data.initweights'
 arrays and the executors hold their ranks' slices of one global batch sequence; the SGD
 is torch's in every run (momentum, dampening 0, constant rate, the mean loss).
 
@@ -58,7 +58,9 @@ from typing import Any
 
 import numpy as np
 
-from dlscale import atomic, catalog, initweights
+from dlscale import catalog
+from dlscale.base import atomic
+from dlscale.data import initweights
 from dlscale.data.shards import ShardSet
 from dlscale.events import PartWriter
 from dlscale.parse import bigdl as bigdl_log
@@ -449,7 +451,7 @@ def _optimize(
 
 
 def shared_init(model: Any, spec: RunSpec) -> str:
-    """``init: shared``: load ``dlscale.initweights``' arrays into ``model`` (checked by
+    """``init: shared``: load ``dlscale.data.initweights``' arrays into ``model`` (checked by
     reading them back) and return their digest, which the first iteration event carries."""
     weights = initweights.initial_weights(spec.model, spec.seed)
     arrays = shared_weights(spec.model, weights)

@@ -1,6 +1,6 @@
 """The shared initialisation (run spec ``init: shared``) loaded into a Caffe net.
 
-``dlscale.initweights`` draws one set of arrays per model and seed in the canonical layout,
+``dlscale.data.initweights`` draws one set of arrays per model and seed in the canonical layout,
 which is Caffe's own: a convolution's weight ``(out, in, kh, kw)``, an InnerProduct's
 ``(out, in)`` over inputs flattened in ``(C, H, W)`` order, as Caffe flattens them. Loading
 them is therefore a renaming (``CAFFE_BLOBS``) and a copy into the parameter blobs, on
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale import initweights
+from dlscale.data import initweights
 from dlscale.runners.caffe.models import learnable_blobs
 
 #: Per model: canonical parameter name -> (Caffe layer, blob index: 0 weight, 1 bias).

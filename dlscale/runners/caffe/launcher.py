@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.envs import caffe_build_marker
-from dlscale.netns import node_argv as netns_argv
+from dlscale.host.netns import node_argv as netns_argv
 from dlscale.runners.caffe import blas as caffe_blas
 from dlscale.runners.caffe import settings as caffe_settings
 from dlscale.runners.plan import LaunchContext, Plan, Process, slurm_env, srun_argv
@@ -175,7 +175,7 @@ def plan(ctx: LaunchContext) -> Plan:
     argv = mpirun_argv(ctx, options["mpirun"])
     if ctx.emulated:
         # mpirun starts every rank itself: each rank first joins its emulated node's network
-        # namespace (dlscale.netns), and reaches mpirun's PMIx server across the emulated
+        # namespace (dlscale.host.netns), and reaches mpirun's PMIx server across the emulated
         # network, which PMIx allows only when told (it listens on loopback by default).
         env.update({"PMIX_MCA_ptl_tcp_remote_connections": "1", "PMIX_MCA_ptl_tcp_if_include": ctx.interface})
         cut = argv.index(ctx.python)

@@ -4,14 +4,14 @@ mpirun sets ``OMPI_COMM_WORLD_RANK`` / ``_SIZE`` in every rank it starts. The lo
 (``launcher.py``) marks its mpirun with ``DLSCALE_MPIRUN=1`` and the emulated layout
 (``DLSCALE_RANKS_PER_NODE``); ranks are packed by node as srun's block distribution does,
 so an emulated n x p run looks the same to the analysis whichever framework ran it.
-Kept out of dlscale.placement because only the mpirun-launched runner needs it.
+Kept out of dlscale.host.placement because only the mpirun-launched runner needs it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dlscale import placement
+from dlscale.host import placement
 
 
 def placement_env(env: Mapping[str, str]) -> dict[str, str]:

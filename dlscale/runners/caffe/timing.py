@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dlscale import atomic
+from dlscale.base import atomic
 from dlscale.catalog import MODEL_NAMES
 from dlscale.events import dumps
 from dlscale.parse import caffe as caffe_parse

@@ -19,7 +19,7 @@ The solver's update is Caffe's SGD (v = m v + lr g; w -= v), which equals torch'
 After each iteration where ``ctx.eval_due``, outside the timed step, rank 0 evaluates the
 model on the held-out set (``evaluate.py``); with a quality target every rank stops after
 the first evaluation that met it. With ``init: shared`` every rank starts from
-``dlscale.initweights`` (``initial.py``; its digest goes into iteration 0's event as
+``dlscale.data.initweights`` (``initial.py``; its digest goes into iteration 0's event as
 ``init_sha256``) and trains on its slice of one global batch sequence (``data.py``); the
 losses are already the mean over the rank's batch (the autoencoder's over its pixels too,
 ``models.py``) and the gradients the mean over ranks (``parallel.py``), as the reference's.

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import Any
 
-from dlscale.placement import Placement
+from dlscale.host.placement import Placement
 
 ENV_CLUSTER = "DLSCALE_TF_CLUSTER"
 #: Written by the ps-mode chief when its loop is over: the servers' signal to exit 0.

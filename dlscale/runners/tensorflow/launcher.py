@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dlscale import placement
+from dlscale.host import placement
 from dlscale.runners.plan import LaunchContext, Plan, Process, per_rank_plan, slurm_env, srun_argv
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import settings as tf_settings

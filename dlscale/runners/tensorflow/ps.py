@@ -34,7 +34,7 @@ gradient, and the effective rate grew with the workers (LeNet at 0.01 diverged w
 Each worker's update is therefore scaled by ``1 / workers`` (``update_scale``: its SGD
 runs at ``learning_rate / workers``, momentum unchanged), recorded on every iteration event
 as ``update_scale``; the study's ``learning_rate`` means the same in both modes and no
-config divides it by hand. The updates stay asynchronous (by design: ``dlscale.parity``).
+config divides it by hand. The updates stay asynchronous (by design: ``dlscale.analysis.parity``).
 
 Held-out quality: the chief evaluates the variables on the servers (``evaluate.py``)
 after the iterations the spec asks for, between iterations; with a quality target the loop

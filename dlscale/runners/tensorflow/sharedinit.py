@@ -1,4 +1,4 @@
-"""``init: shared``: the Keras models start from ``dlscale.initweights``' arrays.
+"""``init: shared``: the Keras models start from ``dlscale.data.initweights``' arrays.
 
 Every framework draws its initial weights with its own defaults (Keras: Glorot uniform),
 so no two start from the same point; with the run spec's ``init: shared`` every rank
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale import initweights
+from dlscale.data import initweights
 
 
 def keras_arrays(model_name: str, weights: dict[str, np.ndarray]) -> list[np.ndarray]:

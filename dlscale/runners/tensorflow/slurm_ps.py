@@ -46,12 +46,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlscale import placement as placement_mod
+from dlscale.base.sysutil import die_with_parent
 from dlscale.events import PartWriter
+from dlscale.host import placement as placement_mod
 from dlscale.runners import common
 from dlscale.runners.plan import signal_name
 from dlscale.runners.tensorflow import cluster as cluster_mod
-from dlscale.sysutil import die_with_parent
 
 RUNNER = "dlscale.runners.tensorflow"
 SERVER = "dlscale.runners.tensorflow.server"

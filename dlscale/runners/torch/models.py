@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from dlscale import initweights
+from dlscale.data import initweights
 
 
 class LeNet(nn.Module):
@@ -180,7 +180,7 @@ def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-#: Where each canonical parameter of ``dlscale.initweights.LAYOUTS`` lives in these modules
+#: Where each canonical parameter of ``dlscale.data.initweights.LAYOUTS`` lives in these modules
 #: (torch's layout is the canonical one: conv (out, in, kh, kw), linear (out, in), LeNet's
 #: features flattened in (C, H, W) order by nn.Flatten).
 SHARED_NAMES: Mapping[str, Mapping[str, str]] = {

@@ -13,7 +13,7 @@ initial weights, so every replica starts identical.
 Between steps, where ``RunContext.eval_due``, rank 0 measures held-out quality
 (``dlscale.runners.torch.evaluate``), outside every timed step; with a quality target the
 ranks stop together after the first evaluation that meets it. ``init: shared`` starts from
-``dlscale.initweights`` and trains on slices of one global batch sequence; torch's SGD
+``dlscale.data.initweights`` and trains on slices of one global batch sequence; torch's SGD
 (v = m v + g; w -= lr v) and mean losses are the reference semantics as they are.
 """
 

@@ -1,0 +1,1 @@
+"""Events -> tables -> evals, statistics, convergence -> cells, findings, claims; parity."""

@@ -1,0 +1,269 @@
+"""The parity check: proof that every framework runs the same optimisation.
+
+Runs with the shared initialisation (run spec ``init: shared``: the same initial weights,
+``dlscale.data.initweights``; the same global batches, ``dlscale.data.shards.GlobalBatchSlices``;
+the reference optimiser semantics in every runner) compute the same sequence of losses up
+to float32 rounding. This module compares each such run's first iterations with the
+reference framework's 1-rank run of the same model, seed and global batch:
+
+* at 1 node, frameworks against the reference: the same work in each framework;
+* at N nodes, synchronous data parallelism against 1 node at the same global batch (the
+  gradient of N slices averaged is the gradient of the whole batch).
+
+A run passes when every compared loss lies within its tolerance of the reference's
+(``tolerance_for``: the float32 rounding of a sum of the loss's terms, ``PARITY_EPS_FACTOR``
+times ``eps32 x sqrt(terms)``, as measured: ``docs/thresholds.md``), and
+its initial weights' digest equals the reference's. A failure names the framework and the
+first iteration that differs. Frameworks whose semantics differ by design (BigDL's FP16
+parameter exchange, parameter servers' asynchronous updates) are expected to fail; the
+table says so (``designed_difference``) and the verdicts keep them out of "same work".
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dlscale import catalog
+from dlscale.base import atomic
+from dlscale.events import read_events
+from dlscale.thresholds import PARITY_EPS_FACTOR
+
+#: The framework every other is compared with (the one whose semantics are the reference).
+REFERENCE = "torch"
+#: Losses compared per run (the first iterations: float32 differences grow chaotically after).
+DEFAULT_ITERATIONS = 20
+
+#: Differences by design (the catalog's), measured by the check and named where a framework fails it.
+DESIGNED_DIFFERENCES: Mapping[str, str] = catalog.DIFFERENCES
+
+#: float32's unit roundoff: the relative error of one rounding.
+EPS32 = 2.0**-24
+#: Pixels per image the AutoEncoder's loss averages over, beside the batch.
+LOSS_TERMS_PER_SAMPLE: Mapping[str, int] = {"lenet": 1, "autoencoder": 28 * 28}
+
+
+def tolerance_for(model: str, global_batch: int, factor: float = PARITY_EPS_FACTOR) -> float:
+    """The relative loss tolerance of ``model`` at ``global_batch``: ``factor`` times the
+    typical float32 rounding of a sum of the loss's terms in another order,
+    ``eps32 x sqrt(terms)`` (LeNet's loss averages one term a sample, the AutoEncoder's one
+    a pixel, so its sum is 784 times longer and its spread about 28 times wider)."""
+    terms = global_batch * LOSS_TERMS_PER_SAMPLE.get(model, 1)
+    return factor * EPS32 * math.sqrt(terms)
+
+
+PARITY_COLUMNS: tuple[str, ...] = (
+    "model",
+    "framework",
+    "setup",
+    "nodes",
+    "ranks_per_node",
+    "world_size",
+    "global_batch",
+    "seed",
+    "run_id",
+    "reference",
+    "iterations",
+    "max_rel_diff",
+    "worst_iteration",
+    "first_failed_iteration",
+    "tolerance",
+    "init_matches",
+    "passes",
+    "designed_difference",
+    "reason",
+)
+
+
+@dataclass(frozen=True)
+class ParityRun:
+    """What the check needs of one run: who, where, and its loss per iteration."""
+
+    run_id: str
+    framework: str
+    setup: str
+    model: str
+    nodes: int
+    ranks_per_node: int
+    world_size: int
+    global_batch: int
+    seed: int
+    losses: tuple[float, ...]
+    init_sha256: str | None
+
+
+def read_run(path: str | Path) -> ParityRun | None:
+    """A shared-initialisation run's losses (the mean over its ranks' losses of each
+    iteration: each rank reports its slice's mean), or None for any other run."""
+    events = read_events(path)
+    start, end = events[0], events[-1]
+    spec = start.get("spec") or {}
+    if spec.get("init") != "shared" or end.get("status") != "ok":
+        return None
+    per_iteration: dict[int, list[float]] = {}
+    digest = None
+    for event in events:
+        if event["event"] != "iteration":
+            continue
+        if event.get("loss") is not None:
+            per_iteration.setdefault(int(event["iteration"]), []).append(float(event["loss"]))
+        digest = digest or event.get("init_sha256")
+    losses = tuple(sum(v) / len(v) for _, v in sorted(per_iteration.items()))
+    strategy = (spec.get("options") or {}).get("strategy")
+    setup = start["framework"] + (f"-{strategy}" if strategy == "ps" else "")
+    return ParityRun(
+        run_id=str(start["run_id"]),
+        framework=str(start["framework"]),
+        setup=setup,
+        model=str(start["model"]),
+        nodes=int(start["nodes"]),
+        ranks_per_node=int(start["ranks_per_node"]),
+        world_size=int(start["world_size"]),
+        global_batch=int(start.get("global_batch") or start["batch"] * start["world_size"]),
+        seed=int(spec.get("seed", -1)),
+        losses=losses,
+        init_sha256=digest,
+    )
+
+
+def compare(run: ParityRun, reference: ParityRun, iterations: int, tolerance: float) -> dict[str, Any]:
+    """One run against the reference: the largest relative loss difference over the first
+    ``iterations``, where it is, the first iteration beyond ``tolerance``, and why."""
+    n = min(iterations, len(run.losses), len(reference.losses))
+    diffs = [
+        abs(a - b) / max(abs(b), 1e-12) for a, b in zip(run.losses[:n], reference.losses[:n], strict=True)
+    ]
+    worst = max(range(n), key=diffs.__getitem__) if n else None
+    failed = next((i for i, d in enumerate(diffs) if not d <= tolerance), None)
+    init_matches = (
+        None
+        if run.init_sha256 is None or reference.init_sha256 is None
+        else run.init_sha256 == reference.init_sha256
+    )
+    passes = n > 0 and failed is None and init_matches is not False
+    designed = DESIGNED_DIFFERENCES.get(run.setup) or DESIGNED_DIFFERENCES.get(run.framework)
+    if n == 0:
+        reason = "no losses to compare"
+    elif init_matches is False:
+        reason = f"{run.framework} did not start from the shared weights (digest differs from {reference.framework}'s)"
+    elif failed is not None:
+        reason = (
+            f"{run.framework} differs from {reference.framework} at iteration {failed}: loss"
+            f" {run.losses[failed]:.6g} vs {reference.losses[failed]:.6g} (relative {diffs[failed]:.2e} >"
+            f" {tolerance:.1e})"
+        )
+        if designed:
+            reason += f"; by design: {designed}"
+    else:
+        reason = f"the first {n} losses agree within {tolerance:.1e}"
+    return {
+        "model": run.model,
+        "framework": run.framework,
+        "setup": run.setup,
+        "nodes": run.nodes,
+        "ranks_per_node": run.ranks_per_node,
+        "world_size": run.world_size,
+        "global_batch": run.global_batch,
+        "seed": run.seed,
+        "run_id": run.run_id,
+        "reference": reference.run_id,
+        "iterations": n,
+        "max_rel_diff": diffs[worst] if worst is not None else math.nan,
+        "worst_iteration": worst,
+        "first_failed_iteration": failed,
+        "tolerance": tolerance,
+        "init_matches": init_matches,
+        "passes": passes,
+        "designed_difference": designed if not passes else None,
+        "reason": reason,
+    }
+
+
+def check(
+    runs: Iterable[ParityRun],
+    iterations: int = DEFAULT_ITERATIONS,
+    tolerance: float | None = None,
+    reference: str = REFERENCE,
+) -> pd.DataFrame:
+    """The parity table (``PARITY_COLUMNS``): every shared-initialisation run against the
+    reference framework's 1-rank run of its model, seed and global batch, within
+    ``tolerance`` (None: ``tolerance_for`` the model and global batch)."""
+    runs = list(runs)
+    references = {
+        (r.model, r.seed, r.global_batch): r
+        for r in sorted(runs, key=lambda r: r.run_id)
+        if r.framework == reference and r.world_size == 1
+    }
+    rows = []
+    for run in sorted(runs, key=lambda r: (r.model, r.global_batch, r.world_size, r.framework, r.run_id)):
+        ref = references.get((run.model, run.seed, run.global_batch))
+        if ref is None:
+            row = {name: None for name in PARITY_COLUMNS}
+            row.update(model=run.model, framework=run.framework, setup=run.setup, nodes=run.nodes,
+                       ranks_per_node=run.ranks_per_node, world_size=run.world_size,
+                       global_batch=run.global_batch, seed=run.seed, run_id=run.run_id, passes=None,
+                       reason=f"n/a: no 1-rank {reference} run of {run.model} at global batch {run.global_batch},"
+                       f" seed {run.seed} to compare with")  # fmt: skip
+            rows.append(row)
+            continue
+        if run is ref:
+            continue
+        rtol = tolerance if tolerance is not None else tolerance_for(run.model, run.global_batch)
+        rows.append(compare(run, ref, iterations, rtol))
+    return pd.DataFrame(rows, columns=list(PARITY_COLUMNS))
+
+
+def parity_table(
+    paths: Iterable[str | Path],
+    iterations: int = DEFAULT_ITERATIONS,
+    tolerance: float | None = None,
+    reference: str = REFERENCE,
+) -> pd.DataFrame:
+    """The parity table of the shared-initialisation runs among ``paths`` (events files)."""
+    runs = [r for r in (read_run(p) for p in sorted(paths, key=str)) if r is not None]
+    return check(runs, iterations, tolerance, reference)
+
+
+def write_table(table: pd.DataFrame, target: str | Path) -> Path:
+    return atomic.replace_with(target, lambda tmp: table.to_csv(tmp, index=False))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m dlscale.analysis.parity RUNS_DIR --out DIR``: the parity table of shared-init runs."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dlscale.analysis.parity", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("runs_dir", help="folder searched for events.jsonl files of init: shared runs")
+    parser.add_argument("--out", required=True, help="folder for parity.csv")
+    parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="losses compared per run")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="relative loss tolerance (default: per model, tolerance_for)",
+    )
+    parser.add_argument("--reference", default=REFERENCE, help="the framework every other is compared with")
+    args = parser.parse_args(argv)
+    table = parity_table(
+        Path(args.runs_dir).rglob("events.jsonl"), args.iterations, args.tolerance, args.reference
+    )
+    if table.empty:
+        print(f"{args.runs_dir}: no ok run with init: shared", file=sys.stderr)
+        return 2
+    target = write_table(table, Path(args.out) / "parity.csv")
+    for row in table.itertuples():
+        verdict = "n/a " if row.passes is None else ("PASS" if row.passes else "FAIL")
+        print(f"{verdict} {row.run_id}: {row.reason}")
+    print(target)
+    return 0 if not table["passes"].eq(False).any() else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

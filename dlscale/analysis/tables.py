@@ -1,0 +1,833 @@
+"""Events -> tidy tables: one row per run, one row per rank x iteration.
+
+Everything here is plain pandas on whole columns (no Python loop over iterations), so that
+a study of a thousand runs aggregates in seconds and every number can be unit-tested from
+hand-written events files.
+
+How a run's numbers are made (the definitions the figures and the report rely on):
+
+* A synchronous data-parallel step ends when the slowest rank ends, so per iteration
+  ``step_s`` is the **maximum over ranks**. ``compute_s`` and ``comm_s`` are the **mean
+  over ranks**: they describe the work every rank does, and the mean is the fairest single
+  number for it (the slowest rank's extra time is already in ``step_s``).
+* Exposed communication = ``step_s - compute_s`` per iteration, clipped at 0. It is the
+  part of the step not spent computing: gradient synchronisation that did not overlap with
+  compute, plus waiting for the slowest rank. That is the communication cost a user pays,
+  whatever the framework's own ``comm_s`` says (overlapped communication costs nothing).
+* ``input_s`` (optional, NaN where a runner does not report it) is the time a rank waited
+  for its next batch before the step began, mean over ranks, median per run; it is not in
+  ``step_s``. Comparing it across ``input: memory`` and ``input: pipeline`` runs shows
+  where feeding the step becomes the bottleneck.
+* Only timed iterations count: warm-up iterations (``warmup: true`` on any rank) are left
+  out of every statistic except the loss curve.
+* Per run, each quantity is the **median over timed iterations** (robust to the odd slow
+  step from a noisy neighbour); ``step_s_min``/``step_s_max`` and
+  ``throughput_min``/``throughput_max`` give the spread.
+* Throughput is global samples per second: the samples of one iteration summed over the
+  ranks that report it, divided by that iteration's ``step_s``, median over iterations.
+  Summing reported samples also serves frameworks whose logs report one global number
+  (rank 0 with the global batch).
+* Samples: a run has one of exactly two shapes. Either every rank reports every iteration
+  with ``samples`` equal to the batch per rank (torch, Caffe, TensorFlow mwms), or, where
+  the run's first iteration event is rank 0 reporting the global batch (batch x world
+  size), rank 0 alone reports every iteration with the global batch (BigDL's driver,
+  TensorFlow ps's chief). Anything else (6,400 samples for a batch of 64, 0 samples, a
+  rank beside rank 0 in the global shape) is an ``EventError`` naming ``FILE:LINE``: a
+  runner cannot write it, and its throughput would be wrong by that factor.
+* Every event is checked against its run (``load_events``): the schema
+  (``dlscale.events.EVENT_SCHEMAS``, by jsonschema: types of every contract field), ranks
+  within the world (``0 <= rank < world_size``), the run id against its own fields
+  (framework, model, nodes, ranks per node, batch, repeat, network) and against the folder
+  the file lies in (``<runs>/<run id>/events.jsonl``), ``world_size`` = nodes x ranks per
+  node, ``global_batch`` = batch x world size, one host per rank, one file per run id.
+  These cannot come from a real run, so each is an ``EventError`` naming ``FILE:LINE``
+  (both files for a run id seen twice), never a row.
+* A failed run (``run_end`` status failed; or an "ok" run with run_start/run_end events in
+  the middle, duplicate iteration events, a reporting rank that reported no iteration N
+  of the iterations 0..last (the last: the spec's warm-up + iterations where run_start
+  carries the spec, else the last any rank reported), no timed iterations, or no
+  throughput because every timed step took 0 s) is a row with status ``failed``, its
+  reason ("rank 1 reported no iteration 37": what a killed rank leaves), and NaN in every
+  measured column: never a number counted from half a run. So ``partial_iterations`` is
+  0 for every ok run. Only an ok run with a positive, finite throughput can be a speedup
+  baseline or get a speedup: never an infinite one.
+* Contention: a run_end (or run_start) may carry ``"contention": {"other_busy_share",
+  "steal_share", "contended"}`` from the launcher's probe (``dlscale.host.contention``); the
+  runs table has those columns (NaN and not contended for files without it). A contended
+  run keeps its numbers but is ``flag``-ged, never serves as a speedup baseline while an
+  uncontended run of its group can, and is left out of the cells and findings
+  (``dlscale.analysis.verdicts``, which summarises repeats with intervals and answers the study's
+  questions).
+
+The cells, findings and claims over these tables are ``dlscale.analysis.verdicts``; the aggregation
+that writes them all is ``dlscale.analysis.aggregate``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pandas as pd
+
+from dlscale import catalog
+from dlscale.analysis import evals
+from dlscale.analysis.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
+from dlscale.analysis.readevents import read_run
+from dlscale.events import EVENT_SCHEMAS, EventError
+from dlscale.host import roofline
+from dlscale.networks import HOST
+from dlscale.study.matrix import RUN_ID_PATTERN, Run
+from dlscale.thresholds import CONTENDED_SHARE, FIXED_OVERHEAD_SHARE
+
+log = logging.getLogger(__name__)
+
+#: Columns of the runs table, in the order they are written to runs.csv.
+RUN_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "framework",
+    "model",
+    "dataset",
+    "scaling",
+    "network",
+    "nodes",
+    "ranks_per_node",
+    "world_size",
+    "batch_per_rank",
+    "global_batch",
+    "repeat",
+    "status",
+    "reason",
+    "iteration_events",
+    "timed_iterations",
+    "partial_iterations",
+    "step_s",
+    "step_s_min",
+    "step_s_max",
+    "compute_s",
+    "comm_s",
+    "exposed_comm_s",
+    "exposed_comm_share",
+    "input_s",
+    "throughput",
+    "throughput_min",
+    "throughput_max",
+    "baseline_nodes",
+    "speedup",
+    "efficiency",
+    "flops_per_sample",
+    "peak_flops",
+    "roofline_fraction",
+    "loss_first",
+    "loss_last",
+    *QUALITY_COLUMNS,
+    "startup_s",
+    "wall_s",
+    "threads_per_rank",
+    "loadavg_1m",
+    "other_busy_share",
+    "steal_share",
+    "contended",
+    "flag",
+    "designed_difference",
+    "hosts",
+    "versions",
+    "settings",
+    "git_sha",
+    "config_sha256",
+    "started_utc",
+    "events_path",
+)
+
+#: Measured columns: NaN for every failed run.
+MEASURED_COLUMNS: tuple[str, ...] = (
+    "timed_iterations",
+    "partial_iterations",
+    "step_s",
+    "step_s_min",
+    "step_s_max",
+    "compute_s",
+    "comm_s",
+    "exposed_comm_s",
+    "exposed_comm_share",
+    "input_s",
+    "throughput",
+    "throughput_min",
+    "throughput_max",
+    "baseline_nodes",
+    "speedup",
+    "efficiency",
+    "loss_first",
+    "loss_last",
+    *MEASURED_QUALITY_COLUMNS,
+    "startup_s",
+    "wall_s",
+)
+
+#: Run-identifying columns repeated on every row of the iterations table.
+ITERATION_RUN_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "framework",
+    "model",
+    "dataset",
+    "scaling",
+    "network",
+    "nodes",
+    "ranks_per_node",
+    "batch_per_rank",
+    "global_batch",
+    "repeat",
+)
+
+ITERATION_COLUMNS: tuple[str, ...] = (
+    *ITERATION_RUN_COLUMNS,
+    "rank",
+    "iteration",
+    "warmup",
+    "samples",
+    "step_s",
+    "compute_s",
+    "comm_s",
+    "input_s",
+    "loss",
+    "host",
+)
+
+#: Runs compared for speedup share these (plus the batch key, see ``add_speedup``).
+SPEEDUP_GROUP: tuple[str, ...] = ("framework", "model", "dataset", "scaling", "network", "ranks_per_node")
+
+NEEDS_TWO_NODE_COUNTS = "n/a (needs >= 2 node counts)"
+
+
+def run_versions(start: Mapping[str, Any]) -> dict[str, Any]:
+    """run_start's ``versions`` and, where rank 0 measured the BLAS it loaded (run_start
+    ``measured.blas``, Caffe), ``blas_loaded``: the implementation, the library file that
+    served ``libblas.so.3`` and the library's own version string."""
+    versions = dict(start.get("versions") or {})
+    blas = (start.get("measured") or {}).get("blas")
+    if isinstance(blas, Mapping):
+        text = f"{blas.get('implementation')}: {blas.get('library')}"
+        versions["blas_loaded"] = f"{text} ({blas['version']})" if blas.get("version") else text
+    return versions
+
+
+_EVENT_FIELDS = ("rank", "iteration", "warmup", "samples", "step_s", "compute_s", "comm_s", "input_s", "loss")
+
+
+def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[str, Any]:
+    """The run-level facts of one events file (what ran, where, and how it ended)."""
+    batch = int(start["batch"])
+    world = int(start["world_size"])
+    global_batch = start.get("global_batch")
+    loadavg = start.get("loadavg") or [None]
+    hosts = start.get("hosts") or []
+    probe = end.get("contention") or start.get("contention") or {}
+    share = _number(probe.get("other_busy_share"))
+    steal = _number(probe.get("steal_share"))
+    contended = probe.get("contended")
+    if contended is None:
+        contended = (
+            bool(share + (0.0 if np.isnan(steal) else steal) >= CONTENDED_SHARE)
+            if not np.isnan(share)
+            else False
+        )
+    return {
+        "run_id": start["run_id"],
+        "framework": start["framework"],
+        "model": start["model"],
+        "dataset": start.get("dataset"),
+        "scaling": start.get("scaling") or "weak",
+        "network": start.get("network") or HOST,
+        "nodes": int(start["nodes"]),
+        "ranks_per_node": int(start["ranks_per_node"]),
+        "world_size": world,
+        "batch_per_rank": batch,
+        "global_batch": int(global_batch) if global_batch is not None else batch * world,
+        "repeat": int(start["repeat"]),
+        "reported_status": end["status"],
+        "reported_reason": end.get("reason"),
+        "startup_s": start.get("startup_s"),
+        "wall_s": float(end["time"]) - float(start["time"]),
+        "threads_per_rank": start.get("threads_per_rank"),
+        "loadavg_1m": loadavg[0] if loadavg else None,
+        "other_busy_share": share,
+        "steal_share": steal,
+        "contended": bool(contended),
+        "hosts": ";".join(str(h) for h in hosts),
+        "_hosts": list(hosts),
+        # The libraries the ranks reported, and what rank 0 measured it loaded (Caffe's BLAS).
+        "versions": json.dumps(run_versions(start), sort_keys=True),
+        # The run's CPU settings (engine, thread pools and variables; dlscale.launch).
+        "settings": json.dumps(start.get("settings") or {}, sort_keys=True),
+        "flops_per_sample": roofline.flops_per_sample(start["model"]),
+        # Where the optimisation differs from the reference by design (catalog.DIFFERENCES):
+        # measured by the parity check, named here, never hidden in a number.
+        "designed_difference": catalog.DIFFERENCES.get(_setup(start)),
+        "git_sha": start.get("git_sha"),
+        "config_sha256": start.get("config_sha256"),
+        "started": float(start["time"]),
+        "events_path": str(path),
+    }
+
+
+def _setup(start: dict[str, Any]) -> str:
+    """The run's set-up name (``catalog.Framework.setups``): TensorFlow's parameter servers
+    are ``tensorflow-ps``."""
+    options = (start.get("spec") or {}).get("options") or {}
+    strategy = options.get("strategy") if isinstance(options, dict) else None
+    return f"{start['framework']}-ps" if strategy == "ps" else str(start["framework"])
+
+
+def _tristate(value: Any) -> bool | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return bool(value)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value) if value is not None else float("nan")
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _empty_iterations() -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype="float64") for name in ITERATION_COLUMNS})
+
+
+def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read events files and return ``(runs, iterations)`` (``load_study`` without the evals)."""
+    runs, iterations, _ = load_study(paths)
+    return runs, iterations
+
+
+def load_study(
+    paths: Iterable[str | os.PathLike[str]], targets: Mapping[str, Target] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Read events files and return ``(runs, iterations, evals)``.
+
+    ``targets``: model -> the quality target to judge its runs by, over what their specs
+    carry (``python -m dlscale.analysis --target``); see ``dlscale.analysis.evals``. ``evals`` has one
+    row per eval event, columns ``dlscale.analysis.evals.EVAL_COLUMNS``.
+
+    ``runs`` has one row per file, columns ``RUN_COLUMNS`` (see the module docstring for
+    how each number is made). ``iterations`` has one row per rank x iteration event of
+    every run, failed runs and warm-up included (they are evidence; the flags say what
+    was counted), columns ``ITERATION_COLUMNS``.
+
+    An event that no real run can produce raises ``EventError`` naming ``FILE:LINE``
+    (files are written atomically, so that is a bug to fix, not a run to skip): a line
+    that breaks the schema (``dlscale.events.EVENT_SCHEMAS``, validated by jsonschema), a
+    run_start whose run id disagrees with its own fields or with the folder it lies in, a
+    rank outside the world, samples other than the run's batch (see "Samples" in the
+    module docstring). Two files with the same run id raise ``EventError`` naming both:
+    they would be counted twice in every median. What a failing run can produce (a rank
+    that reported no iteration N) makes the run's row failed, with that reason.
+    """
+    records: list[dict[str, Any]] = []
+    chunks: list[dict[str, np.ndarray]] = []
+    counts: list[int] = []
+    seen: dict[str, tuple[str, int]] = {}
+    for path in paths:
+        # One file at a time, a line at a time, its iteration events as typed columns
+        # (dlscale.analysis.readevents): memory follows the iterations table, not the file's text.
+        run = read_run(path)
+        start_line, start = run.start
+        end_line, end = run.end
+        check_schema(path, start_line, start)
+        check_schema(path, end_line, end)
+        check_run_start(path, start_line, start)
+        run_id = start["run_id"]
+        if run_id in seen:
+            other, other_line = seen[run_id]
+            raise EventError(
+                f"{path}:{start_line}: run id {run_id} is also the run id of {other}:{other_line}:"
+                " two events files of one run would be counted twice in every median"
+            )
+        seen[run_id] = (str(path), start_line)
+        run_evals = run.evals
+        for line, event in run_evals:
+            check_schema(path, line, event)
+        evals.check_evals(str(path), start, run_evals)
+        record = _run_record(start, end, str(path))
+        record["_stray_events"] = run.stray
+        target = (targets or {}).get(start["model"]) or evals.spec_target(start)
+        stop = evals.target_stop([e for _, e in run_evals], evals.spec_target(start))
+        # A run that trained to its target stopped at the first evaluation that met it.
+        record["_spec_iterations"] = float(stop) if stop is not None else _spec_iterations(start)
+        record.update(
+            evals.summarise([e for _, e in run_evals], start["model"], start.get("dataset"), target)
+        )
+        record["_evals"] = run_evals
+        records.append(record)
+        chunks.append(run.columns)
+        counts.append(run.iterations)
+
+    log.info("read %d events files, %d iteration events", len(records), sum(counts))
+    if not records:
+        runs = pd.DataFrame({name: pd.Series(dtype="float64") for name in RUN_COLUMNS})
+        return runs, _empty_iterations(), _empty_evals()
+    run_info = pd.DataFrame.from_records(records)
+    run_info.index.name = "_run"
+
+    codes = np.repeat(np.arange(len(records)), counts)
+    columns = {"_run": codes}
+    for name in ("_line", *_EVENT_FIELDS):
+        parts = [chunk.pop(name) for chunk in chunks]
+        columns[name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        del parts
+    iterations = pd.DataFrame(columns, copy=False)
+    del columns, chunks
+    run_info["_global_shape"] = check_iterations(iterations, run_info)
+    reported = iterations.groupby("_run")["iteration"].max().reindex(run_info.index).fillna(-1)
+    for run, record in enumerate(records):
+        evals.check_evals_within(record["events_path"], record["_evals"], int(reported.iat[run]) + 1)
+    run_info["_missing"] = missing_reports(iterations, run_info)
+    iterations["host"] = _hosts_of(iterations, run_info)
+
+    stats = _run_statistics(iterations, len(records))
+    runs = run_info.join(stats)
+    runs["iteration_events"] = np.asarray(counts, dtype="int64")
+    runs = _decide_status(runs)
+    for name in ("learned", "reached_target"):  # true, false or unknown (None), never 0.0
+        runs[name] = runs[name].map(_tristate).astype(object)
+    runs = add_speedup(runs)
+    runs["flag"] = run_flags(runs)
+    runs = add_roofline(runs, None)
+    runs["started_utc"] = pd.to_datetime(runs["started"], unit="s", utc=True)
+    runs = runs.reset_index(drop=True)[list(RUN_COLUMNS)]
+
+    # Each row's run columns taken from its run (no merge: a merge copies the whole table).
+    table = {
+        name: run_info[name].take(codes).reset_index(drop=True)
+        if name in ITERATION_RUN_COLUMNS
+        else iterations[name]
+        for name in ITERATION_COLUMNS
+    }
+    del iterations
+    return runs, pd.DataFrame(table, copy=False), _evals_table(records)
+
+
+def _empty_evals() -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype="float64") for name in EVAL_COLUMNS})
+
+
+#: The evals table's columns from the run (the first ones), the rest from each event.
+_EVAL_RUN_FIELDS = EVAL_COLUMNS[: EVAL_COLUMNS.index("iteration")]
+_EVAL_FIELDS = EVAL_COLUMNS[len(_EVAL_RUN_FIELDS) :]
+
+
+def _evals_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per eval event of every run (failed runs' too: they are evidence)."""
+    rows = [
+        {**{k: record[k] for k in _EVAL_RUN_FIELDS}, **{k: event.get(k) for k in _EVAL_FIELDS}}
+        for record in records
+        for _, event in record["_evals"]
+    ]
+    if not rows:
+        return _empty_evals()
+    return pd.DataFrame.from_records(rows, columns=list(EVAL_COLUMNS))
+
+
+def _strict_integer(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _finite(validator: Any, wanted: Any, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
+    is_number = isinstance(instance, (int, float)) and not isinstance(instance, bool)
+    if wanted and is_number and not math.isfinite(instance):
+        yield jsonschema.ValidationError(f"{instance!r} is not a finite number")
+
+
+#: jsonschema's draft 2020-12 validator with the events schema's two rules
+#: (``dlscale.events.SCHEMA_KEYWORDS``): ``integer`` is an integer literal, ``finite``.
+EventValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    validators={"finite": _finite},
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+)
+_VALIDATORS = {kind: EventValidator(schema) for kind, schema in EVENT_SCHEMAS.items()}
+
+
+def check_schema(path: str | os.PathLike[str], line: int, event: dict[str, Any]) -> None:
+    """Validate one event against ``EVENT_SCHEMAS`` with jsonschema; EventError names
+    ``FILE:LINE``, the field and what is wrong with it."""
+    kind = event.get("event")
+    validator = _VALIDATORS.get(kind) if isinstance(kind, str) else None
+    if validator is None:
+        raise EventError(f"{path}:{line}: unknown event type {kind!r}")
+    error = jsonschema.exceptions.best_match(validator.iter_errors(event))
+    if error is None:
+        return
+    where = "".join(
+        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
+        for i, p in enumerate(error.absolute_path)
+    )
+    raise EventError(f"{path}:{line}: {kind} event: {where or '(event)'}: {error.message}")
+
+
+def _path_run_id(path: str | os.PathLike[str]) -> str | None:
+    """The run id the file's folder names (``<runs>/<run id>/events.jsonl``), if it names one."""
+    parts = Path(os.path.abspath(path)).parent.parts[-5:]
+    candidate = "/".join(parts)
+    return candidate if len(parts) == 5 and RUN_ID_PATTERN.match(candidate) else None
+
+
+def check_run_start(path: str | os.PathLike[str], line: int, start: dict[str, Any]) -> None:
+    """What a schema cannot say about a run_start (it has passed ``check_schema``): its run
+    id is a run id, names the run's own fields and the folder the file lies in, and its
+    world, global batch, hosts and spec agree with it. EventError names ``FILE:LINE``."""
+    where = f"{path}:{line}: run_start event"
+    run_id = start["run_id"]
+    try:
+        run = Run.from_run_id(run_id)
+    except ValueError as err:
+        raise EventError(f"{where}: {err}") from None
+    own = {**start, "network": start.get("network") or HOST}
+    for name in ("framework", "model", "nodes", "ranks_per_node", "batch", "repeat", "network"):
+        if getattr(run, name) != own[name]:
+            raise EventError(
+                f"{where}: run_id {run_id} says {name}={getattr(run, name)!r}, the event says"
+                f" {name}={own[name]!r}: the run would be mislabelled"
+            )
+    folder = _path_run_id(path)
+    if folder is not None and folder != run_id:
+        raise EventError(
+            f"{where}: run_id {run_id} is not the run of the folder the file lies in ({folder}):"
+            " the run would be mislabelled"
+        )
+    world = start["world_size"]
+    if world != run.world_size:
+        raise EventError(
+            f"{where}: world_size={world} is not nodes x ranks_per_node ({run.nodes} x {run.ranks_per_node})"
+        )
+    global_batch = start.get("global_batch")
+    if global_batch is not None and global_batch != run.batch * world:
+        raise EventError(
+            f"{where}: global_batch={global_batch} is not batch x world_size ({run.batch} x {world})"
+        )
+    if len(start["hosts"]) != world:
+        raise EventError(f"{where}: hosts lists {len(start['hosts'])} host(s), the world has {world} rank(s)")
+    spec_id = (start.get("spec") or {}).get("run_id")
+    if spec_id is not None and spec_id != run_id:
+        raise EventError(f"{where}: spec.run_id={spec_id!r} is not the run_id {run_id}")
+
+
+def _spec_iterations(start: dict[str, Any]) -> float:
+    """Warm-up plus timed iterations from the run's spec (NaN for a file without one)."""
+    spec = start.get("spec") or {}
+    if isinstance(spec.get("iterations"), int) and isinstance(spec.get("warmup"), int):
+        return float(spec["iterations"] + spec["warmup"])
+    return float("nan")
+
+
+def check_iterations(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
+    """Check every iteration event against its run; return per run whether it has the
+    global shape (rank 0 alone reports the global batch).
+
+    Raises EventError naming ``FILE:LINE`` of the first event (in file order) whose rank
+    is outside the world or whose samples are not the run's: each rank its batch, or,
+    where the run's first iteration event is rank 0 reporting the global batch (a
+    framework whose log reports one number for the whole run, BigDL, TensorFlow ps),
+    rank 0 alone with the global batch on every event.
+    """
+    world = run_info["world_size"].to_numpy()[iterations["_run"].to_numpy()]
+    batch = run_info["batch_per_rank"].to_numpy()[iterations["_run"].to_numpy()]
+    glob = run_info["global_batch"].to_numpy()[iterations["_run"].to_numpy()]
+    rank = iterations["rank"].to_numpy()
+    samples = iterations["samples"].to_numpy()
+    outside = rank >= world
+    if outside.any():
+        at = int(np.flatnonzero(outside)[0])
+        raise EventError(
+            f"{_where(iterations, run_info, at)}: iteration event of rank {rank[at]} in a world of"
+            f" {world[at]} (ranks are 0 <= rank < {world[at]})"
+        )
+    first = iterations.groupby("_run", sort=False).head(1)
+    shape = pd.Series(False, index=run_info.index)
+    shape[first["_run"].to_numpy()] = (
+        first["rank"].eq(0).to_numpy()
+        & (first["samples"].to_numpy() == glob[first.index])
+        & (glob[first.index] != batch[first.index])
+    )
+    global_shape = shape.to_numpy()[iterations["_run"].to_numpy()]
+    bad = np.where(global_shape, (rank != 0) | (samples != glob), samples != batch)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        run = int(iterations["_run"].iat[at])
+        where = _where(iterations, run_info, at)
+        shapes = (
+            f"a run is every rank reporting its batch ({batch[at]}) or rank 0 alone reporting"
+            f" the global batch ({glob[at]})"
+        )
+        if not global_shape[at]:
+            raise EventError(
+                f"{where}: rank {rank[at]} reports samples={samples[at]}, not its batch of {batch[at]}: {shapes}"
+            )
+        first_line = int(first.loc[first["_run"].eq(run), "_line"].iat[0])
+        what = f"rank {rank[at]} reports an iteration" if rank[at] != 0 else f"samples={samples[at]}"
+        raise EventError(
+            f"{where}: {what}, but rank 0 reports the global batch for the whole run (line"
+            f" {first_line}): {shapes}"
+        )
+    return shape
+
+
+def _where(iterations: pd.DataFrame, run_info: pd.DataFrame, at: int) -> str:
+    run = int(iterations["_run"].iat[at])
+    return f"{run_info['events_path'].iat[run]}:{int(iterations['_line'].iat[at])}"
+
+
+def missing_reports(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
+    """Per run, the first report it lacks, as "rank k reported no iteration N" (None if none).
+
+    Every reporting rank (all ranks, or rank 0 alone in the global shape) must report every
+    iteration from 0 to the last one (the spec's warm-up + iterations where the run_start
+    carries its spec, else the last one any rank reported). A killed rank leaves exactly
+    this gap, so it makes the run failed (``_decide_status``), not an error.
+    """
+    reporters = np.where(run_info["_global_shape"], 1, run_info["world_size"]).astype("int64")
+    unique = iterations[["_run", "rank", "iteration"]].drop_duplicates()
+    per_run = unique.groupby("_run")["iteration"].agg(["size", "max"]).reindex(run_info.index)
+    reported = per_run["size"].fillna(0).to_numpy()
+    last = np.fmax(per_run["max"].to_numpy(dtype="float64"), run_info["_spec_iterations"].to_numpy() - 1)
+    expected = np.where(np.isnan(last), 0, last + 1) * reporters
+    missing = pd.Series(None, index=run_info.index, dtype=object)
+    for run in np.flatnonzero(reported < expected):
+        mine = unique[unique["_run"].eq(run)]
+        have = set(zip(mine["iteration"], mine["rank"], strict=True))
+        gap = next(
+            (i, r)
+            for i in range(int(last[run]) + 1)
+            for r in range(int(reporters[run]))
+            if (i, r) not in have
+        )
+        missing.iat[run] = f"rank {gap[1]} reported no iteration {gap[0]}"
+    return missing
+
+
+def _hosts_of(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
+    """Each iteration event's host: its run's ``hosts`` list at its rank (one entry per
+    rank, ``check_run_start``; the rank is within the world, ``check_iterations``)."""
+    lists = run_info["_hosts"]
+    lengths = lists.map(len).to_numpy().astype("int64")
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype("int64")
+    names = pd.Series([str(host) for hosts in lists for host in hosts], dtype="str")
+    at = offsets[iterations["_run"].to_numpy()] + iterations["rank"].to_numpy()
+    return names.take(at).reset_index(drop=True)
+
+
+def _run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
+    """Per-run medians over timed iterations, from per-iteration cross-rank reductions."""
+    index = pd.RangeIndex(n_runs, name="_run")
+    duplicates = iterations.duplicated(["_run", "rank", "iteration"])
+    duplicated_runs = pd.Series(False, index=index)
+    duplicated_runs[iterations.loc[duplicates, "_run"].unique()] = True
+
+    per_iter = iterations.groupby(["_run", "iteration"], sort=False).agg(
+        step_s=("step_s", "max"),
+        compute_s=("compute_s", "mean"),
+        comm_s=("comm_s", "mean"),
+        input_s=("input_s", "mean"),
+        samples=("samples", "sum"),
+        warmup=("warmup", "any"),
+        reports=("rank", "size"),
+    )
+    run_of_iter = per_iter.index.get_level_values("_run")
+    expected = per_iter["reports"].groupby(run_of_iter).transform("max")
+    complete = per_iter["reports"].eq(expected)
+    per_iter["exposed_comm_s"] = (per_iter["step_s"] - per_iter["compute_s"]).clip(lower=0.0)
+    positive = per_iter["step_s"].where(per_iter["step_s"] > 0)
+    per_iter["exposed_comm_share"] = per_iter["exposed_comm_s"] / positive
+    per_iter["throughput"] = per_iter["samples"] / positive
+
+    timed = per_iter[~per_iter["warmup"] & complete]
+    grouped = timed.groupby(level="_run")
+    stats = grouped.agg(
+        timed_iterations=("step_s", "size"),
+        step_s=("step_s", "median"),
+        step_s_min=("step_s", "min"),
+        step_s_max=("step_s", "max"),
+        compute_s=("compute_s", "median"),
+        comm_s=("comm_s", "median"),
+        exposed_comm_s=("exposed_comm_s", "median"),
+        exposed_comm_share=("exposed_comm_share", "median"),
+        input_s=("input_s", "median"),
+        throughput=("throughput", "median"),
+        throughput_min=("throughput", "min"),
+        throughput_max=("throughput", "max"),
+    ).reindex(index)
+    stats["timed_iterations"] = stats["timed_iterations"].fillna(0).astype("int64")
+    partial = (~per_iter["warmup"] & ~complete).groupby(run_of_iter).sum()
+    stats["partial_iterations"] = partial.reindex(index).fillna(0).astype("int64")
+
+    first, last = _loss_ends(iterations)
+    stats["loss_first"] = first.reindex(index)
+    stats["loss_last"] = last.reindex(index)
+    stats["_duplicates"] = duplicated_runs
+    return stats
+
+
+def loss_curve(iterations: pd.DataFrame, run_key: str = "run_id") -> pd.DataFrame:
+    """The loss curve of each run: the loss of its lowest reporting rank, every iteration.
+
+    Rank 0 is what every framework reports natively (BigDL and Caffe logs only carry the
+    driver's / rank 0's loss), so it is the one loss comparable across frameworks. Warm-up
+    iterations are kept: the start of the curve is where the loss moves most. Returns the
+    rows of ``iterations`` for that rank with a non-null loss, sorted by run and iteration.
+    """
+    has_loss = iterations[iterations["loss"].notna()]
+    lowest = has_loss.groupby(run_key)["rank"].transform("min")
+    curve = has_loss[has_loss["rank"].eq(lowest)]
+    return curve.sort_values([run_key, "iteration"], kind="stable")
+
+
+def _loss_ends(iterations: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    curve = loss_curve(iterations[["_run", "rank", "iteration", "loss"]], run_key="_run")
+    grouped = curve.groupby("_run")["loss"]
+    return grouped.first(), grouped.last()
+
+
+def _decide_status(runs: pd.DataFrame) -> pd.DataFrame:
+    """Final status and reason; failed runs get NaN in every measured column."""
+    out = runs.copy()
+    reported_ok = out["reported_status"].eq("ok")
+    reason = out["reported_reason"].astype(object).where(~reported_ok, None)
+    failed = ~reported_ok
+    reason = reason.where(~(failed & reason.isna()), "run reported failure without a reason")
+    throughput = pd.to_numeric(out["throughput"], errors="coerce")
+    checks: list[tuple[pd.Series, Any]] = [
+        (out["_stray_events"].gt(0), "events file has run_start/run_end events in the middle"),
+        (out["_duplicates"], "duplicate iteration events for the same rank and iteration"),
+        (out["_missing"].notna(), out["_missing"]),
+        (out["timed_iterations"].eq(0), "no timed iterations"),
+        (~(throughput.gt(0) & np.isfinite(throughput)), "no throughput: every timed step took 0 s"),
+    ]
+    for mask, why in checks:
+        newly = reported_ok & mask & ~failed
+        reason = reason.where(~newly, why)
+        failed = failed | newly
+    out["status"] = np.where(failed, "failed", "ok")
+    out["reason"] = reason
+    measured = [name for name in MEASURED_COLUMNS if name in out.columns]
+    for name in measured:
+        out[name] = pd.to_numeric(out[name], errors="coerce").astype("float64")
+    out.loc[failed, measured] = np.nan
+    for name in ("timed_iterations", "partial_iterations"):
+        out[name] = out[name].round().astype("Int64")
+    return out
+
+
+def batch_key(runs: pd.DataFrame) -> pd.Series:
+    """The batch that stays fixed: per rank under weak scaling, global under strong."""
+    return runs["global_batch"].where(runs["scaling"].eq("strong"), runs["batch_per_rank"])
+
+
+def run_flags(runs: pd.DataFrame) -> pd.Series:
+    """Why a run's numbers should not be taken at face value (None when nothing is wrong).
+
+    ``contended``: the host's CPUs were busy with other work during the run (its
+    contention probe's ``other_busy_share``); one rank with an exposed "communication"
+    share above ``FIXED_OVERHEAD_SHARE``: fixed per-iteration overhead, nothing is
+    communicated with one rank. Cell-level flags (superlinear efficiency) are in
+    ``dlscale.analysis.verdicts``.
+    """
+    empty = pd.Series("", index=runs.index, dtype=object)
+    contended = runs["contended"] if "contended" in runs else pd.Series(False, index=runs.index)
+    contended = contended.astype(object).where(contended.notna(), False).astype(bool)
+    share = runs["other_busy_share"] if "other_busy_share" in runs else pd.Series(np.nan, index=runs.index)
+    busy = empty.where(~contended, "contended: the host was busy with other work during the run")
+    measured = contended & share.notna()
+    busy[measured] = [
+        f"contended: other work took {v:.0%} of the host's CPUs during the run" for v in share[measured]
+    ]
+    exposed = runs["exposed_comm_share"]
+    fixed = runs["world_size"].eq(1) & exposed.gt(FIXED_OVERHEAD_SHARE)
+    overhead = empty.copy()
+    overhead[fixed] = [
+        f"fixed overhead: exposed 'communication' is {v:.0%} of the step with one rank"
+        for v in exposed[fixed]
+    ]
+    both = busy.ne("") & overhead.ne("")
+    flags = busy + np.where(both, "; ", "") + overhead
+    return flags.where(flags.ne(""), None).astype(object)
+
+
+def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
+    """Add ``baseline_nodes``, ``speedup`` and ``efficiency`` to a runs table.
+
+    Runs are compared within the same framework, model, dataset, scaling mode, network
+    (``host`` or an emulated interconnect: a 2-node run on emulated 1 GbE is measured
+    against the 1-node run on the same network, not against the host's loopback) and
+    ranks per node, and the same batch: the batch per rank under weak scaling (it is what stays
+    fixed) and the global batch under strong scaling. The baseline is the smallest node
+    count among the group's ok runs (a failed 1-node run makes the next count the
+    baseline rather than leaving the group without one), and its throughput is the median
+    over the ok baseline repeats. Contended runs (column ``contended``) take no part in
+    the baseline while the group has an uncontended ok run: a baseline slowed by other
+    work is what makes efficiencies above 1.
+
+    ``speedup = throughput / baseline throughput`` and
+    ``efficiency = speedup / (nodes / baseline_nodes)``. Throughput (global samples per
+    second) is the right basis for both modes: under strong scaling the global batch is
+    fixed, so the throughput ratio equals the classic time ratio T_base / T_n; under weak
+    scaling each step does more work as nodes grow, so a time ratio would ideally stay at
+    1 and hide the gain, while the throughput ratio still ideally equals the node ratio.
+    One formula, one ideal line (``nodes / baseline_nodes``) for both.
+    """
+    out = runs.copy()
+    for name in ("baseline_nodes", "speedup", "efficiency"):
+        out[name] = np.nan
+    throughput = pd.to_numeric(out["throughput"], errors="coerce")
+    # Only a positive, finite throughput measures anything: a run without one (0, NaN,
+    # failed) is never a baseline and gets no speedup (never an infinite one).
+    ok = out["status"].eq("ok") & throughput.gt(0) & np.isfinite(throughput)
+    if not ok.any():
+        return out
+    okr = out.loc[ok]
+    keys = [okr[name].astype(object).fillna("") for name in SPEEDUP_GROUP] + [batch_key(okr)]
+    contended = okr["contended"] if "contended" in okr else pd.Series(False, index=okr.index)
+    clean = ~contended.astype(object).where(contended.notna(), False).astype(bool)
+    has_clean = clean.groupby(keys, dropna=False).transform("any")
+    basis = clean | ~has_clean
+    baseline_nodes = okr["nodes"].where(basis).groupby(keys, dropna=False).transform("min")
+    at_baseline = okr["throughput"].where(basis & okr["nodes"].eq(baseline_nodes))
+    baseline_tp = at_baseline.groupby(keys, dropna=False).transform("median")
+    speedup = okr["throughput"] / baseline_tp
+    out.loc[ok, "baseline_nodes"] = baseline_nodes.astype("float64")
+    out.loc[ok, "speedup"] = speedup
+    out.loc[ok, "efficiency"] = speedup / (okr["nodes"] / baseline_nodes)
+    return out
+
+
+def add_roofline(runs: pd.DataFrame, peak: Mapping[str, Any] | None) -> pd.DataFrame:
+    """``peak_flops`` (the host's matmul peak at the run's threads per rank, from the
+    workflow's measurement, dlscale.host.roofline) and ``roofline_fraction`` = throughput x
+    FLOPs per sample / (world size x peak): NaN where no peak was measured or it was
+    refused as contended. An ok run's ``flag`` gains ``roofline.flag_of``'s reason (a
+    refused peak, a fraction above 1); a flag from an earlier call is replaced."""
+    peaks = runs["threads_per_rank"].map(lambda t: roofline.peak_of(peak, t)).astype("float64")
+    runs["peak_flops"] = peaks
+    achieved = runs["throughput"].astype("float64") * runs["flops_per_sample"].astype("float64")
+    runs["roofline_fraction"] = achieved / (runs["world_size"].astype("float64") * peaks)
+    if "flag" not in runs:
+        return runs
+    for index in runs.index[runs["throughput"].notna()]:
+        old = runs.at[index, "flag"]
+        parts = (
+            [p for p in str(old).split("; ") if not p.startswith("roofline: ")]
+            if isinstance(old, str)
+            else []
+        )
+        why = roofline.flag_of(runs.at[index, "roofline_fraction"], runs.at[index, "threads_per_rank"], peak)
+        new = "; ".join(parts + ([why] if why else [])) or None
+        if new != old:
+            runs.at[index, "flag"] = new
+    return runs

@@ -1,0 +1,1 @@
+"""A study's archive: made, verified, and read as hostile input."""

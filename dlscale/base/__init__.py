@@ -1,0 +1,1 @@
+"""The house's small tools, below every stage: atomic writes, strict YAML, logging, host utilities."""

@@ -1,0 +1,1 @@
+"""Studies against each other: cell by cell, with the changed settings named."""

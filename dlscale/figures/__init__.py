@@ -1,0 +1,1 @@
+"""What a person reads: the study's figures, drawn from its tables."""

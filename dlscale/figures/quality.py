@@ -1,0 +1,147 @@
+"""What the models learned, in two figures: held-out quality against training time, and the
+two efficiencies side by side.
+
+``quality``: every run's evaluations (held-out quality against the timed training seconds
+so far, ``train_s``), one line a run, coloured by framework, a panel per model and node
+count; the target, where the study set one, as a rule. A framework whose model stays at
+chance shows as a flat line there, however fast its steps.
+
+``efficiencies``: per model, throughput efficiency (samples/s at N nodes over N x the
+baseline's, ``dlscale.analysis.verdicts``) beside time-to-target efficiency (the baseline's time to
+target over N x the N-node time, ``dlscale.analysis.convergence.time_to_target_efficiency``), with
+intervals: where the second falls below the first, more nodes stop shortening training
+even while samples/s still scale (weak scaling grows the global batch, and a larger batch
+may need more samples to reach the same quality).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import altair as alt
+import pandas as pd
+
+from dlscale.analysis import convergence
+from dlscale.figures.charts import (
+    FRAMEWORK_ORDER,
+    MODEL_ORDER,
+    draw,
+    empty_chart,
+    framework_colour,
+    nodes_axis,
+    ordered,
+)
+
+#: The figures this module draws (rule figures), in report order.
+QUALITY_FIGURES: tuple[str, ...] = ("quality", "efficiencies")
+
+_WIDTH, _HEIGHT = 200, 160
+
+
+def quality_chart(evals: pd.DataFrame, runs: pd.DataFrame) -> alt.TopLevelMixin:
+    """Held-out quality against training seconds, one line per run, per model and nodes."""
+    if evals is None or evals.empty:
+        return empty_chart("Held-out quality: no run recorded an evaluation")
+    ok_ids = set(runs.loc[runs["status"].eq("ok"), "run_id"]) if "status" in runs else set()
+    data = evals[evals["run_id"].isin(ok_ids)].copy()
+    primary = runs.drop_duplicates("model").set_index("model")["quality_metric"].to_dict()
+    data = data[
+        [metric == primary.get(model) for model, metric in zip(data["model"], data["metric"], strict=True)]
+    ]
+    if data.empty:
+        return empty_chart("Held-out quality: no ok run recorded an evaluation")
+    data["panel"] = (
+        data["model"].astype(str) + ", " + data["nodes"].astype(str) + " node(s), " + data["metric"]
+    )
+    frameworks = ordered(data["framework"], FRAMEWORK_ORDER)
+    lines = (
+        alt.Chart()
+        .mark_line(point=True, opacity=0.7)
+        .encode(
+            x=alt.X("train_s:Q", title="timed training seconds"),
+            y=alt.Y("value:Q", title="held-out quality"),
+            color=framework_colour(frameworks),
+            detail="run_id:N",
+            tooltip=[
+                "run_id:N",
+                "iteration:Q",
+                "metric:N",
+                alt.Tooltip("value:Q", format=".4f"),
+                "train_s:Q",
+            ],
+        )
+    )
+    layers = [lines]
+    targets = runs.dropna(subset=["target_value"]) if "target_value" in runs else runs.iloc[0:0]
+    if len(targets):
+        rule_data = targets.drop_duplicates("model")[["model", "target_value"]]
+        data = data.merge(rule_data, on="model", how="left")
+        layers.append(alt.Chart().mark_rule(strokeDash=[4, 4], color="grey").encode(y="target_value:Q"))
+    order = [p for m in MODEL_ORDER for p in sorted(data.loc[data["model"].eq(m), "panel"].unique())]
+    return (
+        alt.layer(*layers, data=data)
+        .properties(width=_WIDTH, height=_HEIGHT)
+        .facet(facet=alt.Facet("panel:N", title=None, sort=order), columns=4)
+        .resolve_scale(x="independent", y="independent")
+        .properties(title="Held-out quality vs timed training seconds (one line per run; dashed: the target)")
+    )
+
+
+def efficiencies_chart(cells: pd.DataFrame) -> alt.TopLevelMixin:
+    """Throughput efficiency and time-to-target efficiency vs nodes, per model."""
+    if cells is None or cells.empty:
+        return empty_chart("Efficiencies: no cells to plot")
+    both = convergence.efficiencies(cells)
+    if both.empty:
+        return empty_chart("Efficiencies: no set-up with two node counts")
+    frameworks = ordered(both["framework"], FRAMEWORK_ORDER)
+    x = nodes_axis(both)
+    colour = framework_colour(frameworks)
+    y = alt.Y("value:Q", title="efficiency")
+    points = (
+        alt.Chart()
+        .mark_point(filled=True, size=60)
+        .encode(
+            x=x,
+            y=y,
+            color=colour,
+            tooltip=[
+                "framework:N",
+                "nodes:Q",
+                "kind:N",
+                alt.Tooltip("value:Q", format=".3f"),
+                "low:Q",
+                "high:Q",
+            ],
+        )
+    )
+    lines = alt.Chart().mark_line().encode(x=x, y=y, color=colour, detail="framework:N")
+    bars = (
+        alt.Chart()
+        .mark_rule(strokeWidth=2)
+        .encode(x=x, y=alt.Y("low:Q", title="efficiency"), y2="high:Q", color=colour)
+    )
+    ideal = alt.Chart().mark_rule(strokeDash=[4, 4], color="grey").encode(y=alt.datum(1.0))
+    models = ordered(both["model"], MODEL_ORDER)
+    return (
+        alt.layer(ideal, bars, lines, points, data=both)
+        .properties(width=_WIDTH, height=_HEIGHT)
+        .facet(
+            row=alt.Row("model:N", title=None, sort=models),
+            column=alt.Column("kind:N", title=None, sort=list(convergence.EFFICIENCY_KINDS)),
+        )
+        .properties(
+            title="Throughput efficiency beside time-to-target efficiency (medians with intervals; 1 = ideal)"
+        )
+    )
+
+
+def make_quality_figures(
+    runs: pd.DataFrame, cells: pd.DataFrame, evals: pd.DataFrame, out: dict[str, dict[str, str]]
+) -> None:
+    """Draw the figures ``out`` names (``QUALITY_FIGURES``) in every format it lists."""
+    builders: dict[str, Callable[[], alt.TopLevelMixin]] = {
+        "quality": lambda: quality_chart(evals, runs),
+        "efficiencies": lambda: efficiencies_chart(cells),
+    }
+    draw(builders, out)
