@@ -36,6 +36,7 @@ from helpers.verify_study import make_study as make_verify_study
 
 from dlscale.analysis import aggregate
 from dlscale.analysis.stats import BOOTSTRAP, RANGE_RATIO_LOW_N, Interval
+from dlscale.compare import cells as compare_cells
 from dlscale.compare import comparison
 from dlscale.compare import page as compare_page
 from dlscale.compare import studies as compare_studies
@@ -117,7 +118,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int,
 
 
 def test_each_metric_declares_which_direction_is_better() -> None:
-    better = {m.name: m.higher_is_better for m in comparison.METRICS}
+    better = {m.name: m.higher_is_better for m in compare_cells.METRICS}
     assert better == {
         "throughput": True,
         "exposed_comm_share": False,
@@ -145,7 +146,7 @@ def test_each_metric_declares_which_direction_is_better() -> None:
 def test_a_change_is_named_only_when_the_interval_excludes_1_and_the_test_rejects(
     interval: Interval, p_value: float, higher: bool, change: str
 ) -> None:
-    assert comparison.decide_change(interval, p_value, higher, floor=0.0) == change
+    assert compare_cells.decide_change(interval, p_value, higher, floor=0.0) == change
 
 
 @pytest.mark.parametrize(
@@ -159,30 +160,32 @@ def test_a_change_is_named_only_when_the_interval_excludes_1_and_the_test_reject
 )
 def test_a_change_must_clear_the_between_study_noise_floor(interval: Interval, change: str) -> None:
     assert comparison.COMPARE_NOISE_FLOOR == 0.05
-    assert comparison.decide_change(interval, 0.001, True) == change
-    note = comparison.why_no_change(interval, 0.001, 6, 6)
+    assert compare_cells.decide_change(interval, 0.001, True) == change
+    note = compare_cells.why_no_change(interval, 0.001, 6, 6)
     assert (note is not None and "noise floor 1 +/- 0.05" in note) == (change == comparison.NO_CHANGE)
 
 
 def test_the_rank_test_is_exact_and_cannot_reject_with_three_repeats_a_side() -> None:
     # Complete separation: the exact two-sided p-value is 2 / C(n1 + n2, n1).
-    assert comparison.rank_test([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1) == comparison.smallest_p(3, 3)
-    assert comparison.rank_test([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
-    assert comparison.smallest_p(2, 2) == pytest.approx(1 / 3)
-    assert np.isnan(comparison.rank_test([1.0], [2.0, 3.0]))
-    assert comparison.rank_test([1.0] * 6, [1.0] * 6) == 1.0
-    note = comparison.why_no_change(Interval(2.0, 1.5, 2.5, RANGE_RATIO_LOW_N, 0.56), 0.1, 3, 3)
+    assert (
+        compare_cells.rank_test([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1) == compare_cells.smallest_p(3, 3)
+    )
+    assert compare_cells.rank_test([1, 2, 3, 4], [5, 6, 7, 8]) == pytest.approx(2 / 70)
+    assert compare_cells.smallest_p(2, 2) == pytest.approx(1 / 3)
+    assert np.isnan(compare_cells.rank_test([1.0], [2.0, 3.0]))
+    assert compare_cells.rank_test([1.0] * 6, [1.0] * 6) == 1.0
+    note = compare_cells.why_no_change(Interval(2.0, 1.5, 2.5, RANGE_RATIO_LOW_N, 0.56), 0.1, 3, 3)
     assert note is not None and "3 against 3 repeats cannot reject" in note
 
 
 def test_efficiency_is_a_ratio_of_ratios_from_the_four_cells() -> None:
     cell, base = np.array([16.0, 18, 20, 16, 18, 20]), np.array([10.0, 11, 12, 10, 11, 12])
-    same = comparison.efficiency_ratio_interval(cell, base, cell, base)
+    same = compare_cells.efficiency_ratio_interval(cell, base, cell, base)
     assert same.method == BOOTSTRAP and same.value == 1.0 and same.low < 1.0 < same.high
     # NEW's baseline twice as fast, its cell as fast as BASE's: efficiency halved.
-    half = comparison.efficiency_ratio_interval(cell, 2 * base, cell, base)
+    half = compare_cells.efficiency_ratio_interval(cell, 2 * base, cell, base)
     assert half.value == pytest.approx(0.5) and half.high < 1.0
-    low_n = comparison.efficiency_ratio_interval(
+    low_n = compare_cells.efficiency_ratio_interval(
         np.array([4.0, 5]), np.array([2.0, 2.5]), np.array([2.0, 3]), np.array([1.0, 2])
     )
     # [min/max / (max/min), max/min / (min/max)] over the two studies' cells and baselines.
@@ -195,20 +198,20 @@ def test_efficiency_is_a_ratio_of_ratios_from_the_four_cells() -> None:
 
 
 def test_the_ratio_uses_the_verdicts_intervals() -> None:
-    metric = comparison.METRIC_BY_NAME["throughput"]
-    six = comparison.compare_metric(
+    metric = compare_cells.METRIC_BY_NAME["throughput"]
+    six = compare_cells.compare_metric(
         np.array([10, 11, 12, 10, 11, 12.0]), np.array([20, 22, 24, 20, 22, 24.0]), metric
     )
     assert six is not None
     assert six["interval"] == BOOTSTRAP and six["coverage"] == 0.95
     assert six["ratio"] == pytest.approx(2.0) and six["change"] == comparison.IMPROVED
-    two = comparison.compare_metric(np.array([10, 12.0]), np.array([20, 24.0]), metric)
+    two = compare_cells.compare_metric(np.array([10, 12.0]), np.array([20, 24.0]), metric)
     assert two is not None
     # The conservative range ratio [min(new)/max(base), max(new)/min(base)], 50 % x 50 %.
     assert (two["interval"], two["ratio_lower"], two["ratio_upper"]) == (RANGE_RATIO_LOW_N, 20 / 12, 24 / 10)
     assert two["coverage"] == 0.25 and two["p_value"] == pytest.approx(1 / 3)
     assert two["change"] == comparison.NO_CHANGE and "more repeats needed" in two["note"]
-    assert comparison.compare_metric(np.array([0.0, 0.0]), np.array([1.0, 1.0]), metric) is None
+    assert compare_cells.compare_metric(np.array([0.0, 0.0]), np.array([1.0, 1.0]), metric) is None
 
 
 def test_the_table_schema_is_read_from_the_columns() -> None:
@@ -239,9 +242,9 @@ def test_the_same_study_twice_shows_no_change(studies: dict[str, Path], tmp_path
     out = tmp_path / "cmp"
     code, stdout, err = run_cli(capsys, studies["base"], studies["same"] / "results", "--out", out)
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == sorted(comparison.OUTPUT_FILES.values())
+    assert sorted(p.name for p in out.iterdir()) == sorted(compare_cells.OUTPUT_FILES.values())
     table = pd.read_csv(out / "comparison.csv")
-    assert list(table.columns) == list(comparison.COMPARISON_COLUMNS)
+    assert list(table.columns) == list(compare_cells.COMPARISON_COLUMNS)
     # 20 cells (the contended TensorFlow run is left out of its cell, as in the verdicts).
     assert table["cell"].nunique() == 20
     assert set(table["change"]) == {comparison.NO_CHANGE}
@@ -454,7 +457,7 @@ def test_the_config_key_compare_with_must_name_an_existing_study(studies, tmp_pa
 
 def test_the_rule_writes_the_files_the_cli_writes() -> None:
     """rules/analysis.smk declares outputs.COMPARE_FILES; the CLI writes the same names."""
-    assert comparison.OUTPUT_FILES is COMPARE_FILES
+    assert compare_cells.OUTPUT_FILES is COMPARE_FILES
     rules = (REPO / "rules" / "analysis.smk").read_text()
     assert "rule compare:" in rules and "COMPARE_FILES.items()" in rules
     assert "COMPARE_TARGETS" in (REPO / "Snakefile").read_text()
@@ -492,9 +495,9 @@ def test_an_independent_repeat_of_the_study_changes_few_cells(studies, tmp_path:
 
 
 def test_a_shorter_time_to_target_is_an_improvement() -> None:
-    metric = comparison.METRIC_BY_NAME["time_to_target_s"]
+    metric = compare_cells.METRIC_BY_NAME["time_to_target_s"]
     base, new = np.array([100.0, 102, 104, 101, 103, 105]), np.array([80.0, 81, 82, 83, 84, 85])
-    row = comparison.compare_metric(base, new, metric)
+    row = compare_cells.compare_metric(base, new, metric)
     assert row is not None and row["better"] == "lower" and row["ratio"] < 1
     assert row["change"] == comparison.IMPROVED
 
