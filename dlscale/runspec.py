@@ -20,13 +20,16 @@ import dataclasses
 import hashlib
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dlscale import catalog
 from dlscale.options import options_schema, with_option_defaults
+
+# A run's identity lives in dlscale.runid; the launcher reads a run id's fields through here.
+from dlscale.runid import RUN_ID_PATTERN as RUN_ID_PATTERN
+from dlscale.runid import run_id_fields as run_id_fields
 
 #: The host network (no emulated interconnect); the default of ``network``.
 HOST_NETWORK = "host"
@@ -40,27 +43,6 @@ _OMITTED_AT_DEFAULT: Mapping[str, Any] = {
     "max_iterations": 0,
     "init": "framework",
 }
-
-
-#: A run id: ``{framework}/{model}/n{nodes}x{ranks_per_node}[-{network}]/b{batch}/r{repeat}``
-#: (dlscale.study.matrix.Run builds and parses them; the launcher reads one off a run's folder).
-RUN_ID_PATTERN = re.compile(
-    r"^(?P<framework>[a-z]+)/(?P<model>[a-z0-9]+)/n(?P<nodes>\d+)x(?P<ranks_per_node>\d+)(?P<net>-[a-z0-9]+)?"
-    r"/b(?P<batch>\d+)/r(?P<repeat>\d+)$"
-)
-
-
-def run_id_fields(run_id: str) -> dict[str, Any] | None:
-    """The fields a run id names (integers as integers, ``net`` the emulated network's
-    suffix or ""), or None when it is not a run id."""
-    match = RUN_ID_PATTERN.match(run_id)
-    if match is None:
-        return None
-    fields: dict[str, Any] = match.groupdict()
-    for name in ("nodes", "ranks_per_node", "batch", "repeat"):
-        fields[name] = int(fields[name])
-    fields["net"] = fields["net"] or ""
-    return fields
 
 
 class SpecError(ValueError):

@@ -220,9 +220,9 @@ checkpoint repeat_check:
     input:
         events=repeat_check_input,
     output:
-        "results/repeats/{framework}/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/after{done}.json",
+        runid.cell_pattern("results/repeats", "after{done}.json"),
     log:
-        "results/logs/repeats/{framework}/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/after{done}.log",
+        runid.cell_pattern("results/logs/repeats", "after{done}.log"),
     localrule: True
     conda:
         "../envs/workflow.yaml"

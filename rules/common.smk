@@ -14,6 +14,7 @@ import sys
 from snakemake.logging import logger
 
 from dlscale import envs as dlenvs
+from dlscale import runid
 from dlscale.study import jobs
 from dlscale.study import preflight
 from dlscale.study import matrix as dlstudy
@@ -133,17 +134,8 @@ def run_events():
 
 def run_of(wildcards):
     """The run a job's wildcards (or a mapping of them) name."""
-    get = (
-        wildcards.get
-        if isinstance(wildcards, dict)
-        else lambda name: getattr(wildcards, name)
-    )
-    return dlstudy.Run(
-        framework=get("framework"),
-        model=get("model"),
-        nodes=int(get("nodes")),
-        ranks_per_node=int(get("ranks_per_node")),
-        batch=int(get("batch")),
-        repeat=int(get("repeat")),
-        network=dlstudy.network_of_suffix(get("net")),
+    if isinstance(wildcards, dict):
+        return runid.Run.from_fields(wildcards)
+    return runid.Run.from_fields(
+        {name: getattr(wildcards, name) for name in runid.FIELD_PATTERNS}
     )

@@ -13,9 +13,9 @@ rule train:
     input:
         unpack(train_input),
     output:
-        events="results/runs/{framework}/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/events.jsonl",
+        events=runid.run_pattern("events.jsonl"),
     log:
-        "results/runs/{framework}/{model}/n{nodes}x{ranks_per_node}{net}/b{batch}/r{repeat}/run.log",
+        runid.run_pattern("run.log"),
     conda:
         "../envs/{framework}.yaml"
     threads: train_cpus

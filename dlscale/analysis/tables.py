@@ -84,7 +84,7 @@ from dlscale.analysis.readevents import read_run
 from dlscale.events import EVENT_SCHEMAS, EventError
 from dlscale.host import roofline
 from dlscale.networks import HOST
-from dlscale.study.matrix import RUN_ID_PATTERN, Run
+from dlscale.runid import RUN_ID_PATTERN, Run
 from dlscale.thresholds import CONTENDED_SHARE, FIXED_OVERHEAD_SHARE
 
 log = logging.getLogger(__name__)

@@ -56,6 +56,7 @@ from dlscale.analysis.stats import (
 )
 from dlscale.analysis.tables import NEEDS_TWO_NODE_COUNTS, batch_key
 from dlscale.networks import HOST
+from dlscale.runid import cell_name
 from dlscale.thresholds import FIXED_OVERHEAD_SHARE
 
 #: The three questions of the study (``findings``) and the quantity each compares.
@@ -153,16 +154,6 @@ def _fmt_interval(value: float, low: float, high: float) -> str:
     if any(isinstance(v, float) and math.isnan(v) for v in (low, high)):
         return f"{_fmt(value)} (no interval)"
     return f"{_fmt(value)} [{_fmt(low)}, {_fmt(high)}]"
-
-
-def cell_name(
-    framework: str, model: str, network: str, nodes: int, ranks_per_node: int, batch_per_rank: int
-) -> str:
-    """A cell's name in the run id's shape, without the repeat: ``torch/lenet/n2x1/b64``."""
-    layout = f"n{int(nodes)}x{int(ranks_per_node)}"
-    if network not in (None, "", HOST):
-        layout += "-" + str(network).removeprefix("emulated-")
-    return f"{framework}/{model}/{layout}/b{int(batch_per_rank)}"
 
 
 def _keyed(runs: pd.DataFrame) -> pd.DataFrame:

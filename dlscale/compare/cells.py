@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scistats
 
+from dlscale import runid
 from dlscale.analysis import verdicts
 from dlscale.analysis.stats import (
     BOOTSTRAP,
@@ -188,7 +189,7 @@ def study_cells(
                     f" in one cell ({', '.join(f'{k}={v}' for k, v in zip(keys, key, strict=True))}): its cells"
                     " cannot be matched without it"
                 )
-        name = verdicts.cell_name(
+        name = runid.cell_name(
             row["framework"],
             row["model"],
             row["network"],

@@ -13,29 +13,12 @@ import inspect
 import os
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from dlscale import catalog, networks
+from dlscale import catalog, networks, runid
+from dlscale.runid import Run
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class RunFields(Protocol):
-    """What the builders read of a run (dlscale.study.matrix.Run), named here to keep this module
-    below the study."""
-
-    framework: str
-    model: str
-    nodes: int
-    ranks_per_node: int
-    batch: int
-    repeat: int
-
-    @property
-    def net_suffix(self) -> str: ...
-
-    @property
-    def run_id(self) -> str: ...
 
 
 def inspected(func: F) -> F:
@@ -54,34 +37,27 @@ def inspected(func: F) -> F:
 # --- runs and their cells -------------------------------------------------------------------
 
 
-def run_dir(run: RunFields) -> str:
+def run_dir(run: Run) -> str:
     """Where a run's events and log live: ``results/runs/<run id>``."""
-    return f"results/runs/{run.run_id}"
+    return runid.run_dir(run.run_id)
 
 
-def events_file(run: RunFields) -> str:
+def events_file(run: Run) -> str:
     return f"{run_dir(run)}/events.jsonl"
 
 
-def run_events(runs: Iterable[RunFields]) -> list[str]:
+def run_events(runs: Iterable[Run]) -> list[str]:
     """The events files of ``runs``, in their order."""
     return [events_file(run) for run in runs]
 
 
-def cell_wildcards(cell: RunFields) -> dict[str, Any]:
+def cell_wildcards(cell: Run) -> dict[str, Any]:
     """The wildcards that name a run's cell (every field of its run id but the repeat)."""
-    return {
-        "framework": cell.framework,
-        "model": cell.model,
-        "nodes": cell.nodes,
-        "ranks_per_node": cell.ranks_per_node,
-        "net": cell.net_suffix,
-        "batch": cell.batch,
-    }
+    return cell.wildcards()
 
 
-def repeat_events(cell: Any, count: int) -> list[str]:
-    """The events files of a cell's first ``count`` repeats (``cell``: a Run dataclass)."""
+def repeat_events(cell: Run, count: int) -> list[str]:
+    """The events files of a cell's first ``count`` repeats."""
     return [events_file(dataclasses.replace(cell, repeat=repeat)) for repeat in range(count)]
 
 

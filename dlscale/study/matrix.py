@@ -13,18 +13,18 @@ import json
 import math
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from dlscale import catalog, networks, options, quality
+from dlscale import catalog, networks, options, quality, runid
 from dlscale.base import strictyaml
 from dlscale.data import initweights
 from dlscale.host import netns
-from dlscale.runspec import RUN_ID_PATTERN, RunSpec
+from dlscale.runid import Run
+from dlscale.runspec import RunSpec
 
 FRAMEWORKS = catalog.FRAMEWORK_NAMES
 MODELS = catalog.MODEL_NAMES
@@ -39,12 +39,8 @@ IMPLEMENTED_FRAMEWORKS = tuple(
 WILDCARD_CONSTRAINTS = {
     "framework": "|".join(FRAMEWORKS),
     "model": "|".join(MODELS),
-    "nodes": r"\d+",
-    "ranks_per_node": r"\d+",
-    "batch": r"\d+",
-    "repeat": r"\d+",
-    # "" on the host network, "-<preset>" on an emulated one: n2x1 vs n2x1-1gbe.
-    "net": r"(-[a-z0-9]+)?",
+    # The run id's numbers and its network suffix ("" or "-1gbe"), as the run id defines them.
+    **runid.WILDCARD_CONSTRAINTS,
     # A framework venv's marker carries its requirements' hash (dlscale.envs.env_marker).
     "requirements": r"[0-9a-f]{16}",
     # repeats: auto: a cell's check after its first {done} repeats.
@@ -54,58 +50,6 @@ WILDCARD_CONSTRAINTS = {
 
 class ConfigError(ValueError):
     """A study configuration that cannot run; the message names the key and the value."""
-
-
-@dataclass(frozen=True, order=True)
-class Run:
-    """One training run of the study matrix: the unit of caching and rerunning."""
-
-    framework: str
-    model: str
-    nodes: int
-    ranks_per_node: int
-    batch: int
-    repeat: int
-    network: str = networks.HOST
-
-    @property
-    def world_size(self) -> int:
-        return self.nodes * self.ranks_per_node
-
-    @property
-    def net_suffix(self) -> str:
-        """The run id's mark of an emulated network ("-1gbe"); empty on the host network."""
-        return (
-            "" if self.network == networks.HOST else "-" + self.network.removeprefix(networks.EMULATED_PREFIX)
-        )
-
-    @property
-    def run_id(self) -> str:
-        return (
-            f"{self.framework}/{self.model}/n{self.nodes}x{self.ranks_per_node}{self.net_suffix}"
-            f"/b{self.batch}/r{self.repeat}"
-        )
-
-    @classmethod
-    def from_run_id(cls, run_id: str) -> Run:
-        match = RUN_ID_PATTERN.match(run_id)
-        if not match:
-            raise ValueError(f"not a run id: {run_id!r} (expected {{fw}}/{{model}}/nNxP/bB/rR)")
-        fields = match.groupdict()
-        return cls(
-            framework=fields["framework"],
-            model=fields["model"],
-            nodes=int(fields["nodes"]),
-            ranks_per_node=int(fields["ranks_per_node"]),
-            batch=int(fields["batch"]),
-            repeat=int(fields["repeat"]),
-            network=network_of_suffix(fields["net"] or ""),
-        )
-
-
-def network_of_suffix(suffix: str) -> str:
-    """The ``network`` value a run id's suffix stands for ("" -> host, "-1gbe" -> emulated-1gbe)."""
-    return networks.EMULATED_PREFIX + suffix[1:] if suffix else networks.HOST
 
 
 def _key_path(path: Any) -> str:

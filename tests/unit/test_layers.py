@@ -30,6 +30,7 @@ GROUND_FLOOR = (
     "dlscale.options",
     "dlscale.outputs",
     "dlscale.host.placement",
+    "dlscale.runid",
     "dlscale.runspec",
     "dlscale.thresholds",
 )
@@ -40,7 +41,7 @@ GROUND_FLOOR = (
 FLOORS: tuple[tuple[str, ...], ...] = (
     # ground: the catalog and what the DAG and every runner's venv import
     ("dlscale", "dlscale.base.atomic", "dlscale.catalog", "dlscale.networks", "dlscale.options", "dlscale.outputs",
-     "dlscale.host.placement", "dlscale.runspec", "dlscale.thresholds", "dlscale.quality", "dlscale.data.initweights",
+     "dlscale.host.placement", "dlscale.runid", "dlscale.runspec", "dlscale.thresholds", "dlscale.quality", "dlscale.data.initweights",
      "dlscale.events", "dlscale.study.jobs", "dlscale.base.sysutil", "dlscale.base.logsetup", "dlscale.study.preflight",
      "dlscale.host.netns", "dlscale.host.userns", "dlscale.host.contention", "dlscale.host.roofline", "dlscale.envs",
      "dlscale.host.sitecheck", "dlscale.analysis.stats", "dlscale.archive.safety"),
@@ -60,9 +61,10 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # the aggregation entry point
     ("dlscale.analysis.aggregate", "dlscale.analysis.__main__"),
     # archives in and out
-    ("dlscale.archive.artifact", "dlscale.archive.verify"),
+    ("dlscale.archive.artifact", "dlscale.archive.recompute", "dlscale.archive.verify"),
     # studies against each other (archives read through verify)
-    ("dlscale.compare.comparison", "dlscale.compare.__main__", "dlscale.compare.studies", "dlscale.compare.page"),
+    ("dlscale.compare.comparison", "dlscale.compare.__main__", "dlscale.compare.studies", "dlscale.compare.page",
+     "dlscale.compare.cells"),
 )  # fmt: skip
 
 
