@@ -54,7 +54,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # events -> tables
     ("dlscale.analysis.evals", "dlscale.analysis.readevents", "dlscale.analysis.tables", "dlscale.analysis.parity", "dlscale.analysis.convergence"),
     # tables -> cells, findings, claims; the tuning stage's choice
-    ("dlscale.analysis.verdicts", "dlscale.tune.choice"),
+    ("dlscale.analysis.verdicts", "dlscale.tune.choice", "dlscale.analysis.batch_scaling"),
     # what a person reads, and the scaling model
     ("dlscale.figures.charts", "dlscale.figures.quality", "dlscale.figures.layers", "dlscale.analysis.target_claims",
      "dlscale.perfmodel", "dlscale.perfmodel.systems", "dlscale.perfmodel.replay"),
