@@ -185,33 +185,26 @@ def run_outcomes(
             evals=0,
             **{c: math.nan for c in OUTCOME_COLUMNS[OUTCOME_COLUMNS.index("steps_to_target") :]},
         )
-        for name in LR_COLUMNS:
-            row[name] = run.get(name)
-        mine = evals_by_run.get(run["run_id"], pd.DataFrame(columns=["metric", "iteration"]))
+        has_target = isinstance(metric, str) and bool(metric) and not math.isnan(row["target_value"])
+        mine = evals_by_run.get(run["run_id"], pd.DataFrame(columns=["metric", "iteration", "value"]))
+        mine = (
+            mine[mine["metric"].eq(metric)].sort_values("iteration", kind="stable")
+            if has_target
+            else mine.iloc[0:0]
+        )
+        row["evals"] = len(mine)
         losses = iters_by_run.get(run["run_id"], pd.DataFrame(columns=["rank", "iteration", "loss"]))
-        if isinstance(metric, str) and metric:
-            mine = mine[mine["metric"].eq(metric)].sort_values("iteration", kind="stable")
-            row["evals"] = len(mine)
-        else:
-            mine = mine.iloc[0:0]
         diverged = divergence(losses, str(run.get("reason") or ""))
         if diverged is None and run.get("status") == DIVERGED:
             diverged = (math.nan, str(run.get("reason") or "the run says it diverged"))
-        hits = (
-            [
-                i
-                for i, v in enumerate(mine["value"])
-                if isinstance(metric, str) and quality.meets(metric, float(v), row["target_value"])
-            ]
-            if len(mine)
-            else []
-        )
-        crossing = int(mine["iteration"].iloc[hits[0]]) if hits else None
+        met = [quality.meets(str(metric), float(v), row["target_value"]) for v in mine["value"]]
+        first = met.index(True) if True in met else None
+        crossing = int(mine["iteration"].iloc[first]) if first is not None else None
         if diverged is not None and not (crossing is not None and diverged[0] > crossing):
             row.update(outcome=DIVERGED, reason=diverged[1])
         elif _failed(run):
             row.update(outcome=FAILED, reason=run.get("reason"))
-        elif not isinstance(metric, str) or not metric or math.isnan(row["target_value"]):
+        elif not has_target:
             row.update(outcome=None, reason="no target")
         elif crossing is None:
             row.update(
@@ -219,7 +212,6 @@ def run_outcomes(
                 reason=f"{len(mine)} evaluation(s), none at {metric} {row['target_value']:g}",
             )
         else:
-            first = hits[0]
             batch = _number(run.get("global_batch"))
             hit, below = mine.iloc[first], (mine.iloc[first - 1] if first > 0 else None)
             wall = (

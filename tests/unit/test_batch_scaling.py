@@ -215,3 +215,16 @@ def test_a_diverged_node_count_never_crowns() -> None:
     winners = bs.node_winners(by_nodes).iloc[0]
     assert (winners["fastest"], winners["fastest_nodes"]) == ("1", 1)
     assert "2 nodes: no median time to target (0 of 2 reached it, 2 diverged)" in winners["note"]
+
+
+def test_a_target_given_to_the_analysis_overrides_the_runs_own_and_mse_counts_downward() -> None:
+    runs = pd.DataFrame([run("a", model="autoencoder", target_metric=None, target_value=math.nan)])
+    evals = pd.DataFrame(
+        [
+            {"run_id": "a", "iteration": it, "metric": "mse", "value": v, "train_s": t, "eval_s": 0.0}
+            for it, v, t in [(10, 0.08, 1.0), (20, 0.05, 2.0), (30, 0.03, 3.0)]
+        ]
+    )
+    assert bs.run_outcomes(runs, evals).iloc[0]["reason"] == "no target"
+    out = bs.run_outcomes(runs, evals, targets={"autoencoder": ("mse", 0.05)}).iloc[0]
+    assert (out["outcome"], out["steps_bracket_low"], out["steps_to_target"]) == (bs.REACHED, 10.0, 20.0)
