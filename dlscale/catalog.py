@@ -24,6 +24,9 @@ PATTERNS = (RING, PS, BIGDL)
 
 RUNNERS_DIR = Path(__file__).resolve().parent / "runners"
 REPO_DIR = Path(__file__).resolve().parent.parent
+#: The study config's JSON schema (defaults filled by validation): the workflow, the archive,
+#: the benchmarks and the tests read it from here.
+CONFIG_SCHEMA = REPO_DIR / "schemas" / "config.schema.yaml"
 
 
 @dataclass(frozen=True)

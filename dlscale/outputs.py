@@ -1,7 +1,8 @@
 """The study's figures and tables by name: what the rules declare and the report groups.
 
-One list, read by the rules (outputs, report captions and categories, rule all's targets)
-and by dlscale.figures.charts (what it can draw); standard library only, since Snakemake imports
+One list, read by the rules (outputs, report captions and categories, rule all's targets),
+by the aggregation and the archive (the tables), and by dlscale.figures.charts (what it can
+draw); standard library only, since Snakemake imports
 it when it builds the DAG.
 """
 
@@ -26,11 +27,12 @@ FIGURE_CATEGORIES: Mapping[str, str] = MappingProxyType(
 )
 FIGURES: tuple[str, ...] = tuple(FIGURE_CATEGORIES)
 
-#: The scaling model's tables and figures (rule perfmodel), and their report captions.
-PERFMODEL_TABLES: tuple[str, ...] = (
+#: The scaling model's tables the report shows (rule perfmodel; targets of rule all), and the
+#: figures of it rule all asks for (drawing them draws the others).
+PERFMODEL_REPORTED_TABLES: tuple[str, ...] = (
     "calibration", "validation", "validation_summary", "projection", "efficiency50",
 )  # fmt: skip
-PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation")
+PERFMODEL_TARGET_FIGURES: tuple[str, ...] = ("projection", "validation")
 PERFMODEL_CAPTIONS: Mapping[str, str] = MappingProxyType(
     {
         "calibration": "calibration.rst",
@@ -44,8 +46,8 @@ PERFMODEL_CAPTIONS: Mapping[str, str] = MappingProxyType(
 PERFMODEL_DATA_TABLES: tuple[str, ...] = (
     "commbench", "commbench_fits", "commbench_checks", "latency_sensitivity",
 )  # fmt: skip
-#: Every figure rule perfmodel draws, with its report caption (PERFMODEL_FIGURES first: those
-#: are rule all's targets; drawing them draws the others).
+#: Every figure rule perfmodel draws (dlscale.perfmodel.figures), with its report caption
+#: (PERFMODEL_TARGET_FIGURES first).
 PERFMODEL_FIGURE_CAPTIONS: Mapping[str, str] = MappingProxyType(
     {
         "projection": "projection.rst",
@@ -55,6 +57,8 @@ PERFMODEL_FIGURE_CAPTIONS: Mapping[str, str] = MappingProxyType(
     }
 )
 PERFMODEL_ALL_FIGURES: tuple[str, ...] = tuple(PERFMODEL_FIGURE_CAPTIONS)
+#: Every table rule perfmodel writes (dlscale.perfmodel.pipeline), reported ones first.
+PERFMODEL_ALL_TABLES: tuple[str, ...] = (*PERFMODEL_REPORTED_TABLES, *PERFMODEL_DATA_TABLES)
 
 #: The published record replayed through the projection (rule perfmodel, dlscale.perfmodel.replay):
 #: its tables and figure, in the report's section "Against the published record" (a
@@ -77,6 +81,32 @@ CATEGORY_CAFFE_LAYERS = "7. Caffe per-layer time"
 CATEGORY_TUNING = "8. Tuning: each framework at its best"
 #: The comparison with another study (config key compare_with; dlscale.compare.comparison).
 CATEGORY_COMPARE = "9. Compared with another study"
+
+#: The aggregation's tables (rule aggregate's outputs, dlscale.analysis.aggregate's
+#: ``OUTPUT_FILES``, what the archive hands over and verify recomputes): output name -> file
+#: name under results/, in the order the aggregation writes them.
+AGGREGATE_FILES: Mapping[str, str] = MappingProxyType(
+    {
+        "runs_csv": "runs.csv",
+        "runs_parquet": "runs.parquet",
+        "iterations_parquet": "iterations.parquet",
+        "cells_csv": "cells.csv",
+        "findings_csv": "findings.csv",
+        "claims_csv": "claims.csv",
+        "evals_csv": "evals.csv",
+        "time_to_target_csv": "time_to_target.csv",
+    }
+)
+#: The aggregation's tables the report shows: output name -> (caption under report/, category).
+AGGREGATE_REPORTED: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "runs_csv": ("runs.rst", CATEGORY_RUNS),
+        "findings_csv": ("findings.rst", CATEGORY_FINDINGS),
+        "cells_csv": ("cells.rst", CATEGORY_FINDINGS),
+        "claims_csv": ("claims.rst", CATEGORY_FINDINGS),
+        "time_to_target_csv": ("time_to_target.rst", CATEGORY_FINDINGS),
+    }
+)
 
 #: The comparison's files (python -m dlscale.compare, rule compare): output name -> file name.
 COMPARE_DIR = "results/compare"
@@ -104,7 +134,7 @@ def figure_files() -> list[str]:
 
 def perfmodel_files() -> list[str]:
     """The scaling model's tables and rule all's figures of it (targets of rule all)."""
-    return [f"results/perfmodel/{name}.csv" for name in PERFMODEL_TABLES] + figure_paths(PERFMODEL_FIGURES)
+    return [f"results/perfmodel/{name}.csv" for name in PERFMODEL_REPORTED_TABLES] + figure_paths(PERFMODEL_TARGET_FIGURES)
 
 
 def replay_files() -> list[str]:

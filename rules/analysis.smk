@@ -13,32 +13,18 @@ rule aggregate:
         # The host's matmul peak: runs.csv's roofline fraction (rules/tune.smk).
         peak="results/host/matmul_peak.json",
     output:
-        runs_csv=report(
-            "results/runs.csv", caption="../report/runs.rst", category=CATEGORY_RUNS
-        ),
-        runs_parquet="results/runs.parquet",
-        iterations_parquet="results/iterations.parquet",
-        findings_csv=report(
-            "results/findings.csv",
-            caption="../report/findings.rst",
-            category=CATEGORY_FINDINGS,
-        ),
-        cells_csv=report(
-            "results/cells.csv",
-            caption="../report/cells.rst",
-            category=CATEGORY_FINDINGS,
-        ),
-        claims_csv=report(
-            "results/claims.csv",
-            caption="../report/claims.rst",
-            category=CATEGORY_FINDINGS,
-        ),
-        time_to_target_csv=report(
-            "results/time_to_target.csv",
-            caption="../report/time_to_target.rst",
-            category=CATEGORY_FINDINGS,
-        ),
-        evals_csv="results/evals.csv",
+        **{
+            name: (
+                report(
+                    f"results/{filename}",
+                    caption=f"../report/{AGGREGATE_REPORTED[name][0]}",
+                    category=AGGREGATE_REPORTED[name][1],
+                )
+                if name in AGGREGATE_REPORTED
+                else f"results/{filename}"
+            )
+            for name, filename in AGGREGATE_FILES.items()
+        },
     log:
         "results/logs/aggregate.log",
     localrule: True
@@ -121,7 +107,7 @@ rule perfmodel:
                 caption=f"../report/{PERFMODEL_CAPTIONS[name]}",
                 category=CATEGORY_PERFMODEL,
             )
-            for name in PERFMODEL_TABLES
+            for name in PERFMODEL_REPORTED_TABLES
         },
         **{name: f"results/perfmodel/{name}.csv" for name in PERFMODEL_DATA_TABLES},
         **{

@@ -13,6 +13,7 @@ import sys
 
 from snakemake.logging import logger
 
+from dlscale import catalog as dlcatalog
 from dlscale import envs as dlenvs
 from dlscale import runid
 from dlscale.study import jobs
@@ -28,9 +29,7 @@ try:
     dlstudy.check_config_files(workflow.configfiles)
     STUDY = dlstudy.validate_config(
         config,
-        dlstudy.load_schema(
-            os.path.join(workflow.basedir, "schemas/config.schema.yaml")
-        ),
+        dlstudy.load_schema(dlcatalog.CONFIG_SCHEMA),
     )
 except dlstudy.ConfigError as err:
     raise WorkflowError(f"invalid study configuration: {err}") from None

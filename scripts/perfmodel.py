@@ -21,7 +21,7 @@ import pandas as pd
 
 from dlscale.base import atomic
 from dlscale.base.logsetup import log_to
-from dlscale.outputs import FIGURE_FORMATS
+from dlscale.outputs import FIGURE_FORMATS, PERFMODEL_ALL_FIGURES
 from dlscale.perfmodel import figures, pipeline, replay
 
 log_to(snakemake.log[0])
@@ -50,7 +50,7 @@ try:
             atomic.replace_with(getattr(out, name), lambda tmp, table=table: table.to_csv(tmp, index=False))
     paths = {
         name: {fmt: str(getattr(out, f"{name}_{fmt}")) for fmt in FIGURE_FORMATS if f"{name}_{fmt}" in names}
-        for name in figures.PERFMODEL_FIGURES
+        for name in PERFMODEL_ALL_FIGURES
     }
     figures.make_perfmodel_figures(
         {name: p for name, p in paths.items() if p},

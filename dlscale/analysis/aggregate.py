@@ -26,6 +26,7 @@ from dlscale.base import atomic
 from dlscale.figures import charts
 from dlscale.figures.quality import QUALITY_FIGURES, make_quality_figures
 from dlscale.host import roofline
+from dlscale.outputs import AGGREGATE_FILES
 
 
 def findings(runs: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -34,17 +35,8 @@ def findings(runs: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFr
     return verdicts.findings(verdicts.cells(runs) if cells is None else cells)
 
 
-#: The tables ``aggregate`` makes -> their file names (also the aggregate rule's output names).
-OUTPUT_FILES: Mapping[str, str] = {
-    "runs_csv": "runs.csv",
-    "runs_parquet": "runs.parquet",
-    "iterations_parquet": "iterations.parquet",
-    "cells_csv": "cells.csv",
-    "findings_csv": "findings.csv",
-    "claims_csv": "claims.csv",
-    "evals_csv": "evals.csv",
-    "time_to_target_csv": "time_to_target.csv",
-}
+#: The tables ``aggregate`` makes -> their file names (the aggregate rule's output names).
+OUTPUT_FILES: Mapping[str, str] = AGGREGATE_FILES
 
 
 #: Rows per row group of iterations.parquet: the parquet writer holds a whole row group

@@ -46,18 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from dlscale import catalog, envs
+from dlscale.archive.codehash import analysis_code, analysis_code_sha256
 from dlscale.base import atomic
-from dlscale.catalog import REPO_DIR
+from dlscale.catalog import CONFIG_SCHEMA, REPO_DIR
+from dlscale.outputs import AGGREGATE_FILES
+from dlscale.study import matrix as dlstudy
 
 FORMAT = "dlscale-artifact/1"
 MANIFEST = "MANIFEST.json"
-#: The tables of an analysis without ``OUTPUT_FILES`` (before cells and claims existed).
-LEGACY_OUTPUT_FILES = {
-    "runs_csv": "runs.csv",
-    "runs_parquet": "runs.parquet",
-    "iterations_parquet": "iterations.parquet",
-    "findings_csv": "findings.csv",
-}
 #: Needed for a study to be handed over: without them there is nothing to verify.
 REQUIRED = ("results/runs.csv", "results/findings.csv")
 #: Under results/: what is never archived (datasets and benchmarks are not the study's
@@ -67,17 +63,6 @@ EXCLUDED_DIRS = ("data", "bench")
 MAX_FILE_BYTES = 64 * 1024 * 1024
 #: Library versions recorded in the provenance (those that make and read the tables).
 VERSION_PACKAGES = ("snakemake", "pandas", "numpy", "pyarrow", "altair", "vl-convert-python", "jsonschema")
-#: The code that turns events into tables: its hash tells verify whether it runs the same.
-ANALYSIS_CODE = (
-    "dlscale/analysis/aggregate.py",
-    "dlscale/analysis/tables.py",
-    "dlscale/analysis/stats.py",
-    "dlscale/analysis/verdicts.py",
-    "dlscale/thresholds.py",
-    "dlscale/events.py",
-    "dlscale/networks.py",
-    "dlscale/host/roofline.py",
-)
 
 
 class ArtifactError(RuntimeError):
@@ -85,11 +70,9 @@ class ArtifactError(RuntimeError):
 
 
 def analysis_outputs() -> dict[str, str]:
-    """The tables the aggregate rule writes (``dlscale.analysis.aggregate.OUTPUT_FILES``): output
+    """The tables the aggregate rule writes (``dlscale.outputs.AGGREGATE_FILES``): output
     name -> file name under results/. dlscale.archive.verify recomputes each of them."""
-    from dlscale.analysis import aggregate as analysis
-
-    return dict(getattr(analysis, "OUTPUT_FILES", None) or LEGACY_OUTPUT_FILES)
+    return dict(AGGREGATE_FILES)
 
 
 def sha256_file(path: str | Path) -> str:
@@ -97,15 +80,6 @@ def sha256_file(path: str | Path) -> str:
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
-
-
-def analysis_code_sha256(repo: Path = REPO_DIR) -> str:
-    """sha256 over the analysis code (ANALYSIS_CODE, in order, name and content)."""
-    digest = hashlib.sha256()
-    for name in ANALYSIS_CODE:
-        path = repo / name
-        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"") + b"\0")
     return digest.hexdigest()
 
 
@@ -151,7 +125,7 @@ def provenance(study: dict[str, Any] | None, envs_dir: Path) -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "versions": _versions(),
-        "analysis_code": list(ANALYSIS_CODE),
+        "analysis_code": analysis_code(),
         "analysis_sha256": analysis_code_sha256(),
         "environments": environments,
     }
@@ -163,16 +137,14 @@ def provenance(study: dict[str, Any] | None, envs_dir: Path) -> dict[str, Any]:
     return record
 
 
-def load_study(config_files: Sequence[Path]) -> dict[str, Any]:
+def read_study_config(config_files: Sequence[Path]) -> dict[str, Any]:
     """The validated study (defaults filled) of config files merged in order, as Snakemake
     merges ``configfile`` and ``--configfile``."""
-    from dlscale.study import matrix as dlstudy
-
     merged: dict[str, Any] = {}
     for path in config_files:
         data = dlstudy.read_config_file(path) or {}  # a key given twice refused, as the workflow does
         merged = _merge(merged, data)
-    schema = dlstudy.load_schema(REPO_DIR / "schemas" / "config.schema.yaml")
+    schema = dlstudy.load_schema(CONFIG_SCHEMA)
     return dlstudy.validate_config(merged, schema, Path(config_files[0]).parent if config_files else ".")
 
 
@@ -225,7 +197,7 @@ def collect(
             raise ArtifactError(
                 f"{results / Path(name).relative_to('results')} is missing: run the study first (make demo)"
             )
-    study = load_study(config_files) if config_files else None
+    study = read_study_config(config_files) if config_files else None
     members: dict[str, Path] = {}
     for path in config_files:
         members[f"config/{Path(path).name}"] = Path(path)
@@ -252,7 +224,7 @@ def collect(
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "study": {
             "config": [f"config/{Path(p).name}" for p in config_files],
-            "run_ids": [run.run_id for run in _expand(study)] if study else None,
+            "run_ids": [run.run_id for run in dlstudy.expand_runs(study)] if study else None,
             "runs": _count_runs(results / "runs.csv"),
             "events_files": sum(1 for name in members if name.endswith("/events.jsonl")),
         },
@@ -263,12 +235,6 @@ def collect(
         "left_out": left_out,
     }
     return members, manifest
-
-
-def _expand(study: dict[str, Any]) -> list[Any]:
-    from dlscale.study import matrix as dlstudy
-
-    return dlstudy.expand_runs(study)
 
 
 def file_entries(members: dict[str, Path]) -> dict[str, dict[str, Any]]:
@@ -318,7 +284,7 @@ def make_artifact(
         if not path.is_file():
             raise ArtifactError(f"config file {path} does not exist")
     if envs_dir is None:
-        envs_dir = Path(load_study(config_paths)["envs_dir"]) if config_paths else Path(".venvs")
+        envs_dir = Path(read_study_config(config_paths)["envs_dir"]) if config_paths else Path(".venvs")
     members, manifest = collect(results, config_paths, Path(envs_dir), out)
     manifest["files"] = file_entries(members)
     top = out.name.removesuffix(".gz").removesuffix(".tgz").removesuffix(".tar")

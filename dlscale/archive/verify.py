@@ -47,11 +47,13 @@ from dlscale.archive.artifact import (
     EXCLUDED_DIRS,
     MANIFEST,
     MAX_FILE_BYTES,
-    analysis_code_sha256,
+    read_study_config,
     sha256_file,
 )
+from dlscale.archive.codehash import analysis_code_sha256
 from dlscale.archive.recompute import Report, check_tables, recorded_events_paths
 from dlscale.archive.safety import Limits, Member, Refused, check_tree, confined, member, safe_relative
+from dlscale.study.matrix import expand_runs
 
 #: What an archive may unpack to unless the command line says otherwise (docs/verify.md):
 #: a member as large as dlscale.archive.artifact archives at most.
@@ -211,11 +213,8 @@ def verify(target: str | Path, config: str | Path | None = None, limits: Limits 
                     " from the code, not the data; check out that revision to compare like with like"
                 )
         if config is not None:
-            from dlscale.archive.artifact import _expand, load_study
-
-            check_study_runs(
-                results, [run.run_id for run in _expand(load_study([Path(config)]))], report, prefix
-            )
+            study = read_study_config([Path(config)])
+            check_study_runs(results, [run.run_id for run in expand_runs(study)], report, prefix)
         check_tables(results, report, prefix)
     return report
 

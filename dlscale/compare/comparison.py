@@ -79,7 +79,7 @@ from dlscale.compare.studies import (
     check_distinct,
     differences,
     hardware_differs,
-    load_study,
+    load_study_results,
     one_line,
     unique_labels,
 )
@@ -282,7 +282,7 @@ def compare(
         )
     check_distinct(targets)
     keys = tuple(k for k in MATCH_KEYS if k not in ignore)
-    studies = [load_study(t, label) for t, label in zip(targets, unique_labels(targets), strict=True)]
+    studies = [load_study_results(t, label) for t, label in zip(targets, unique_labels(targets), strict=True)]
     pairs = [compare_pair(studies[0], other, keys, noise_floor) for other in studies[1:]]
     diffs = differences(studies)
     return Comparison(

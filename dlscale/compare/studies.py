@@ -152,7 +152,7 @@ def _read_csv(path: Path, name: str) -> pd.DataFrame:
         raise CompareError(f"{name}: unreadable ({type(err).__name__}: {err})") from None
 
 
-def load_study(target: str | Path, label: str) -> Study:
+def load_study_results(target: str | Path, label: str) -> Study:
     """Read one study (``opened``): its runs, findings and claims (made from the runs
     with ``dlscale.analysis.verdicts`` where the folder has none) and what it ran with."""
     with opened(target) as (root, results, verified):

@@ -17,14 +17,10 @@ import pandas as pd
 
 from dlscale import catalog
 from dlscale.figures.charts import draw, empty_chart
+from dlscale.outputs import REPLAY_FIGURE
 from dlscale.perfmodel.replay import PATTERN_NAMES
 from dlscale.perfmodel.runs import setup_of
 from dlscale.perfmodel.validation import VALIDATION_TARGET
-
-#: Figures this module draws, by the name the perfmodel rule gives their files.
-PERFMODEL_FIGURES: tuple[str, ...] = ("projection", "validation", "latency_sensitivity", "commbench")
-#: The replay's figure (rule replay), by the name its files take.
-REPLAY_FIGURE = "replay"
 
 _WIDTH, _HEIGHT = 200, 160
 
@@ -355,7 +351,7 @@ def make_perfmodel_figures(
     host_model: pd.DataFrame | None = None,
     efficiency50: pd.DataFrame | None = None,
 ) -> None:
-    """Draw the figures ``out`` names (``PERFMODEL_FIGURES``) into its paths."""
+    """Draw the figures ``out`` names (``dlscale.outputs.PERFMODEL_ALL_FIGURES``) into its paths."""
     builders: dict[str, Callable[[], alt.TopLevelMixin]] = {
         "projection": lambda: projection_chart(projection, runs, host_model, efficiency50),
         "validation": lambda: validation_chart(validation, summary),

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from dlscale import catalog
+from dlscale import catalog, outputs
 from dlscale.networks import HOST
 from dlscale.perfmodel.bootstrap import bootstrap
 from dlscale.perfmodel.calibration import calibrate, calibration_table
@@ -34,12 +34,9 @@ from dlscale.perfmodel.validation import validate, validation_summary
 
 log = logging.getLogger(__name__)
 
-SCHEMA = catalog.REPO_DIR / "schemas" / "config.schema.yaml"
+SCHEMA = catalog.CONFIG_SCHEMA
 #: The tables ``run`` gives, by the name of the rule's output (``<name>.csv``), in order.
-TABLES: tuple[str, ...] = (
-    "calibration", "validation", "validation_summary", "projection", "efficiency50", "commbench",
-    "commbench_fits", "commbench_checks", "latency_sensitivity",
-)  # fmt: skip
+TABLES: tuple[str, ...] = outputs.PERFMODEL_ALL_TABLES
 
 
 @functools.cache

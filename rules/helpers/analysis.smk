@@ -7,6 +7,8 @@ import json
 
 from dlscale import networks
 from dlscale.outputs import (
+    AGGREGATE_FILES,
+    AGGREGATE_REPORTED,
     CATEGORY_COMPARE,
     CATEGORY_FINDINGS,
     CATEGORY_PERFMODEL,
@@ -20,7 +22,7 @@ from dlscale.outputs import (
     PERFMODEL_CAPTIONS,
     PERFMODEL_DATA_TABLES,
     PERFMODEL_FIGURE_CAPTIONS,
-    PERFMODEL_TABLES,
+    PERFMODEL_REPORTED_TABLES,
     PUBLISHED_DIR,
     REPLAY_CAPTION,
     REPLAY_FIGURE,

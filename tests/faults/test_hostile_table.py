@@ -21,10 +21,10 @@ import yaml
 from helpers import hostile_logs as logs
 from helpers.events import every_rank, iteration, put, run_end, run_start
 from helpers.faults import fault_spec, judge
-from helpers.paths import REPO
 
 import dlscale.parse.__main__ as parse_cli
 from dlscale.analysis import tables
+from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.events import MAX_LINE_CHARS, EventError
 from dlscale.host import netns
 from dlscale.launch import network as launcher
@@ -187,7 +187,7 @@ def test_hostile_logs_are_parse_errors_or_failed_runs(tmp_path):
 
 
 def test_bad_configs_are_refused_naming_the_key():
-    schema = load_schema(REPO / "schemas" / "config.schema.yaml")
+    schema = load_schema(CONFIG_SCHEMA)
 
     def refused(config: dict[str, Any], key: str, message: str, local_cores: int | None = None):
         def run() -> str | None:

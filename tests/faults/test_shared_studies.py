@@ -19,11 +19,11 @@ import pandas as pd
 import pytest
 from helpers.faults import judge
 from helpers.markup import BREAKOUT, HOSTILE, IMG, SVG, live_markup
-from helpers.paths import REPO
 
 from dlscale import catalog
 from dlscale import perfmodel as pm
 from dlscale.base import atomic
+from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.compare import page as compare_page
 from dlscale.figures import charts as figures
 from dlscale.study import preflight
@@ -136,7 +136,7 @@ def test_a_curve_that_dips_and_recovers_keeps_an_honest_headline() -> None:
 
 
 def test_one_value_for_every_model_is_the_map_written_out() -> None:
-    schema = load_schema(REPO / "schemas" / "config.schema.yaml")
+    schema = load_schema(CONFIG_SCHEMA)
 
     def same(key: str, value: float):
         def run() -> str | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.runspec import RunSpec
 from dlscale.study.matrix import expand_runs, load_schema, run_spec, validate_config
 from helpers.paths import REPO
@@ -87,7 +88,7 @@ def fault_spec(framework: str, *, nodes: int = 2, iterations: int | None = None,
         "warmup": 1,
         **overrides,
     }
-    study = validate_config(config, load_schema(REPO / "schemas" / "config.schema.yaml"))
+    study = validate_config(config, load_schema(CONFIG_SCHEMA))
     return run_spec(study, expand_runs(study)[0])
 
 

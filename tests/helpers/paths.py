@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dlscale.catalog import CONFIG_SCHEMA
+
 REPO = Path(__file__).resolve().parents[2]
 
 ENVS_DIR = Path(os.environ.get("DLSCALE_ENVS_DIR", REPO / ".venvs"))
-SCHEMA = REPO / "schemas" / "config.schema.yaml"
+SCHEMA = CONFIG_SCHEMA
 
 CACHE = Path(os.environ.get("DLSCALE_TEST_CACHE", Path.home() / ".cache" / "dlscale-tests"))
 

@@ -14,7 +14,7 @@ import yaml
 from dlscale.analysis import aggregate as analysis
 from dlscale.analysis import tables
 from dlscale.archive import artifact as dlartifact
-from dlscale.catalog import REPO_DIR
+from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.events import write_atomic
 from dlscale.study import matrix as dlstudy
 
@@ -97,9 +97,7 @@ def make_study(tmp_path: Path) -> Path:
     root = tmp_path / "study"
     root.mkdir()
     (root / "config.yaml").write_text(yaml.safe_dump(STUDY))
-    validated = dlstudy.validate_config(
-        dict(STUDY), dlstudy.load_schema(REPO_DIR / "schemas" / "config.schema.yaml"), root
-    )
+    validated = dlstudy.validate_config(dict(STUDY), dlstudy.load_schema(CONFIG_SCHEMA), root)
     runs = dlstudy.expand_runs(validated)
     assert len(runs) == 4
     for seed, run in enumerate(runs):

@@ -169,16 +169,16 @@ def test_one_list_of_outputs():
     assert outputs.figure_files() == [
         f"results/figures/{name}.{fmt}" for name in outputs.FIGURES for fmt in outputs.FIGURE_FORMATS
     ]
-    assert outputs.perfmodel_files()[: len(outputs.PERFMODEL_TABLES)] == [
-        f"results/perfmodel/{name}.csv" for name in outputs.PERFMODEL_TABLES
+    assert outputs.perfmodel_files()[: len(outputs.PERFMODEL_REPORTED_TABLES)] == [
+        f"results/perfmodel/{name}.csv" for name in outputs.PERFMODEL_REPORTED_TABLES
     ]
     assert outputs.caffe_layer_files(["lenet"]) == [
         f"results/figures/caffe_layers_lenet.{fmt}" for fmt in outputs.FIGURE_FORMATS
     ]
     # every reported table and figure has a caption; rule all's figures are drawn by the rule
-    assert set(outputs.PERFMODEL_CAPTIONS) == set(outputs.PERFMODEL_TABLES)
-    assert not set(outputs.PERFMODEL_DATA_TABLES) & set(outputs.PERFMODEL_TABLES)
-    assert outputs.PERFMODEL_ALL_FIGURES[: len(outputs.PERFMODEL_FIGURES)] == outputs.PERFMODEL_FIGURES
+    assert set(outputs.PERFMODEL_CAPTIONS) == set(outputs.PERFMODEL_REPORTED_TABLES)
+    assert not set(outputs.PERFMODEL_DATA_TABLES) & set(outputs.PERFMODEL_REPORTED_TABLES)
+    assert outputs.PERFMODEL_ALL_FIGURES[: len(outputs.PERFMODEL_TARGET_FIGURES)] == outputs.PERFMODEL_TARGET_FIGURES
     assert set(outputs.PERFMODEL_FIGURE_CAPTIONS) == set(outputs.PERFMODEL_ALL_FIGURES)
     report = REPO / "report"
     captions = {*outputs.PERFMODEL_CAPTIONS.values(), *outputs.PERFMODEL_FIGURE_CAPTIONS.values()}

@@ -61,7 +61,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # the aggregation entry point
     ("dlscale.analysis.aggregate", "dlscale.analysis.__main__"),
     # archives in and out
-    ("dlscale.archive.artifact", "dlscale.archive.recompute", "dlscale.archive.verify"),
+    ("dlscale.archive.artifact", "dlscale.archive.codehash", "dlscale.archive.recompute", "dlscale.archive.verify"),
     # studies against each other (archives read through verify)
     ("dlscale.compare.comparison", "dlscale.compare.__main__", "dlscale.compare.studies", "dlscale.compare.page",
      "dlscale.compare.cells"),

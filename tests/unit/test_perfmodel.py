@@ -17,8 +17,10 @@ from helpers.perfmodel_inputs import TRUE, synthetic_bench
 
 from dlscale import catalog
 from dlscale import perfmodel as pm
+from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.commbench.blobs import blob_bytes
 from dlscale.networks import PRESETS
+from dlscale.outputs import PERFMODEL_ALL_FIGURES
 from dlscale.perfmodel import figures as perfmodel_figures
 from dlscale.perfmodel import pipeline
 from dlscale.study import matrix
@@ -768,7 +770,7 @@ def test_node_counts_and_presets() -> None:
 
 
 def test_schema_offers_every_preset_for_the_projection() -> None:
-    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    schema = yaml.safe_load(CONFIG_SCHEMA.read_text())
     projection = schema["properties"]["projection"]["properties"]
     assert set(projection["network"]["enum"]) == {pm.LOOPBACK, *PRESETS}
     assert projection["network"]["default"] == "th-express2"
@@ -793,7 +795,7 @@ def test_figures_with_and_without_data(tmp_path: Path, exact_fits) -> None:
     reps, curves = pm.bootstrap(runs, raw, replicates=5)
     projection = pm.project(runs, cals, PRESETS["th-express2"], 64, replicates=reps, replicate_curves=curves)
     validation = pm.validate(runs, cals, exact_fits)
-    names = perfmodel_figures.PERFMODEL_FIGURES
+    names = PERFMODEL_ALL_FIGURES
     out = {name: {"svg": str(tmp_path / "full" / f"{name}.svg")} for name in names}
     perfmodel_figures.make_perfmodel_figures(
         out, projection.table, runs, validation, pm.validation_summary(validation),
@@ -929,7 +931,7 @@ def small_study() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 
 def test_settings_take_the_schema_defaults_and_the_study_s_values() -> None:
-    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["properties"]
+    schema = yaml.safe_load(CONFIG_SCHEMA.read_text())["properties"]
     projection = {k: v["default"] for k, v in schema["projection"]["properties"].items()}
     defaults = pipeline.Settings.of()
     assert (defaults.network, defaults.max_nodes, defaults.bootstrap, defaults.seed) == (
@@ -940,9 +942,7 @@ def test_settings_take_the_schema_defaults_and_the_study_s_values() -> None:
         defaults, network="1gbe", num_ps=3
     )
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validated = matrix.validate_config(
-        config, matrix.load_schema(REPO / "schemas" / "config.schema.yaml"), REPO
-    )
+    validated = matrix.validate_config(config, matrix.load_schema(CONFIG_SCHEMA), REPO)
     settings = pipeline.Settings.from_study(validated)
     assert settings.network == validated["projection"]["network"]
     assert settings.bootstrap == validated["projection"]["bootstrap"]

@@ -81,7 +81,6 @@ def test_the_rule_s_outputs_and_caption_are_in_the_one_list() -> None:
     files = outputs.replay_files()
     assert files[:2] == ["results/perfmodel/replay.csv", "results/perfmodel/replay_summary.csv"]
     assert files[2:] == outputs.figure_paths([outputs.REPLAY_FIGURE])
-    assert outputs.REPLAY_FIGURE == figures.REPLAY_FIGURE
     assert outputs.SUBCATEGORY_REPLAY == "Against the published record"
     caption = (REPO / "report" / outputs.REPLAY_CAPTION).read_text()
     assert "snakemake.params.basis" in caption and "TH Express-2" in caption

@@ -63,6 +63,6 @@ def test_a_config_given_to_the_archive_tools_is_read_as_strictly(tmp_path: Path)
     twice = tmp_path / "study.yaml"
     twice.write_text("frameworks: [torch]\nnodes: [1]\nnodes: [1, 2]\n")
     with pytest.raises(ConfigError, match="study.yaml: key 'nodes' is given twice"):
-        artifact.load_study([twice])
+        artifact.read_study_config([twice])
     twice.write_text("frameworks: [torch]\nnodes: [1, 2]\n")
-    assert artifact.load_study([twice])["nodes"] == [1, 2]
+    assert artifact.read_study_config([twice])["nodes"] == [1, 2]
