@@ -129,6 +129,19 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
                     "warmup": {"type": "integer", "minimum": 0},
                 },
             },
+            # The learning rate the run trained at (RunSpec.lr_record): the rule, its base rate
+            # and batch, the warm-up ramp, the rate at the run's global batch.
+            "learning_rate": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "lr_rule": {"enum": ["fixed", "linear", "sqrt"]},
+                    "lr_base_rate": {"type": "number", "minimum": 0, "finite": True},
+                    "lr_base_batch": {"type": "integer", "minimum": 1},
+                    "lr_warmup_iterations": {"type": "integer", "minimum": 0},
+                    "lr_rate": {"type": "number", "minimum": 0, "finite": True},
+                },
+            },
             # The run's CPU settings (dlscale.launch.run_settings): engine, BLAS, thread
             # pools and variables; absent in runs recorded before it existed.
             "settings": {

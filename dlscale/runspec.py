@@ -42,11 +42,40 @@ _OMITTED_AT_DEFAULT: Mapping[str, Any] = {
     "quality_target": None,
     "max_iterations": 0,
     "init": "framework",
+    "lr_rule": None,
+}
+
+#: How the learning rate follows the global batch (``lr_rule``'s ``rule``): the rate at
+#: global batch B is ``learning_rate`` (the rate at ``base_batch``) times 1, B / base_batch
+#: or sqrt(B / base_batch).
+LR_RULES: Mapping[str, Any] = {
+    "fixed": lambda ratio: 1.0,
+    "linear": lambda ratio: ratio,
+    "sqrt": math.sqrt,
 }
 
 
 class SpecError(ValueError):
     """A run spec that cannot be a run: the message names the field and the value."""
+
+
+def _checked_lr_rule(rule: Any) -> dict[str, Any]:
+    """``lr_rule`` as the spec keeps it (every key, integers as integers), or SpecError."""
+    shape = "{rule: fixed|linear|sqrt, base_batch: >= 1, warmup_iterations: >= 0}"
+    if not isinstance(rule, Mapping) or not set(rule) <= {"rule", "base_batch", "warmup_iterations"}:
+        raise SpecError(f"run spec field 'lr_rule': {rule!r} is not {shape}")
+    name, base, warmup = rule.get("rule"), rule.get("base_batch"), rule.get("warmup_iterations", 0)
+    if (
+        name not in LR_RULES
+        or not isinstance(base, int)
+        or not isinstance(warmup, int)
+        or isinstance(base, bool)
+        or isinstance(warmup, bool)
+        or base < 1
+        or warmup < 0
+    ):
+        raise SpecError(f"run spec field 'lr_rule': {dict(rule)!r} is not {shape}")
+    return {"rule": name, "base_batch": base, "warmup_iterations": warmup}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +116,10 @@ class RunSpec:
     #: slice of one global batch sequence (``dlscale.data.shards.GlobalBatchSlices``), so runs
     #: compute the same optimisation step for step (the parity check, ``dlscale.analysis.parity``).
     init: str = "framework"
+    #: The learning rate as a declared function of the global batch: ``{"rule": fixed|linear|
+    #: sqrt, "base_batch": B0, "warmup_iterations": W}``; ``learning_rate`` is the rate at B0.
+    #: None: ``learning_rate`` at every batch, from the first step (``fixed`` without warm-up).
+    lr_rule: Mapping[str, Any] | None = None
     #: The framework's options, defaults filled (``dlscale/runners/<fw>/options.schema.json``).
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -138,6 +171,8 @@ class RunSpec:
             object.__setattr__(
                 self, "quality_target", {"metric": target["metric"], "value": float(target["value"])}
             )
+        if self.lr_rule is not None:
+            object.__setattr__(self, "lr_rule", _checked_lr_rule(self.lr_rule))
         object.__setattr__(self, "options", with_option_defaults(self.framework, self.options))
 
     # --- what runners ask of a spec ---------------------------------------------------------
@@ -159,6 +194,44 @@ class RunSpec:
         if completed >= self.total_iterations:
             return True
         return self.eval_every > 0 and completed % self.eval_every == 0
+
+    @property
+    def target_learning_rate(self) -> float:
+        """The rate at this run's global batch, after any warm-up: the rule applied to
+        ``learning_rate`` (the rate at the rule's base batch)."""
+        if self.lr_rule is None:
+            return self.learning_rate
+        ratio = self.global_batch / self.lr_rule["base_batch"]
+        return self.learning_rate * LR_RULES[self.lr_rule["rule"]](ratio)
+
+    @property
+    def warmup_ramp(self) -> int:
+        """Optimiser steps over which the rate climbs to its target (0: none). Gradual
+        warm-up (Goyal et al. 2017): step 0 at the base rate, the same amount added each
+        step, the target from step ``warmup_iterations`` on (BigDL's ``Warmup`` schedule
+        counts the same way); a target at or below the base rate needs no ramp."""
+        if self.lr_rule is None or self.target_learning_rate <= self.learning_rate:
+            return 0
+        return int(self.lr_rule["warmup_iterations"])
+
+    def learning_rate_at(self, step: int) -> float:
+        """The rate of optimiser step ``step`` (0-based, counted from the run's first
+        iteration, the un-timed warm-up iterations included: they train too)."""
+        ramp, target = self.warmup_ramp, self.target_learning_rate
+        if step >= ramp:
+            return target
+        return self.learning_rate + (target - self.learning_rate) * step / ramp
+
+    def lr_record(self) -> dict[str, Any]:
+        """What a run records of its learning rate: the rule, its base, and the rate used."""
+        rule = self.lr_rule or {"rule": "fixed", "base_batch": self.global_batch, "warmup_iterations": 0}
+        return {
+            "lr_rule": rule["rule"],
+            "lr_base_rate": self.learning_rate,
+            "lr_base_batch": rule["base_batch"],
+            "lr_warmup_iterations": self.warmup_ramp,
+            "lr_rate": self.target_learning_rate,
+        }
 
     @property
     def mnist_sized(self) -> bool:

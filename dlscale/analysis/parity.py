@@ -76,6 +76,8 @@ PARITY_COLUMNS: tuple[str, ...] = (
     "first_failed_iteration",
     "tolerance",
     "init_matches",
+    "lr_rule",
+    "lr_matches",
     "passes",
     "designed_difference",
     "reason",
@@ -97,6 +99,17 @@ class ParityRun:
     seed: int
     losses: tuple[float, ...]
     init_sha256: str | None
+    #: The learning-rate schedule: (base rate, rate at the run's global batch, warm-up ramp
+    #: steps) and the rule's name; a run is compared only with a reference on the same one.
+    schedule: tuple[float, float, int] = (0.0, 0.0, 0)
+    lr_rule: str = "fixed"
+    #: The rate each iteration's step used, as the run recorded it (None where it did not).
+    rates: tuple[float | None, ...] = ()
+
+    def rate_at(self, step: int) -> float:
+        """The schedule's rate of ``step`` (RunSpec.learning_rate_at's rule)."""
+        base, rate, ramp = self.schedule
+        return rate if step >= ramp else base + (rate - base) * step / ramp
 
 
 def read_run(path: str | Path) -> ParityRun | None:
@@ -108,14 +121,19 @@ def read_run(path: str | Path) -> ParityRun | None:
     if spec.get("init") != "shared" or end.get("status") != "ok":
         return None
     per_iteration: dict[int, list[float]] = {}
+    rates: dict[int, float | None] = {}
     digest = None
     for event in events:
         if event["event"] != "iteration":
             continue
         if event.get("loss") is not None:
             per_iteration.setdefault(int(event["iteration"]), []).append(float(event["loss"]))
+        if event.get("rank", 0) == 0:
+            rates[int(event["iteration"])] = event.get("lr")
         digest = digest or event.get("init_sha256")
     losses = tuple(sum(v) / len(v) for _, v in sorted(per_iteration.items()))
+    lr = start.get("learning_rate") or {}
+    base = float(lr.get("lr_base_rate", spec.get("learning_rate", 0.0)))
     strategy = (spec.get("options") or {}).get("strategy")
     setup = start["framework"] + (f"-{strategy}" if strategy == "ps" else "")
     return ParityRun(
@@ -130,6 +148,9 @@ def read_run(path: str | Path) -> ParityRun | None:
         seed=int(spec.get("seed", -1)),
         losses=losses,
         init_sha256=digest,
+        schedule=(base, float(lr.get("lr_rate", base)), int(lr.get("lr_warmup_iterations", 0))),
+        lr_rule=str(lr.get("lr_rule", "fixed")),
+        rates=tuple(rates[i] for i in sorted(rates)),
     )
 
 
@@ -147,10 +168,19 @@ def compare(run: ParityRun, reference: ParityRun, iterations: int, tolerance: fl
         if run.init_sha256 is None or reference.init_sha256 is None
         else run.init_sha256 == reference.init_sha256
     )
-    passes = n > 0 and failed is None and init_matches is not False
+    wrong_rate = first_wrong_rate(run, n)
+    lr_matches = None if not any(r is not None for r in run.rates[:n]) else wrong_rate is None
+    passes = n > 0 and failed is None and init_matches is not False and lr_matches is not False
     designed = DESIGNED_DIFFERENCES.get(run.setup) or DESIGNED_DIFFERENCES.get(run.framework)
     if n == 0:
         reason = "no losses to compare"
+    elif wrong_rate is not None:
+        # A designed difference never excuses this one: the rates are the study's, not the framework's.
+        designed = None
+        reason = (
+            f"{run.framework} ignored the learning-rate rule ({run.lr_rule}): iteration {wrong_rate} ran at"
+            f" {run.rates[wrong_rate]:.6g}, the rule gives {run.rate_at(wrong_rate):.6g}"
+        )
     elif init_matches is False:
         reason = f"{run.framework} did not start from the shared weights (digest differs from {reference.framework}'s)"
     elif failed is not None:
@@ -180,10 +210,25 @@ def compare(run: ParityRun, reference: ParityRun, iterations: int, tolerance: fl
         "first_failed_iteration": failed,
         "tolerance": tolerance,
         "init_matches": init_matches,
+        "lr_rule": run.lr_rule,
+        "lr_matches": lr_matches,
         "passes": passes,
         "designed_difference": designed if not passes else None,
         "reason": reason,
     }
+
+
+#: How far a recorded rate may be from the rule's: float32 holds a rate to 6e-8 relative
+#: (TensorFlow keeps it in a float32 variable), and BigDL prints it with at least 6 digits.
+RATE_RTOL = 1e-5
+
+
+def first_wrong_rate(run: ParityRun, iterations: int) -> int | None:
+    """The first of the first ``iterations`` steps whose recorded rate is not the rule's."""
+    for step, rate in enumerate(run.rates[:iterations]):
+        if rate is not None and not math.isclose(rate, run.rate_at(step), rel_tol=RATE_RTOL):
+            return step
+    return None
 
 
 def check(
@@ -197,20 +242,20 @@ def check(
     ``tolerance`` (None: ``tolerance_for`` the model and global batch)."""
     runs = list(runs)
     references = {
-        (r.model, r.seed, r.global_batch): r
+        (r.model, r.seed, r.global_batch, r.schedule): r
         for r in sorted(runs, key=lambda r: r.run_id)
         if r.framework == reference and r.world_size == 1
     }
     rows = []
     for run in sorted(runs, key=lambda r: (r.model, r.global_batch, r.world_size, r.framework, r.run_id)):
-        ref = references.get((run.model, run.seed, run.global_batch))
+        ref = references.get((run.model, run.seed, run.global_batch, run.schedule))
         if ref is None:
             row = {name: None for name in PARITY_COLUMNS}
             row.update(model=run.model, framework=run.framework, setup=run.setup, nodes=run.nodes,
                        ranks_per_node=run.ranks_per_node, world_size=run.world_size,
                        global_batch=run.global_batch, seed=run.seed, run_id=run.run_id, passes=None,
                        reason=f"n/a: no 1-rank {reference} run of {run.model} at global batch {run.global_batch},"
-                       f" seed {run.seed} to compare with")  # fmt: skip
+                       f" seed {run.seed}{_schedule_words(run)} to compare with")  # fmt: skip
             rows.append(row)
             continue
         if run is ref:
@@ -218,6 +263,15 @@ def check(
         rtol = tolerance if tolerance is not None else tolerance_for(run.model, run.global_batch)
         rows.append(compare(run, ref, iterations, rtol))
     return pd.DataFrame(rows, columns=list(PARITY_COLUMNS))
+
+
+def _schedule_words(run: ParityRun) -> str:
+    base, rate, ramp = run.schedule
+    if run.lr_rule == "fixed" and ramp == 0:
+        return ""
+    return f", {run.lr_rule} rate {rate:.6g}" + (
+        f" after a {ramp}-step warm-up from {base:.6g}" if ramp else ""
+    )
 
 
 def parity_table(

@@ -233,6 +233,7 @@ def merge(
         "loadavg": loadavg_start,
         "startup_s": startup_s,
         "spec": record,
+        **({"learning_rate": spec.lr_record()} if spec else {}),
         "settings": settings,
         **({"measured": measured[0]} if measured.get(0) else {}),
         **environment_record(os.environ),

@@ -82,6 +82,9 @@ ITERATION = re.compile(
     rf"\[Wall Clock (?P<wall>{NUMBER})s\] Trained (?P<records>{NUMBER}) records in (?P<seconds>{NUMBER})"
     rf" seconds\. Throughput is (?P<throughput>{NUMBER}) records/second\. Loss is (?P<loss>{LOSS})\.(?:\s|$)"
 )
+# The rate BigDL's optimiser used for the step, from its hyper-parameter log (absent in
+# logs of other optim methods): the evidence that a learning-rate rule reached BigDL.
+LEARNING_RATE = re.compile(rf"Current learning rate is (?P<lr>{NUMBER})\.(?:\s|$)")
 # What follows the logger name: ": msg" (PatternLayout %c{1}: %m) or ":432 - msg" (%c{1}:%L - %m).
 MESSAGE = re.compile(r"DistriOptimizer\$(?::\d+ -|:)? ?(?P<message>.*)$")
 TIMESTAMPS = (
@@ -174,8 +177,18 @@ def _iteration(path: str, number: int, prefix: str, message: str) -> _Iteration:
             "epoch": int(match["epoch"]),
             "throughput": float(match["throughput"]),
             "wall_clock_s": float(match["wall"]),
+            **_learning_rate(message),
         },
     )
+
+
+def _learning_rate(message: str) -> dict[str, float]:
+    """``{"lr": rate}`` where the line names the step's rate, else nothing."""
+    found = LEARNING_RATE.search(message)
+    if found is None:
+        return {}
+    rate = abs(float(found["lr"]))  # BigDL keeps the rate negated inside; some versions print it so
+    return {"lr": rate} if math.isfinite(rate) else {}
 
 
 def _message(line: str) -> tuple[int, str]:

@@ -176,7 +176,7 @@ def per_model_keys(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for key, sub in schema["properties"].items():
         branches = sub.get("oneOf", [])
         maps = [b for b in branches if b.get("propertyNames") == {"$ref": "#/$defs/model_name"}]
-        ones = [b for b in branches if b.get("type") not in ("object", "array")]
+        ones = [b for b in branches if b not in maps and b.get("type") != "array"]
         if len(branches) == 2 and len(maps) == 1 and len(ones) == 1:
             keys[key] = ones[0]
     return keys
@@ -191,7 +191,9 @@ def _expand_one_value(study: dict[str, Any], schema: dict[str, Any]) -> None:
     """
     for key, one in per_model_keys(schema).items():
         value = study.get(key)
-        if key not in study or isinstance(value, dict) or not _VALIDATOR(one).is_valid(value):
+        # A map of models is not a valid one value (model names are not the one value's
+        # keys), so validity alone tells the one value from the map, objects included.
+        if key not in study or not _VALIDATOR(one).is_valid(value):
             continue
         models: list[str] = list(catalog.MODEL_NAMES)
         source_key = schema["properties"][key].get("x-one-value-for")
@@ -580,8 +582,26 @@ def run_spec(study: dict[str, Any], run: Run, tuned: dict[str, Any] | None = Non
         options=options,
         input=study["input"],
         input_workers=study["input_workers"],
+        lr_rule=lr_rule_of(study, run.model),
         **quality_fields(study, run.model),
     )
+
+
+def lr_rule_of(study: dict[str, Any], model: str) -> dict[str, Any] | None:
+    """The learning-rate rule of ``model``'s runs (``lr_scaling``), its base batch filled
+    in (the model's global batch at the smallest node count), or None where the study
+    declares none: those runs keep one rate at every batch, and their specs and hashes
+    stay as they were before the key existed."""
+    rule = (study.get("lr_scaling") or {}).get(model)
+    if rule is None:
+        return None
+    smallest = min(study["nodes"])
+    base = rule.get("base_batch", batch_per_rank(study, model, smallest) * study["ranks_per_node"] * smallest)
+    return {
+        "rule": rule["rule"],
+        "base_batch": int(base),
+        "warmup_iterations": int(rule.get("warmup_iterations", 0)),
+    }
 
 
 #: How many times a model's ``iterations`` a run with a quality target may train by default.

@@ -333,6 +333,24 @@ def _stopper(held: dict[str, Any]) -> Any:
     return on_fault
 
 
+def sgd(spec: RunSpec) -> Any:
+    """BigDL's SGD with momentum at the rate of the spec's rule. A warm-up ramp is BigDL's own
+    ``Warmup`` schedule (step t at base + t x delta: RunSpec.learning_rate_at counts the same
+    way), then ``Default``, which holds the rate the ramp reached; the schedule's state is
+    the optimiser's, so it carries over the segments between evaluations (``reserveOptim``)."""
+    from bigdl.dllib.optim.optimizer import SGD, Default, SequentialSchedule, Warmup
+
+    ramp = spec.warmup_ramp
+    if not ramp:
+        return SGD(learningrate=spec.target_learning_rate, momentum=spec.momentum, dampening=0.0)
+    schedule = SequentialSchedule(spec.total_iterations + 1)  # one "epoch": no epoch boundary
+    schedule.add(Warmup((spec.target_learning_rate - spec.learning_rate) / ramp), ramp)
+    schedule.add(Default(), spec.total_iterations + 1)
+    return SGD(
+        learningrate=spec.learning_rate, momentum=spec.momentum, dampening=0.0, leaningrate_schedule=schedule
+    )
+
+
 def _optimize(
     ctx: RunContext, cluster: SparkCluster, log_path: Path, global_batch: int, held: dict[str, Any]
 ) -> None:
@@ -346,7 +364,7 @@ def _optimize(
     also says what the run was to train (``expected``) and what came after the last
     segment's steps (``stage``: the gather of the trained model, its evaluation).
     """
-    from bigdl.dllib.optim.optimizer import SGD, MaxIteration, Optimizer
+    from bigdl.dllib.optim.optimizer import MaxIteration, Optimizer
     from bigdl.dllib.utils.common import init_engine
     from pyspark import SparkContext
 
@@ -403,7 +421,7 @@ def _optimize(
         model=model,
         training_set=rdd,
         criterion=criterion(spec.model),
-        optim_method=SGD(learningrate=spec.learning_rate, momentum=spec.momentum, dampening=0.0),
+        optim_method=sgd(spec),
         end_trigger=MaxIteration(ends[0]),
         batch_size=global_batch,
     )

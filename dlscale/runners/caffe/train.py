@@ -14,7 +14,8 @@ study compares frameworks:
 After its first step each rank records the BLAS library it really loaded (``blas.loaded``:
 /proc/self/maps, the library's own version string; run_start ``measured.blas``).
 The solver's update is Caffe's SGD (v = m v + lr g; w -= v), which equals torch's
-(v = m v + g; w -= lr v) at a fixed learning rate; weight decay is 0 in both.
+(v = m v + g; w -= lr v) at a fixed learning rate; weight decay is 0 in both. A warm-up
+ramp of the study's learning-rate rule keeps torch's rule through ``schedule.py``.
 
 After each iteration where ``ctx.eval_due``, outside the timed step, rank 0 evaluates the
 model on the held-out set (``evaluate.py``); with a quality target every rank stops after
@@ -41,6 +42,7 @@ from dlscale.runners.caffe.data import preprocess as preprocess  # re-exported: 
 from dlscale.runners.caffe.evaluate import Evaluator, evaluate_due
 from dlscale.runners.caffe.initial import load_shared
 from dlscale.runners.caffe.models import LOSS_SCALE, net_prototxt
+from dlscale.runners.caffe.schedule import TorchMomentum, solver_rates
 from dlscale.runners.common import RunContext
 from dlscale.runspec import RunSpec
 
@@ -65,14 +67,16 @@ def versions() -> dict[str, str]:
 
 
 def solver_prototxt(net_path: Path, spec: RunSpec) -> str:
-    """A fixed-rate SGD solver (no test net, no snapshots) over the net file."""
+    """A fixed-rate SGD solver (no test net, no snapshots) over the net file; a warm-up
+    ramp's rates and momentum are applied by ``schedule.TorchMomentum``."""
+    base_lr, momentum = solver_rates(spec)
     return "\n".join(
         [
             f'net: "{net_path}"',
             'type: "SGD"',
-            f"base_lr: {spec.learning_rate!r}",
+            f"base_lr: {base_lr!r}",
             'lr_policy: "fixed"',
-            f"momentum: {spec.momentum!r}",
+            f"momentum: {momentum!r}",
             "weight_decay: 0",
             f"max_iter: {spec.total_iterations}",
             f"display: {spec.options['log_every']}",
@@ -137,6 +141,8 @@ def train(ctx: RunContext) -> None:
     init_sha256 = load_shared(net, model, seed) if shared else None
     sync = GradientAllreduce(solver, comm, MPI)
     sync.broadcast_weights()
+    # After the all-reduce's callback: the momentum buffer takes the averaged gradient.
+    ramp = TorchMomentum(solver, spec) if spec.warmup_ramp else None
     prefetch = (
         PrefetchFeed(net, ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model, shared=shared)
         if pipeline
@@ -165,6 +171,10 @@ def train(ctx: RunContext) -> None:
             t0 = time.perf_counter()
             solver.step(1)
             t4 = time.perf_counter()
+            if ramp is not None and ramp.step != iteration + 1:
+                raise RuntimeError(
+                    f"the learning-rate schedule saw {ramp.step} steps after iteration {iteration}"
+                )
             if prefetch is not None:
                 prefetch.done(slot)
             if iteration == 0:  # measured, not assumed: what this rank's first step loaded
@@ -180,6 +190,7 @@ def train(ctx: RunContext) -> None:
                 barrier_s=barrier_s,
                 comm_bytes=sync.comm_bytes,
                 input_s=input_s,
+                lr=ramp.last_rate if ramp is not None else solver_rates(spec)[0],  # this step's rate
                 **({"init_sha256": init_sha256} if init_sha256 is not None and iteration == 0 else {}),
             )
             if ctx.eval_due(iteration) and evaluate_due(ctx, evaluator, iteration, comm):

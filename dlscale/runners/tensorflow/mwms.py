@@ -84,7 +84,8 @@ def train(ctx: RunContext, tf: Any) -> None:
     # init: shared: every rank loads the one seeded initialisation (then broadcast anyway).
     init_sha256 = sharedinit.load(model, spec.model, spec.seed) if spec.init == "shared" else None
     variables = list(model.trainable_variables)
-    sgd = steps.SGD(tf, variables, spec.learning_rate, spec.momentum)
+    sgd = steps.SGD(tf, variables, spec.learning_rate_at(0), spec.momentum)
+    ramp = spec.warmup_ramp  # steps whose rate the warm-up sets before they run
     loss_of = steps.loss_function(tf, spec.model)
     size = sum(steps.size_of(v.shape) for v in variables)
     x_spec = tf.TensorSpec([batch, *batches.image_shape], tf.float32)
@@ -154,6 +155,8 @@ def train(ctx: RunContext, tf: Any) -> None:
             waited = time.perf_counter()
             x, y = batches.next()
             input_s = time.perf_counter() - waited  # outside step_s: the step starts with its batch
+            if iteration <= ramp:  # the ramp, and the step that reaches the target
+                sgd.set_rate(spec.learning_rate_at(iteration))
             t0 = time.perf_counter()
             if not distributed:
                 loss_value = float(fused(x, y))
@@ -190,6 +193,7 @@ def train(ctx: RunContext, tf: Any) -> None:
                 barrier_s=t2 - t1,
                 comm_bytes=comm_bytes,
                 input_s=input_s,
+                lr=float(sgd.lr.numpy()),  # the rate this step used
                 **extra,
             )
             if ctx.eval_due(iteration) and stops(iteration):

@@ -112,7 +112,8 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
     mean, std, model_name = parts[0].mean, parts[0].std, spec.model
     tf.keras.utils.set_random_seed(spec.seed)
     scale = update_scale(workers)
-    worker_lr = spec.learning_rate * scale  # each worker's own update, scaled: the rule above
+    worker_lr = spec.learning_rate_at(0) * scale  # each worker's own update, scaled: the rule above
+    ramp = spec.warmup_ramp  # steps whose rate the warm-up sets before they run
     with strategy.scope():
         shared = Replica(tf, spec, parts[0].image_shape, worker_lr)  # variables on the parameter servers
     local = Replica(tf, spec, parts[0].image_shape, worker_lr)  # the chief's own replica, for compute_s
@@ -162,6 +163,9 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
         waited = time.perf_counter()
         feeds = [part.next() for part in parts]
         input_s = time.perf_counter() - waited  # the chief gathers every worker's batch
+        if iteration <= ramp:  # the ramp, and the step that reaches the target
+            for replica in (shared, local):
+                replica.sgd.set_rate(spec.learning_rate_at(iteration) * scale)
         t0 = time.perf_counter()
         results = [coordinator.schedule(worker_step, args=feed) for feed in feeds]
         coordinator.join()
@@ -190,6 +194,7 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
             parameter_servers=len(cluster["ps"]),
             update_scale=scale,
             input_s=input_s,
+            lr=float(local.sgd.lr.numpy()) / scale,  # the rule's rate this step used (the chief's copy)
             **extra,
         )
         # The chief evaluates the servers' variables between iterations; with a target,

@@ -76,18 +76,24 @@ class SGD:
     def __init__(self, tf: Any, variables: list[Any], lr: float, momentum: float):
         self.tf = tf
         self.variables = variables
-        self.lr = lr
         self.momentum = momentum
         self.slots = [
             tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"momentum_{i}")
             for i, v in enumerate(variables)
         ]
+        # A variable, not a constant, so that a compiled step reads the rate of the moment
+        # (a warm-up ramp sets it between steps: ``set_rate``).
+        self.lr = tf.Variable(lr, trainable=False, dtype=tf.float32, name="learning_rate")
+
+    def set_rate(self, lr: float) -> None:
+        """The rate of the next steps (outside any compiled step)."""
+        self.lr.assign(lr)
 
     def apply(self, grads: list[Any]) -> None:
         tf = self.tf
         for var, slot, grad in zip(self.variables, self.slots, grads, strict=True):
             tf.raw_ops.ResourceApplyMomentum(
-                var=var.handle, accum=slot.handle, lr=tf.constant(self.lr, var.dtype),
+                var=var.handle, accum=slot.handle, lr=tf.cast(self.lr, var.dtype),
                 grad=grad, momentum=tf.constant(self.momentum, var.dtype), use_nesterov=False,
             )  # fmt: skip
 

@@ -165,7 +165,10 @@ def train(ctx: RunContext) -> None:
         loss_fn = torch.nn.BCEWithLogitsLoss()
     else:
         loss_fn = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(params, lr=spec.learning_rate, momentum=spec.momentum)
+    # The rate of the study's rule at this run's global batch (RunSpec.learning_rate_at);
+    # during a warm-up ramp it is set before every step.
+    optimizer = torch.optim.SGD(params, lr=spec.learning_rate_at(0), momentum=spec.momentum)
+    ramp = spec.warmup_ramp
     model.train()
 
     try:
@@ -194,6 +197,9 @@ def train(ctx: RunContext) -> None:
                 t3 = time.perf_counter()
             else:
                 t2 = t3 = t1
+            if iteration <= ramp:  # the ramp, and the step that reaches the target
+                for group in optimizer.param_groups:
+                    group["lr"] = spec.learning_rate_at(iteration)
             optimizer.step()
             t4 = time.perf_counter()
             ctx.record_iteration(
@@ -206,6 +212,7 @@ def train(ctx: RunContext) -> None:
                 barrier_s=t2 - t1,
                 comm_bytes=flat_grad.numel() * flat_grad.element_size() if distributed else 0,
                 input_s=input_s,
+                lr=optimizer.param_groups[0]["lr"],  # the rate this step used
                 **({"init_sha256": init_sha256} if init_sha256 and iteration == 0 else {}),
             )
             if ctx.eval_due(iteration) and evaluate_and_decide(
