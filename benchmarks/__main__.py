@@ -28,7 +28,7 @@ from benchmarks import (
     torch_bench,
     workflow_scale,
 )
-from benchmarks.common import REPO, FrameworkBench, default_study, framework_python, write_csv
+from benchmarks.common import REPO, FrameworkBench, bench_studies, framework_python, write_csv
 from benchmarks.data import datasets
 from benchmarks.registry import covered
 from dlscale import catalog
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         "not_covered": not_covered,
     }
     errors: list[str] = []
-    study = default_study()
+    studies = bench_studies([*args.models, *startup.STARTUP_MODELS])
 
     def attempt(name: str, work) -> None:  # noqa: ANN001 - a thunk
         try:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if "training" in args.only:
 
         def training() -> None:
-            raw = harness_overhead.measure(entries, args.models, study, data, args.repeats)
+            raw = harness_overhead.measure(entries, args.models, studies, data, args.repeats)
             measured["training"] = raw
             harness_overhead.write(raw, out)
             compute_efficiency.write(raw, flops, out)
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         repeats = min(3, args.repeats)
         # BigDL's come from its training runner arms (each a whole launch) when those ran.
         attempt("startup", lambda: startup.write(
-            startup.measure(entries, study, data, repeats, training_raw=measured.get("training")), out
+            startup.measure(entries, studies, data, repeats, training_raw=measured.get("training")), out
         ))  # fmt: skip
     if "scale" in args.only:
         repeats = args.scale_repeats or min(3, args.repeats)

@@ -15,6 +15,7 @@ What a framework plugs in is a ``FrameworkBench``, declared in its own
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import json
@@ -160,33 +161,63 @@ def framework_python(framework: str) -> Path:
     return venv / "bin" / "python"
 
 
-def default_study() -> dict[str, Any]:
-    """The repository's default study (config.yaml), validated with defaults filled.
-
-    Benchmarks take batch, threads, learning rate and framework options from it, so what
-    they measure is what the study runs.
-    """
-    import yaml
-
+def default_config(path: Path = REPO / "config.yaml") -> dict[str, Any]:
+    """The repository's default study config (config.yaml) as the workflow reads it:
+    strictly (``dlscale.study.matrix.read_config_file``: a key given twice is refused)."""
     from dlscale.study import matrix
 
-    with open(REPO / "config.yaml", encoding="utf-8") as handle:
-        config = yaml.safe_load(handle)
-    return matrix.validate_config(config, matrix.load_schema(REPO / "schemas" / "config.schema.yaml"), REPO)
+    return matrix.read_config_file(path) or {}
+
+
+def bench_init(config: Mapping[str, Any], model: str) -> str:
+    """The ``init`` a benchmark of ``model`` runs with: the study's, unless that is
+    ``shared`` and ``model`` has no shared initialisation (``dlscale.data.initweights``),
+    which the study's checks refuse; then each framework's own (``framework``)."""
+    from dlscale.data import initweights
+
+    init = str(config.get("init", "framework"))
+    return "framework" if init == "shared" and model not in initweights.LAYOUTS else init
+
+
+def bench_studies(
+    models: Sequence[str], config: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per benchmarked model, the default study narrowed to that model, validated by the
+    study's own checks (``validate_config``: defaults filled, a setting the study refuses
+    refused here too), ``init`` chosen per model as the study allows (``bench_init``).
+
+    Benchmarks take batch, threads, learning rate and framework options from it, so what
+    they measure is what the study runs. ``models_per_framework`` is left out: the
+    benchmarks choose their own cells (every framework on every model they measure).
+    """
+    from dlscale.catalog import CONFIG_SCHEMA
+    from dlscale.study import matrix
+
+    base = dict(default_config() if config is None else config)
+    base.pop("models_per_framework", None)
+    schema = matrix.load_schema(CONFIG_SCHEMA)
+    return {
+        model: matrix.validate_config(
+            copy.deepcopy({**base, "models": [model], "init": bench_init(base, model)}), schema, REPO
+        )
+        for model in dict.fromkeys(models)
+    }
 
 
 def bench_spec(
-    study: dict[str, Any],
+    studies: Mapping[str, dict[str, Any]],
     framework: str,
     model: str,
     nodes: int = 1,
     iterations: tuple[int, int] | None = None,
 ) -> RunSpec:
-    """The spec of a study run of ``model`` (one rank per node; a single rank by default),
-    with the benchmark's (warm-up, timed) ``iterations`` (default: ``bench_iterations``)."""
+    """The spec of a study run of ``model`` (one rank per node; a single rank by default)
+    in its study (``bench_studies``), with the benchmark's (warm-up, timed) ``iterations``
+    (default: ``bench_iterations``)."""
     from dlscale.study import matrix
 
-    run = matrix.Run(framework, model, nodes, 1, int(study["batch_per_rank"][model]), 0)
+    study = studies[model]
+    run = matrix.Run(framework, model, nodes, 1, matrix.batch_per_rank(study, model, nodes), 0)
     warmup, timed = iterations or bench_iterations(model)
     return dataclasses.replace(matrix.run_spec(study, run), warmup=warmup, iterations=timed)
 

@@ -14,6 +14,7 @@ the benchmark measures the harness, which wraps every model.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ IMAGENET_TIMEOUT_FACTOR = 3
 def measure(
     entries: list[FrameworkBench],
     models: list[str],
-    study: dict[str, Any],
+    studies: Mapping[str, dict[str, Any]],
     data: dict[str, Path],
     repeats: int,
     timeout_s: float = 900,
@@ -61,7 +62,7 @@ def measure(
             continue
         python = entry.python()
         for model in models:
-            spec = bench_spec(study, entry.name, model)
+            spec = bench_spec(studies, entry.name, model)
             mnist = catalog.model(model).mnist_sized
             asked = entry.repeats(repeats, "training" if mnist else "training-imagenet")
             mine_repeats = training_repeats(model, asked)

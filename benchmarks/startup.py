@@ -11,6 +11,7 @@ these dominate a run's wall time, so the study reports them separately from step
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def reused_rows(training_raw: pd.DataFrame | None, framework: str, models: tuple
 
 
 def measure(
-    entries: list[FrameworkBench], study: dict[str, Any], data: dict[str, Path], repeats: int,
+    entries: list[FrameworkBench], studies: Mapping[str, dict[str, Any]], data: dict[str, Path], repeats: int,
     models: tuple[str, ...] = STARTUP_MODELS, training_raw: pd.DataFrame | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """Repeats alternate between frameworks (one run each per repeat); a framework whose
@@ -72,7 +73,9 @@ def measure(
                 if repeat >= entry.repeats(repeats, "startup") or reused[entry.name]:
                     continue
                 for model in models:
-                    spec = bench_spec(study, entry.name, model, iterations=(int(study["warmup"]), 5))
+                    spec = bench_spec(
+                        studies, entry.name, model, iterations=(int(studies[model]["warmup"]), 5)
+                    )
                     log(f"start-up repeat {repeat + 1}/{repeats}: {entry.name}/{model}")
                     row = startup_once(entry, spec, data[spec.dataset], Path(name), repeat)
                     rows.append({**row, "source": "launch"})

@@ -409,9 +409,9 @@ def test_bench_modules_never_import_the_registry():
 
 def test_worker_command_lines_round_trip(tmp_path, capsys):
     """The driver builds a worker's arguments from the table the worker parses them with."""
-    from benchmarks.common import bench_spec, default_study, worker_command
+    from benchmarks.common import bench_spec, bench_studies, worker_command
 
-    spec = bench_spec(default_study(), "torch", "lenet")
+    spec = bench_spec(bench_studies(["lenet"]), "torch", "lenet")
     cmd = worker_command("py", "torch", "training", spec=spec, data=tmp_path, repeats=2)
     assert cmd[:4] == ["py", "-m", "benchmarks.torch_worker", "training"]
     args = worker_cli.parse_args(["training"], cmd[3:])
@@ -582,10 +582,10 @@ def test_bare_loop_helpers(tmp_path):
 
 def test_runner_arm_times_a_runner_from_its_events(tmp_path):
     """The framework-neutral runner arm, on a stand-in train(ctx) that records iterations."""
-    from benchmarks.common import bench_spec, default_study
+    from benchmarks.common import bench_spec, bench_studies
     from benchmarks.runner_arm import rotate_arms, runner_arm
 
-    spec = bench_spec(default_study(), "torch", "lenet", iterations=(1, 4))
+    spec = bench_spec(bench_studies(["lenet"]), "torch", "lenet", iterations=(1, 4))
     seen = []
 
     def train(ctx):

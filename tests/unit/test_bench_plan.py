@@ -1,0 +1,79 @@
+"""The benchmarks plan their runs through the study's own config reading and checks: every
+cell ``make bench`` measures gets a spec the study would build (planned here, nothing run),
+so a setting the study refuses, like a shared initialisation for a model that has none,
+cannot break the benchmark silently again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import startup
+from benchmarks.common import bench_init, bench_spec, bench_studies, default_config
+from benchmarks.registry import FRAMEWORKS
+from dlscale import catalog
+from dlscale.data import initweights
+from dlscale.runspec import RunSpec
+from dlscale.study import matrix
+
+
+def test_every_cell_of_make_bench_is_planned() -> None:
+    """What ``python -m benchmarks`` asks by default: every framework with benchmarks on
+    every catalog model (training), and the start-up models."""
+    models = [*catalog.MODEL_NAMES, *startup.STARTUP_MODELS]
+    studies = bench_studies(models)
+    assert set(studies) == set(models)
+    config_init = default_config().get("init", "framework")
+    planned = []
+    trained = [name for name, entry in FRAMEWORKS.items() if entry.training is not None]
+    for framework in FRAMEWORKS:
+        for model in catalog.MODEL_NAMES if framework in trained else ():
+            spec = bench_spec(studies, framework, model)
+            assert RunSpec.from_json(spec.to_json()) == spec
+            assert (spec.framework, spec.model, spec.world_size) == (framework, model, 1)
+            shared = config_init == "shared" and model in initweights.LAYOUTS
+            assert spec.init == ("shared" if shared else "framework"), (framework, model)
+            if spec.init == "shared":
+                initweights.LAYOUTS[model]  # the initialisation the runners will ask for exists
+            planned.append(spec.run_id)
+        for model in startup.STARTUP_MODELS:
+            spec = bench_spec(studies, framework, model, iterations=(int(studies[model]["warmup"]), 5))
+            assert spec.iterations == 5
+    assert len(planned) == len(trained) * len(catalog.MODEL_NAMES)
+    # Every framework the default study runs has its benchmarks, and they cover every model.
+    assert set(default_config()["frameworks"]) <= set(FRAMEWORKS)
+
+
+def test_the_benchmarks_take_the_studys_settings() -> None:
+    """A benchmarked model's spec is the study's run of it (batch, threads, learning rate,
+    options): the benchmark changes only its iterations."""
+    studies = bench_studies(["lenet"])
+    study = studies["lenet"]
+    spec = bench_spec(studies, "torch", "lenet", iterations=(1, 4))
+    own = matrix.run_spec(study, matrix.Run("torch", "lenet", 1, 1, study["batch_per_rank"]["lenet"], 0))
+    assert (spec.warmup, spec.iterations) == (1, 4)
+    assert spec.batch == own.batch and spec.learning_rate == own.learning_rate
+    assert spec.threads_per_rank == own.threads_per_rank and spec.options == own.options
+
+
+def test_init_is_chosen_per_model_as_the_study_allows() -> None:
+    shared = {"init": "shared"}
+    assert bench_init(shared, "lenet") == "shared"
+    assert bench_init(shared, "alexnet") == "framework"
+    assert bench_init({"init": "framework"}, "lenet") == "framework"
+    assert bench_init({}, "resnet50") == "framework"
+    # The study itself refuses what bench_init avoids: shared init for a model without one.
+    config = {**default_config(), "models": ["alexnet"], "init": "shared"}
+    config.pop("models_per_framework", None)
+    with pytest.raises(matrix.ConfigError, match="init"):
+        matrix.validate_config(config, matrix.load_schema(catalog.CONFIG_SCHEMA), catalog.REPO_DIR)
+
+
+def test_a_setting_the_study_refuses_is_refused_by_the_benchmarks(tmp_path: Path) -> None:
+    with pytest.raises(matrix.ConfigError, match="nodes"):
+        bench_studies(["lenet"], {**default_config(), "nodes": [0]})
+    twice = tmp_path / "config.yaml"
+    twice.write_text("nodes: [1]\nnodes: [2]\n", encoding="utf-8")
+    with pytest.raises(matrix.ConfigError, match="nodes"):
+        default_config(twice)
