@@ -58,10 +58,13 @@ rule parity:
 
 rule figures:
     """Throughput, speedup, time breakdown, loss curves, held-out quality and the two
-    efficiencies (html, svg, png)."""
+    efficiencies (html, svg, png), drawn from the aggregation's tables on disk and each
+    checked panel by panel against them (dlscale.figures.study, dlscale.figures.shown).
+    """
     input:
         runs="results/runs.parquet",
         iterations="results/iterations.parquet",
+        cells="results/cells.csv",
         evals="results/evals.csv",
     output:
         **{

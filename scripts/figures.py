@@ -1,35 +1,45 @@
-"""Snakemake glue: runs/iterations parquet and evals.csv -> the study's figures in html, svg and png.
+"""Snakemake glue: the aggregation's tables on disk (runs/iterations parquet, cells.csv,
+evals.csv) -> the study's figures in html, svg and png, each checked panel by panel
+against those tables (a figure whose panel shows other rows fails the rule).
 
 Outputs are named ``<figure>_<format>`` (e.g. ``throughput_png``); all logic lives in
-``dlscale.figures.charts`` and ``dlscale.figures.quality``. The intervals the figures draw are the cells' of ``dlscale.analysis.verdicts``,
-recomputed from runs.parquet by the same seeded function that wrote cells.csv.
+``dlscale.figures.study`` (the same functions ``python -m dlscale.figures RESULTS_DIR``
+uses) and ``dlscale.figures.shown`` (the check).
 """
 
 import logging
+from pathlib import Path
 
-import pandas as pd
-
-from dlscale.analysis import verdicts
 from dlscale.base.logsetup import log_to
-from dlscale.figures import charts
-from dlscale.figures.quality import QUALITY_FIGURES, make_quality_figures
+from dlscale.figures.shown import check_figures
+from dlscale.figures.study import draw_figures, read_tables
+from dlscale.outputs import FIGURE_FORMATS, FIGURES
 
 log_to(snakemake.log[0])
 log = logging.getLogger("figures")
 
 try:
-    runs = pd.read_parquet(snakemake.input.runs)
-    iterations = pd.read_parquet(snakemake.input.iterations)
+    source = snakemake.input
+    tables = read_tables(source.runs, source.iterations, source.cells, source.evals)
+    ok = int(tables.runs["status"].eq("ok").sum()) if len(tables.runs) else 0
+    log.info(
+        "%d runs (%d ok), %d iteration rows, %d cells",
+        len(tables.runs),
+        ok,
+        len(tables.iterations),
+        len(tables.cells),
+    )
     out = {
-        name: {fmt: str(getattr(snakemake.output, f"{name}_{fmt}")) for fmt in charts.FORMATS}
-        for name in charts.FIGURES
+        name: {fmt: str(getattr(snakemake.output, f"{name}_{fmt}")) for fmt in FIGURE_FORMATS}
+        for name in FIGURES
     }
-    ok = int(runs["status"].eq("ok").sum()) if len(runs) else 0
-    log.info("%d runs (%d ok), %d iteration rows", len(runs), ok, len(iterations))
-    evals = pd.read_csv(snakemake.input.evals)
-    charts.make_figures(runs, iterations, {name: out[name] for name in charts.STUDY_FIGURES})
-    make_quality_figures(runs, verdicts.cells(runs), evals, {name: out[name] for name in QUALITY_FIGURES})
-    log.info("wrote %s", ", ".join(path for paths in out.values() for path in paths.values()))
+    written = draw_figures(tables, out)
+    log.info("wrote %s", ", ".join(str(path) for path in written))
+    problems = check_figures(tables, Path(out[FIGURES[0]]["html"]).parent)
+    for problem in problems:
+        log.error("a figure does not show its table: %s", problem)
+    if problems:
+        raise SystemExit(f"figures: {len(problems)} panel(s) do not show their table's rows (see the log)")
 except Exception:
     log.exception("figures failed")
     raise

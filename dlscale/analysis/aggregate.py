@@ -23,8 +23,6 @@ from dlscale.analysis import convergence, target_claims, verdicts
 from dlscale.analysis.evals import Target, parse_target
 from dlscale.analysis.tables import add_roofline, load_study
 from dlscale.base import atomic
-from dlscale.figures import charts
-from dlscale.figures.quality import QUALITY_FIGURES, make_quality_figures
 from dlscale.host import roofline
 from dlscale.outputs import AGGREGATE_FILES
 
@@ -156,13 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m dlscale.analysis",
         description="Build runs.csv/.parquet, iterations.parquet, cells.csv, findings.csv and claims.csv "
         "from every events.jsonl under RUNS_DIR (run folders copied from a cluster), exactly as "
-        "the workflow's aggregate rule does.",
+        "the workflow's aggregate rule does. The figures are drawn from these tables by "
+        "python -m dlscale.figures OUT.",
     )
     parser.add_argument("runs_dir", help="folder searched for events.jsonl files (e.g. results/runs)")
     parser.add_argument("--out", required=True, help="folder for the tables (created if missing)")
-    parser.add_argument(
-        "--figures", action="store_true", help="also draw the study's figures into OUT/figures"
-    )
     parser.add_argument(
         "--peak",
         help="the host's matmul peak (results/host/matmul_peak.json) for the roofline fraction",
@@ -200,20 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary(tables.runs))
     for row in tables.runs[tables.runs["status"].eq("failed")].itertuples():
         print(f"failed run {row.run_id}: {row.reason}", file=sys.stderr)
-    if args.figures:
-
-        def paths_of(names: Iterable[str]) -> dict[str, dict[str, str]]:
-            return {
-                name: {fmt: str(out / "figures" / f"{name}.{fmt}") for fmt in charts.FORMATS}
-                for name in names
-            }
-
-        study_figures = paths_of(charts.STUDY_FIGURES)
-        charts.make_figures(tables.runs, tables.iterations, study_figures)
-        learned_figures = paths_of(QUALITY_FIGURES)
-        make_quality_figures(tables.runs, tables.cells, tables.evals, learned_figures)
-        for drawn in (study_figures, learned_figures):
-            written += [Path(p) for paths in drawn.values() for p in paths.values()]
     for path in written:
         print(path)
     return 0

@@ -1,4 +1,5 @@
-"""The study's four figures, drawn with altair from the runs and iterations tables.
+"""The study's four figures, drawn with altair from the runs, iterations and cells tables the
+aggregation wrote (never recomputed here).
 
 Each figure is written as self-contained HTML (Vega bundled inline, so the report opens on
 a cluster login node without internet), SVG and PNG (rendered by vl-convert, no browser).
@@ -9,8 +10,8 @@ Only ok runs are drawn: a failed run has no numbers to plot (its row and reason 
 the runs table). Colours are fixed per framework across all figures so that a reader can
 move between them without re-reading legends.
 
-Throughput and speedup show each cell (a set-up at one node count, over its repeats:
-``dlscale.analysis.verdicts.cells``) as its median with its interval as an error bar, and mark
+Throughput and speedup show each cell of cells.csv (a set-up at one node count, over its
+repeats) as its median with its interval as an error bar, and mark
 flagged cells and runs (superlinear, fixed overhead at one rank, contended) with a
 different shape whose tooltip gives the reason.
 """
@@ -27,7 +28,6 @@ import numpy as np
 import pandas as pd
 
 from dlscale import catalog
-from dlscale.analysis import verdicts
 from dlscale.analysis.tables import loss_curve
 from dlscale.base import atomic
 from dlscale.outputs import FIGURE_FORMATS, FIGURES
@@ -121,13 +121,12 @@ def empty_chart(message: str) -> alt.Chart:
     )
 
 
-def _cells(runs: pd.DataFrame) -> pd.DataFrame:
-    """The cells of the ok runs (medians over repeats with intervals, flags), with a series."""
-    ok = runs[runs["status"].eq("ok") & runs["throughput"].notna()]
-    table = verdicts.cells(ok)
-    if table.empty:
-        return table
-    table = table[table["throughput"].notna()].copy()
+def _cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells table as the aggregation wrote it (cells.csv: medians over repeats with
+    intervals, flags), the cells with a throughput, with a series and a marker."""
+    if cells is None or cells.empty or "throughput" not in cells:
+        return pd.DataFrame()
+    table = cells[cells["throughput"].notna()].copy()
     table["series"] = _series(table)
     table["marker"] = np.where(table["flag"].notna(), MARKERS[1], MARKERS[0])
     table["flag"] = table["flag"].fillna("")
@@ -142,8 +141,8 @@ def _questions_speed(flag: pd.Series) -> pd.Series:
     ).astype(bool)
 
 
-def _scaling_data(runs: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ok runs, cells) for a per-node-count figure of ``metric``, in one long table.
+def _scaling_data(runs: pd.DataFrame, cells: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ok runs, runs and cells) for a per-node-count figure of ``metric``, in one long table.
 
     Returns the runs (with ``series``, ``ideal`` and ``marker``) and one table with a row
     per run (``kind`` run) and per cell (``kind`` cell: median, ``low``/``high`` interval,
@@ -161,7 +160,7 @@ def _scaling_data(runs: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, pd.Dat
         value=ok[metric],
         cell="",
     )[["kind", "run_id", "cell", "model", "framework", "series", "nodes", "value", "marker", "flag", "ideal"]]
-    cells = _cells(runs)
+    cells = _cells(cells)
     cells = cells[cells[metric].notna()] if not cells.empty else cells
     cell_rows = cells.assign(
         kind="cell",
@@ -246,9 +245,9 @@ def _scaling_layers(
     return alt.layer(*(extra or []), runs, bars, lines, medians, data=data)
 
 
-def throughput_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
+def throughput_chart(runs: pd.DataFrame, cells: pd.DataFrame) -> alt.TopLevelMixin:
     """Throughput (global samples/s) vs nodes: repeats, cell medians with intervals, lines."""
-    ok, data = _scaling_data(runs, "throughput")
+    ok, data = _scaling_data(runs, cells, "throughput")
     if ok.empty:
         return empty_chart("Throughput: no successful runs to plot")
     layers = _scaling_layers(data, ok, "throughput (samples/s)", ",.1f")
@@ -263,9 +262,9 @@ def throughput_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
     )
 
 
-def speedup_chart(runs: pd.DataFrame) -> alt.TopLevelMixin:
+def speedup_chart(runs: pd.DataFrame, cells: pd.DataFrame) -> alt.TopLevelMixin:
     """Speedup vs nodes against the smallest ok node count, with intervals and the ideal line."""
-    ok, data = _scaling_data(runs, "speedup")
+    ok, data = _scaling_data(runs, cells, "speedup")
     if ok.empty:
         return empty_chart("Speedup: no successful runs to plot")
     title = "speedup (x baseline throughput)"
@@ -315,10 +314,12 @@ def breakdown_table(runs: pd.DataFrame) -> pd.DataFrame:
     split = medians["compute_s"].notna()
     waited = medians["input_s"].notna()
     parts = [
-        medians[split].assign(component=COMPONENTS[0], order=0, seconds=medians["compute_s"]),
-        medians[split].assign(component=COMPONENTS[1], order=1, seconds=medians["exposed_comm_s"]),
-        medians[~split].assign(component=COMPONENTS[2], order=2, seconds=medians["step_s"]),
-        medians[waited].assign(component=COMPONENTS[3], order=3, seconds=medians["input_s"]),
+        # Each part's seconds from its own rows: a Series assigned to an empty part would
+        # give it the Series' rows, with no model, set-up or node count.
+        medians[split].assign(component=COMPONENTS[0], order=0, seconds=lambda d: d["compute_s"]),
+        medians[split].assign(component=COMPONENTS[1], order=1, seconds=lambda d: d["exposed_comm_s"]),
+        medians[~split].assign(component=COMPONENTS[2], order=2, seconds=lambda d: d["step_s"]),
+        medians[waited].assign(component=COMPONENTS[3], order=3, seconds=lambda d: d["input_s"]),
     ]
     return pd.concat(parts, ignore_index=True)[columns]
 
@@ -470,8 +471,11 @@ def _styled(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
     return chart.configure(background="white").configure_title(fontSize=14, anchor="start")
 
 
-def make_figures(runs: pd.DataFrame, iterations: pd.DataFrame, out: dict[str, dict[str, str]]) -> None:
-    """Draw the four figures and write each in every format asked.
+def make_figures(
+    runs: pd.DataFrame, iterations: pd.DataFrame, cells: pd.DataFrame, out: dict[str, dict[str, str]]
+) -> None:
+    """Draw the four figures from the tables the aggregation wrote (runs, iterations,
+    cells) and write each in every format asked.
 
     ``out`` maps a figure name (``throughput``, ``speedup``, ``breakdown``, ``loss``) to
     ``{"html": path, "svg": path, "png": path}``. Figures not named in ``out`` are not
@@ -480,8 +484,8 @@ def make_figures(runs: pd.DataFrame, iterations: pd.DataFrame, out: dict[str, di
     whose every run failed still gets a report that shows the failures.
     """
     builders: dict[str, Callable[[], alt.TopLevelMixin]] = {
-        "throughput": lambda: throughput_chart(runs),
-        "speedup": lambda: speedup_chart(runs),
+        "throughput": lambda: throughput_chart(runs, cells),
+        "speedup": lambda: speedup_chart(runs, cells),
         "breakdown": lambda: breakdown_chart(runs),
         "loss": lambda: loss_chart(runs, iterations),
     }

@@ -38,21 +38,34 @@ QUALITY_FIGURES: tuple[str, ...] = ("quality", "efficiencies")
 _WIDTH, _HEIGHT = 200, 160
 
 
-def quality_chart(evals: pd.DataFrame, runs: pd.DataFrame) -> alt.TopLevelMixin:
-    """Held-out quality against training seconds, one line per run, per model and nodes."""
-    if evals is None or evals.empty:
-        return empty_chart("Held-out quality: no run recorded an evaluation")
+def quality_table(evals: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The evaluations the quality figure shows: the ok runs' evaluations of their model's
+    primary metric, each with the label of its panel (model, node count, metric)."""
+    if evals is None or evals.empty or runs.empty:
+        return pd.DataFrame(columns=[*(evals.columns if evals is not None else []), "panel"])
     ok_ids = set(runs.loc[runs["status"].eq("ok"), "run_id"]) if "status" in runs else set()
     data = evals[evals["run_id"].isin(ok_ids)].copy()
     primary = runs.drop_duplicates("model").set_index("model")["quality_metric"].to_dict()
     data = data[
         [metric == primary.get(model) for model, metric in zip(data["model"], data["metric"], strict=True)]
     ]
+    data["panel"] = (
+        data["model"].astype(str)
+        + ", "
+        + data["nodes"].astype(str)
+        + " node(s), "
+        + data["metric"].astype(str)
+    )
+    return data
+
+
+def quality_chart(evals: pd.DataFrame, runs: pd.DataFrame) -> alt.TopLevelMixin:
+    """Held-out quality against training seconds, one line per run, per model and nodes."""
+    if evals is None or evals.empty:
+        return empty_chart("Held-out quality: no run recorded an evaluation")
+    data = quality_table(evals, runs)
     if data.empty:
         return empty_chart("Held-out quality: no ok run recorded an evaluation")
-    data["panel"] = (
-        data["model"].astype(str) + ", " + data["nodes"].astype(str) + " node(s), " + data["metric"]
-    )
     frameworks = ordered(data["framework"], FRAMEWORK_ORDER)
     lines = (
         alt.Chart()
@@ -87,11 +100,39 @@ def quality_chart(evals: pd.DataFrame, runs: pd.DataFrame) -> alt.TopLevelMixin:
     )
 
 
+def efficiencies_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """The rows the efficiencies figure shows: ``convergence.efficiencies`` of cells.csv."""
+    if cells is None or cells.empty:
+        return pd.DataFrame(columns=["framework", "model", "nodes", "kind", "value", "low", "high"])
+    return convergence.efficiencies(cells)
+
+
+def every_panel(data: pd.DataFrame, row: str, column: str) -> pd.DataFrame:
+    """``data`` with one empty row (no value) for each ``row`` x ``column`` panel it has no
+    row for. Vega-Lite sorts the panels of a row x column facet by the data's sort index,
+    and a panel with no data has none, so it is laid out first and pushes every other
+    panel's marks one place on, under the next panel's headers (a model without a time to
+    target drew LeNet's throughput efficiencies under "time-to-target efficiency"). With a
+    row in every panel, each panel keeps its place; the empty row draws nothing."""
+    present = set(zip(data[row], data[column], strict=True))
+    missing = [
+        {row: r, column: c}
+        for r in pd.unique(data[row])
+        for c in pd.unique(data[column])
+        if (r, c) not in present
+    ]
+    return (
+        pd.concat([data, pd.DataFrame(missing, columns=[row, column])], ignore_index=True)
+        if missing
+        else data
+    )
+
+
 def efficiencies_chart(cells: pd.DataFrame) -> alt.TopLevelMixin:
     """Throughput efficiency and time-to-target efficiency vs nodes, per model."""
     if cells is None or cells.empty:
         return empty_chart("Efficiencies: no cells to plot")
-    both = convergence.efficiencies(cells)
+    both = efficiencies_table(cells)
     if both.empty:
         return empty_chart("Efficiencies: no set-up with two node counts")
     frameworks = ordered(both["framework"], FRAMEWORK_ORDER)
@@ -124,7 +165,7 @@ def efficiencies_chart(cells: pd.DataFrame) -> alt.TopLevelMixin:
     ideal = alt.Chart().mark_rule(strokeDash=[4, 4], color="grey").encode(y=alt.datum(1.0))
     models = ordered(both["model"], MODEL_ORDER)
     return (
-        alt.layer(ideal, bars, lines, points, data=both)
+        alt.layer(ideal, bars, lines, points, data=every_panel(both, "model", "kind"))
         .properties(width=_WIDTH, height=_HEIGHT)
         .facet(
             row=alt.Row("model:N", title=None, sort=models),
@@ -139,7 +180,8 @@ def efficiencies_chart(cells: pd.DataFrame) -> alt.TopLevelMixin:
 def make_quality_figures(
     runs: pd.DataFrame, cells: pd.DataFrame, evals: pd.DataFrame, out: dict[str, dict[str, str]]
 ) -> None:
-    """Draw the figures ``out`` names (``QUALITY_FIGURES``) in every format it lists."""
+    """Draw the figures ``out`` names (``QUALITY_FIGURES``) in every format it lists, from
+    the tables the aggregation wrote (runs, cells.csv, evals.csv)."""
     builders: dict[str, Callable[[], alt.TopLevelMixin]] = {
         "quality": lambda: quality_chart(evals, runs),
         "efficiencies": lambda: efficiencies_chart(cells),

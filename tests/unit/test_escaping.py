@@ -53,7 +53,7 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[aggregate.Tables, l
         return {name: {fmt: str(out / f"{name}.{fmt}") for fmt in ("html", "svg")} for name in names}
 
     study, learned = paths_of(charts.STUDY_FIGURES), paths_of(QUALITY_FIGURES)
-    charts.make_figures(tables.runs, tables.iterations, study)
+    charts.make_figures(tables.runs, tables.iterations, tables.cells, study)
     make_quality_figures(tables.runs, tables.cells, tables.evals, learned)
     # A chart that shows the run strings themselves (title, axis, tooltip): the figures above
     # show few of them today, every later figure goes through the same writer.

@@ -1,4 +1,5 @@
-"""dlscale.figures.charts: every figure in every format, offline, from small tables."""
+"""dlscale.figures.charts: every figure in every format, offline, from small tables written
+by the aggregation and read back from disk (dlscale.figures.study)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dlscale.analysis import tables
+from dlscale.analysis import aggregate
 from dlscale.events import write_atomic
 from dlscale.figures import charts
+from dlscale.figures.study import StudyTables, read_results
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?(https?:)?//", re.IGNORECASE)
@@ -106,8 +108,16 @@ def check_files(root: Path, out: dict[str, dict[str, str]]) -> dict[str, str]:
     return html
 
 
+def on_disk(paths: list[Path], folder: Path) -> StudyTables:
+    """The aggregation's tables of ``paths`` written into ``folder`` and read back, as the
+    figures rule reads them."""
+    written = aggregate.aggregate(paths)
+    aggregate.write_outputs(written, {name: folder / file for name, file in aggregate.OUTPUT_FILES.items()})
+    return read_results(folder)
+
+
 @pytest.fixture(scope="module")
-def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, pd.DataFrame]:
+def study(tmp_path_factory: pytest.TempPathFactory) -> StudyTables:
     root = tmp_path_factory.mktemp("events")
     paths = []
     for repeat in range(2):
@@ -121,13 +131,12 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, pd.Da
             write_run(root, "torch", "alexnet", 2, 1.2, compute=0.9, repeat=repeat),
         ]
     paths.append(write_run(root, "caffe", "lenet", 4, 0.2, status="failed", iterations=3))
-    return tables.load_events(paths)
+    return on_disk(paths, tmp_path_factory.mktemp("tables"))
 
 
-def test_make_figures_writes_every_format(tmp_path: Path, study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
-    runs, iterations = study
+def test_make_figures_writes_every_format(tmp_path: Path, study: StudyTables) -> None:
     out = outputs(tmp_path)
-    charts.make_figures(runs, iterations, out)
+    charts.make_figures(study.runs, study.iterations, study.cells, out)
     html = check_files(tmp_path, out)
     # ok runs are drawn, the failed one is not (it is in the table instead)
     assert "torch/lenet/n4x1/b32/r1" in html["throughput"]
@@ -140,24 +149,24 @@ def test_make_figures_writes_every_format(tmp_path: Path, study: tuple[pd.DataFr
 def test_make_figures_with_zero_ok_runs(tmp_path: Path) -> None:
     root = tmp_path / "events"
     paths = [write_run(root, "torch", "lenet", n, 0.1, status="failed") for n in (1, 2)]
-    runs, iterations = tables.load_events(paths)
-    assert runs["status"].eq("failed").all()
+    drawn = on_disk(paths, tmp_path / "tables")
+    assert drawn.runs["status"].eq("failed").all()
     out = outputs(tmp_path / "figures")
-    charts.make_figures(runs, iterations, out)
+    charts.make_figures(drawn.runs, drawn.iterations, drawn.cells, out)
     html = check_files(tmp_path / "figures", out)
     for name, text in html.items():
         assert "no successful runs" in text, name
 
 
 def test_make_figures_with_no_runs_at_all(tmp_path: Path) -> None:
-    runs, iterations = tables.load_events([])
-    out = outputs(tmp_path)
-    charts.make_figures(runs, iterations, out)
-    check_files(tmp_path, out)
+    drawn = on_disk([], tmp_path / "tables")
+    out = outputs(tmp_path / "figures")
+    charts.make_figures(drawn.runs, drawn.iterations, drawn.cells, out)
+    check_files(tmp_path / "figures", out)
 
 
-def test_breakdown_table_medians_and_unsplit_steps(study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
-    runs, _ = study
+def test_breakdown_table_medians_and_unsplit_steps(study: StudyTables) -> None:
+    runs = study.runs
     table = charts.breakdown_table(runs).set_index(["model", "framework", "nodes", "component"])
     assert table.loc[("lenet", "torch", 4, "compute"), "seconds"] == pytest.approx(0.10)
     assert table.loc[("lenet", "torch", 4, "exposed communication"), "seconds"] == pytest.approx(0.025)
@@ -165,12 +174,13 @@ def test_breakdown_table_medians_and_unsplit_steps(study: tuple[pd.DataFrame, pd
     assert ("lenet", "caffe", 2, "compute") not in table.index
     assert ("lenet", "caffe", 4, "step (not split)") not in table.index  # failed run left out
     assert table.loc[("alexnet", "torch", 2, "compute"), "runs"] == 2
+    assert (
+        table.reset_index()[["model", "series", "nodes", "component"]].notna().all().all()
+    )  # none from nowhere
 
 
-def test_breakdown_shows_input_wait_only_where_recorded(
-    tmp_path: Path, study: tuple[pd.DataFrame, pd.DataFrame]
-) -> None:
-    runs, _ = study  # no run recorded input_s: all NaN, no input part, figure as before
+def test_breakdown_shows_input_wait_only_where_recorded(tmp_path: Path, study: StudyTables) -> None:
+    runs = study.runs  # no run recorded input_s: all NaN, no input part, figure as before
     assert runs["input_s"].isna().all()
     assert "input wait" not in set(charts.breakdown_table(runs)["component"])
     assert "input wait on top" not in charts.breakdown_chart(runs).to_json()  # title as before
@@ -181,22 +191,23 @@ def test_breakdown_shows_input_wait_only_where_recorded(
         write_run(root, "tensorflow", "lenet", 1, 0.12, compute=0.12, input_s=0.005),
         write_run(root, "caffe", "lenet", 1, 0.08),  # no input_s: no input part
     ]
-    runs, iterations = tables.load_events(paths)
-    table = charts.breakdown_table(runs).set_index(["framework", "component"])
+    drawn = on_disk(paths, tmp_path / "tables")
+    table = charts.breakdown_table(drawn.runs).set_index(["framework", "component"])
     assert table.loc[("torch", "input wait"), "seconds"] == pytest.approx(0.03)
     order = table["order"]
     assert order[("torch", "input wait")] > order[("torch", "exposed communication")]  # on top
     assert table.loc[("tensorflow", "input wait"), "seconds"] == pytest.approx(0.005)
     assert ("caffe", "input wait") not in table.index
     out = outputs(tmp_path / "figures")
-    charts.make_figures(runs, iterations, out)
+    charts.make_figures(drawn.runs, drawn.iterations, drawn.cells, out)
     html = check_files(tmp_path / "figures", out)
     assert "input wait" in html["breakdown"] and "step (not split)" in html["breakdown"]
 
 
-def test_loss_table_is_rank0_median_over_repeats(study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
-    runs, iterations = study
-    table = charts.loss_table(runs, iterations).set_index(["model", "framework", "nodes", "iteration"])
+def test_loss_table_is_rank0_median_over_repeats(study: StudyTables) -> None:
+    table = charts.loss_table(study.runs, study.iterations).set_index(
+        ["model", "framework", "nodes", "iteration"]
+    )
     # repeats 0 and 1 have loss 2.3/(1+i) and 2.3/(2+i): the median is their mean
     want = (2.3 / 1 + 2.3 / 2) / 2
     assert table.loc[("lenet", "torch", 2, 0), "loss"] == pytest.approx(want)  # warm-up kept
@@ -230,12 +241,12 @@ def test_loss_table_thins_long_curves() -> None:
     assert table["iteration"].iloc[-1] == n - 1  # the end of the curve is kept
 
 
-def test_bad_outputs_are_refused(tmp_path: Path, study: tuple[pd.DataFrame, pd.DataFrame]) -> None:
-    runs, iterations = study
+def test_bad_outputs_are_refused(tmp_path: Path, study: StudyTables) -> None:
+    runs, iterations, cells = study.runs, study.iterations, study.cells
     with pytest.raises(KeyError, match="thruput"):
-        charts.make_figures(runs, iterations, {"thruput": {"png": str(tmp_path / "t.png")}})
+        charts.make_figures(runs, iterations, cells, {"thruput": {"png": str(tmp_path / "t.png")}})
     with pytest.raises(ValueError, match=r"does not end in \.svg"):
-        charts.make_figures(runs, iterations, {"loss": {"svg": str(tmp_path / "loss.png")}})
+        charts.make_figures(runs, iterations, cells, {"loss": {"svg": str(tmp_path / "loss.png")}})
 
 
 def chart_rows(chart: Any) -> list[dict[str, Any]]:
@@ -260,9 +271,10 @@ def test_scaling_figures_draw_intervals_and_mark_flagged_points(tmp_path: Path) 
         ]
     busy = {"other_busy_share": 0.6, "steal_share": 0.0, "contended": True}
     paths.append(write_run(root, "caffe", "lenet", 1, 0.3, compute=0.3, repeat=3, contention=busy))
-    runs, iterations = tables.load_events(paths)
+    drawn = on_disk(paths, tmp_path / "tables")
+    runs = drawn.runs
 
-    rows = chart_rows(charts.speedup_chart(runs))
+    rows = chart_rows(charts.speedup_chart(runs, drawn.cells))
     cells = {row["cell"]: row for row in rows if row["kind"] == "cell"}
     torch = cells["torch/lenet/n2x1/b32"]
     assert torch["value"] == pytest.approx(2.5)
@@ -273,7 +285,7 @@ def test_scaling_figures_draw_intervals_and_mark_flagged_points(tmp_path: Path) 
     assert caffe["marker"] == "ok" and caffe["flag"] == ""
     assert caffe["value"] == pytest.approx(1.6)  # the contended 1-node run is not in the baseline
 
-    rows = chart_rows(charts.throughput_chart(runs))
+    rows = chart_rows(charts.throughput_chart(runs, drawn.cells))
     cells = {row["cell"]: row for row in rows if row["kind"] == "cell"}
     base = cells["caffe/lenet/n1x1/b32"]
     assert (base["value"], base["low"], base["high"]) == pytest.approx((320, 320 / 1.02, 320 / 0.98))
@@ -281,9 +293,9 @@ def test_scaling_figures_draw_intervals_and_mark_flagged_points(tmp_path: Path) 
     busy_run = next(row for row in rows if row["run_id"] == "caffe/lenet/n1x1/b32/r3")
     assert busy_run["marker"] == "flagged" and busy_run["flag"].startswith("contended")
 
-    spec = json.dumps(charts.speedup_chart(runs).to_dict())
+    spec = json.dumps(charts.speedup_chart(runs, drawn.cells).to_dict())
     assert '"rule"' in spec and '"triangle-up"' in spec  # interval bars, flagged shape
     out = outputs(tmp_path / "figures")
-    charts.make_figures(runs, iterations, out)
+    charts.make_figures(runs, drawn.iterations, drawn.cells, out)
     html = check_files(tmp_path / "figures", out)
     assert "superlinear" in html["speedup"] and "contended" in html["throughput"]

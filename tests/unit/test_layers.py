@@ -56,7 +56,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # tables -> cells, findings, claims; the tuning stage's choice
     ("dlscale.analysis.verdicts", "dlscale.tune.choice", "dlscale.analysis.batch_scaling"),
     # what a person reads, and the scaling model
-    ("dlscale.figures.charts", "dlscale.figures.quality", "dlscale.figures.layers", "dlscale.analysis.target_claims",
+    ("dlscale.figures", "dlscale.analysis.target_claims",
      "dlscale.perfmodel", "dlscale.perfmodel.systems", "dlscale.perfmodel.replay"),
     # the aggregation entry point
     ("dlscale.analysis.aggregate", "dlscale.analysis.__main__"),
