@@ -134,7 +134,9 @@ def figure_files() -> list[str]:
 
 def perfmodel_files() -> list[str]:
     """The scaling model's tables and rule all's figures of it (targets of rule all)."""
-    return [f"results/perfmodel/{name}.csv" for name in PERFMODEL_REPORTED_TABLES] + figure_paths(PERFMODEL_TARGET_FIGURES)
+    return [f"results/perfmodel/{name}.csv" for name in PERFMODEL_REPORTED_TABLES] + figure_paths(
+        PERFMODEL_TARGET_FIGURES
+    )
 
 
 def replay_files() -> list[str]:

@@ -178,7 +178,10 @@ def test_one_list_of_outputs():
     # every reported table and figure has a caption; rule all's figures are drawn by the rule
     assert set(outputs.PERFMODEL_CAPTIONS) == set(outputs.PERFMODEL_REPORTED_TABLES)
     assert not set(outputs.PERFMODEL_DATA_TABLES) & set(outputs.PERFMODEL_REPORTED_TABLES)
-    assert outputs.PERFMODEL_ALL_FIGURES[: len(outputs.PERFMODEL_TARGET_FIGURES)] == outputs.PERFMODEL_TARGET_FIGURES
+    assert (
+        outputs.PERFMODEL_ALL_FIGURES[: len(outputs.PERFMODEL_TARGET_FIGURES)]
+        == outputs.PERFMODEL_TARGET_FIGURES
+    )
     assert set(outputs.PERFMODEL_FIGURE_CAPTIONS) == set(outputs.PERFMODEL_ALL_FIGURES)
     report = REPO / "report"
     captions = {*outputs.PERFMODEL_CAPTIONS.values(), *outputs.PERFMODEL_FIGURE_CAPTIONS.values()}
