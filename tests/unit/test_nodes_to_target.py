@@ -1,0 +1,107 @@
+"""How many nodes to a trained model, end to end on hand-made tables: runs + evals ->
+the four tables (dlscale.analysis.nodes_to_target) -> the projection to many nodes with its
+held-out check (dlscale.perfmodel.nodes_projection).
+
+The hand-made study follows a known curve: LeNet at 1, 2, 4 and 8 nodes of 64 (global batch
+64 ... 512) needs S(B) = 40 (1 + 128 / B) steps, evaluated every step, each step 0.01 s
+at every node count (perfect throughput scaling), 4 repeats with a step of noise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from dlscale.analysis import nodes_to_target as ntt
+from dlscale.perfmodel import nodes_projection as npj
+
+S_MIN, B_NOISE, STEP_S = 40.0, 128.0, 0.01
+NODES = (1, 2, 4, 8)
+
+
+def steps_at(batch: int, repeat: int) -> int:
+    return round(S_MIN * (1 + B_NOISE / batch)) + (repeat % 2)
+
+
+def study(rule: str = "linear", reach: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    runs, evals = [], []
+    for nodes in NODES:
+        for repeat in range(4):
+            run_id = f"torch/lenet/n{nodes}x1/b64/r{repeat}"
+            batch = 64 * nodes
+            runs.append({
+                "run_id": run_id, "framework": "torch", "model": "lenet", "network": "host", "nodes": nodes,
+                "ranks_per_node": 1, "batch_per_rank": 64, "global_batch": batch, "repeat": repeat,
+                "status": "ok", "reason": None, "startup_s": 2.0, "lr_rule": rule, "lr_base_batch": 64,
+                "lr_warmup_iterations": 0, "lr_rate": 0.01 * nodes, "target_metric": "top1", "target_value": 0.9,
+            })  # fmt: skip
+            needed = steps_at(batch, repeat)
+            for step in range(1, needed + 2):
+                value = 0.95 if (reach and step >= needed) else 0.5
+                evals.append({"run_id": run_id, "iteration": step, "metric": "top1", "value": value,
+                              "train_s": step * STEP_S, "eval_s": 0.1})  # fmt: skip
+    return pd.DataFrame(runs), pd.DataFrame(evals)
+
+
+def test_the_four_tables_of_a_study_on_a_known_curve():
+    runs, evals = study()
+    tables = ntt.nodes_to_target(runs, evals)
+    assert set(tables.target_runs["outcome"]) == {"reached"}
+    steps = tables.steps_to_target.set_index("global_batch")
+    assert list(steps.index) == [64, 128, 256, 512]
+    assert steps.loc[64, "steps_to_target"] == pytest.approx(120.5)
+    fit = tables.batch_fit.iloc[0]
+    assert fit["refused"] is None or (isinstance(fit["refused"], float) and math.isnan(fit["refused"]))
+    assert fit["b_noise_low"] <= B_NOISE * 1.1 and fit["b_noise_high"] >= B_NOISE * 0.9
+    assert fit["b_noise"] == pytest.approx(B_NOISE, rel=0.1)
+    assert steps["regime"].tolist() == ["near-perfect scaling", "diminishing returns", "diminishing returns",
+                                        "diminishing returns"]  # fmt: skip
+    by_nodes = tables.nodes_to_target.set_index("nodes")
+    # Fewer steps at more nodes, the same step time: 8 nodes train fastest, 1 node cheapest.
+    assert by_nodes["fastest"].unique().tolist() == ["8"]
+    assert by_nodes["cheapest"].unique().tolist() == ["1"]
+
+
+def test_a_target_no_run_reaches_gives_no_fit_no_winner_and_no_node_count():
+    runs, evals = study(reach=False)
+    tables = ntt.nodes_to_target(runs, evals)
+    assert set(tables.target_runs["outcome"]) == {"not reached"}
+    assert tables.batch_fit["refused"].iloc[0]
+    assert tables.steps_to_target["fit_steps"].isna().all()
+    by_nodes = tables.nodes_to_target
+    assert by_nodes["fastest"].unique().tolist() == ["n/a (no node count reached the target)"]
+
+
+def projection() -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"setup": "torch", "framework": "torch", "model": "lenet", "network": "10gbe", "nodes": n,
+          "step_s": STEP_S, "step_lo": STEP_S, "step_hi": STEP_S} for n in (1, 2, 4, 8, 16, 1024)]
+    )  # fmt: skip
+
+
+def test_the_projection_to_many_nodes_is_step_time_times_the_fitted_steps_and_checked_held_out():
+    runs, evals = study()
+    tables = ntt.nodes_to_target(runs, evals)
+    curves, summary = npj.project_to_target(projection(), tables.target_runs)
+    curve = curves.set_index("nodes")
+    fit = tables.batch_fit.iloc[0]
+    expected = STEP_S * fit["s_min"] * (1 + fit["b_noise"] / (64 * 1024))
+    assert curve.loc[1024, "time_to_target_s"] == pytest.approx(expected)
+    assert curve.loc[1024, "extrapolated"] and not curve.loc[4, "extrapolated"]
+    row = summary.iloc[0]
+    assert row["network"] == "10gbe" and row["fastest_nodes"] == 1024
+    # Held out: S(B) from 1, 2 and 4 nodes predicts 8 nodes' measured time to target.
+    assert row["held_out_nodes"] == 8 and row["calibrated_on"] == "1;2;4"
+    assert abs(row["relative_error"]) < 0.1 and row["within_band"]
+
+
+def test_no_projection_without_a_fit_or_a_step_time_and_the_note_says_why():
+    runs, evals = study(reach=False)
+    curves, summary = npj.project_to_target(projection(), ntt.nodes_to_target(runs, evals).target_runs)
+    assert curves.empty and "no S(B)" in summary["note"].iloc[0]
+    runs, evals = study()
+    other = projection().assign(framework="caffe", setup="caffe")
+    curves, summary = npj.project_to_target(other, ntt.nodes_to_target(runs, evals).target_runs)
+    assert curves.empty and "no projected step time for torch lenet" in summary["note"].iloc[0]
