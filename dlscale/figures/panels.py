@@ -263,3 +263,63 @@ def check_chart(name: str, spec: dict[str, Any], claim: Claim, *, most: int = 3)
         where = ", ".join(f"{places[p]}={v}" for p, v in zip(places, labels, strict=True))
         problems.append(f"{name}: no panel {where}, where the table has {len(expected[labels])} row(s)")
     return problems
+
+
+def facet_fields(spec: Mapping[str, Any]) -> dict[str, str]:
+    """Where a panel's label sits -> the data field the chart facets by there, from every
+    facet in ``spec`` (a place two facets fill with different fields is left out)."""
+    found: dict[str, set[str]] = {}
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            facet = node.get("facet")
+            if isinstance(facet, dict) and "spec" in node:
+                if "field" in facet:
+                    found.setdefault("panel", set()).add(str(facet["field"]))
+                for place in ("row", "column"):
+                    if isinstance(facet.get(place), dict) and "field" in facet[place]:
+                        found.setdefault(place, set()).add(str(facet[place]["field"]))
+            for key, value in node.items():
+                if key != "datasets":
+                    visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(spec)
+    return {place: next(iter(fields)) for place, fields in found.items() if len(fields) == 1}
+
+
+def _same_label(value: Any, label: str) -> bool:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return _normal(value) == _normal(float(label))
+        except ValueError:
+            return False
+    return str(value) == label
+
+
+def check_placement(name: str, spec: dict[str, Any], *, most: int = 3) -> list[str]:
+    """Problems of figure ``name`` whatever table it shows: a panel whose marks draw rows
+    whose facet field is not the panel's label (the rows are in another's panel). Weaker
+    than ``check_chart``, which also finds a table's rows missing from their panel; for
+    figures without a claim (the scaling model's, the Caffe per-layer time)."""
+    fields = facet_fields(spec)
+    problems = []
+    for panel in rendered_panels(spec):
+        wrong = [
+            row
+            for row in panel.rows
+            for place, column in fields.items()
+            if place in panel.labels and column in row and not _same_label(row[column], panel.labels[place])
+        ]
+        if wrong:
+            where = ", ".join(f"{fields[p]}={panel.labels[p]}" for p in fields if p in panel.labels)
+            distinct = dict.fromkeys(
+                "(" + ", ".join(f"{c}={row.get(c)}" for c in fields.values()) + ")" for row in wrong
+            )
+            shown = "; ".join(list(distinct)[:most])
+            problems.append(
+                f"{name}: panel {where}: {len(wrong)} mark(s) drawn from another panel's rows, e.g. {shown}"
+            )
+    return problems

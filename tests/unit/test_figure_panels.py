@@ -157,6 +157,23 @@ def test_a_chart_whose_headers_name_the_wrong_panels_fails_naming_figure_and_pan
     )
 
 
+def test_the_placement_check_needs_no_table(tables: StudyTables, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For figures without a claim (the scaling model's): each panel's marks carry its label."""
+    assert panels.facet_fields(facet_chart().to_dict()) == {"panel": "model"}
+    assert panels.check_placement("toy", facet_chart().to_dict()) == []
+    swapped = alt.Header(labelExpr="datum.value == 'lenet' ? 'alexnet' : 'lenet'")
+    problems = panels.check_placement("toy", facet_chart(header=swapped).to_dict())
+    assert (
+        "toy: panel model=alexnet: 2 mark(s) drawn from another panel's rows, e.g. (model=lenet)" in problems
+    )
+    assert panels.check_placement("efficiencies", efficiencies_spec(tables)) == []
+    monkeypatch.setattr(quality, "every_panel", lambda data, row, column: data)
+    problems = panels.check_placement("efficiencies", efficiencies_spec(tables))
+    assert problems[0].startswith(
+        "efficiencies: panel model=lenet, kind=time-to-target efficiency: 24 mark(s)"
+    )
+
+
 def test_a_layer_filter_that_drops_rows_and_a_missing_panel_are_named() -> None:
     data = pd.DataFrame(
         {"model": ["lenet", "lenet", "alexnet"], "nodes": [1, 2, 1], "value": [10.0, 18.0, 3.0]}

@@ -4,7 +4,8 @@ it never reaches a target) shows its tables: each panel, read back from Vega's r
 of the figure's HTML, holds exactly the rows of runs.parquet, cells.csv, evals.csv or the
 runs' medians that its labels name (dlscale.figures.shown). The efficiencies figure is the
 one that drew LeNet's throughput efficiencies under "time-to-target efficiency" in the
-demo; here each of its panels is compared with cells.csv directly as well."""
+demo; here each of its panels is compared with cells.csv directly as well. The other figures
+(the scaling model's, the replay's, the Caffe per-layer time) are checked for placement."""
 
 from __future__ import annotations
 
@@ -30,6 +31,16 @@ def test_every_figure_of_the_study_shows_its_tables(four_framework_study):
         drawn = panels.rendered_panels(panels.spec_of_html(figures / f"{name}.html"))
         assert sum(len(panel.rows) for panel in drawn) > 0, name
         assert all(panel.labels for panel in drawn), name
+
+
+def test_no_other_figure_draws_a_row_in_another_panel(four_framework_study):
+    """The scaling model's, the replay's and the Caffe per-layer figures: each facet panel's
+    marks carry the panel's own label (no table claim for them yet: placement only)."""
+    figures = four_framework_study / "results" / "figures"
+    others = sorted(p for p in figures.glob("*.html") if p.stem not in FIGURES)
+    assert {"projection", "validation", "replay"} <= {p.stem for p in others}
+    problems = [problem for p in others for problem in panels.check_placement(p.stem, panels.spec_of_html(p))]
+    assert problems == [], "\n".join(problems)
 
 
 def test_each_efficiencies_panel_holds_its_models_cells(four_framework_study):
