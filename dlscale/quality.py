@@ -4,7 +4,7 @@ Throughput alone can be bought by doing less or different work (MLPerf's reason 
 train to a target quality), so every run ends with an evaluation on a held-out split and
 the verdicts never crown a framework whose model did not learn. This module is the one
 list of metrics and their rules; the runners measure, ``dlscale.analysis.tables`` reads the eval
-events, ``dlscale.analysis.verdicts`` decides. Standard library only: runners' venvs import it.
+events, ``dlscale.analysis.cells`` decides. Standard library only: runners' venvs import it.
 """
 
 from __future__ import annotations

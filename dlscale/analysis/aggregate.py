@@ -4,7 +4,7 @@ and claims tables, written atomically.
 The workflow's aggregate rule and ``python -m dlscale.analysis RUNS_DIR --out DIR`` (run
 folders copied from a cluster) both go through ``aggregate`` and ``write_outputs``, so they
 give the same tables. How each table is made: ``dlscale.analysis.tables`` (events -> runs and
-iterations), ``dlscale.analysis.verdicts`` (cells, findings, claims), ``dlscale.analysis.stats`` (intervals).
+iterations), ``dlscale.analysis.cells``, ``findings`` and ``claims``, ``dlscale.analysis.stats`` (intervals).
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from dlscale.analysis import convergence, target_claims, verdicts
+from dlscale.analysis import claims, convergence, target_claims
+from dlscale.analysis.cells import cells as cells_of
 from dlscale.analysis.evals import Target, parse_target
+from dlscale.analysis.findings import findings as findings_of
 from dlscale.analysis.tables import add_roofline, load_study
 from dlscale.base import atomic
 from dlscale.host import roofline
@@ -29,8 +31,8 @@ from dlscale.outputs import AGGREGATE_FILES
 
 def findings(runs: pd.DataFrame, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """The study's three questions answered per model, network and set-up, with verdicts:
-    ``verdicts.findings`` on the cells of ``runs`` (made here when not given)."""
-    return verdicts.findings(verdicts.cells(runs) if cells is None else cells)
+    ``dlscale.analysis.findings`` on the cells of ``runs`` (made here when not given)."""
+    return findings_of(cells_of(runs) if cells is None else cells)
 
 
 #: The tables ``aggregate`` makes -> their file names (the aggregate rule's output names).
@@ -72,13 +74,13 @@ def aggregate(
     optimisation (dlscale.analysis.convergence)."""
     runs, iterations, evals = load_study(sorted(paths, key=str), targets)
     runs = add_roofline(runs, peak)
-    cells = verdicts.cells(runs)
+    cells = cells_of(runs)
     return Tables(
         runs,
         iterations,
         cells,
-        verdicts.findings(cells),
-        target_claims.add_time_to_target(verdicts.claims(cells, runs=runs), cells),
+        findings_of(cells),
+        target_claims.add_time_to_target(claims.claims(cells, runs=runs), cells),
         evals,
         convergence.fastest_to_target(cells, same_work_only),
     )

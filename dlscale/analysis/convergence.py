@@ -1,6 +1,6 @@
 """What each cell's runs learned, and which framework trains to a target quality fastest.
 
-Per cell (``dlscale.analysis.verdicts.cells``): the median final held-out quality over its repeats,
+Per cell (``dlscale.analysis.cells.cells``): the median final held-out quality over its repeats,
 whether its model learned (every repeat clearly better than chance, ``dlscale.quality``),
 and its time to target with an interval. Time to target follows MLPerf in counting a run
 that never met the target as not converged rather than dropping it: such a run's time is
@@ -23,13 +23,12 @@ import numpy as np
 import pandas as pd
 
 from dlscale import catalog
+from dlscale.analysis.speedup import COMPARISON_GROUP, SPEEDUP_GROUP
 from dlscale.analysis.stats import CONFIDENCE, Interval, median_interval, separated
 
 NO_CLEAR_WINNER = "no clear winner"
-#: What stays fixed across a set-up's cells (the verdicts' SETUP, which imports this module).
-SETUP: tuple[str, ...] = ("model", "network", "dataset", "scaling", "ranks_per_node", "batch")
 
-#: Columns every cell gains (``dlscale.analysis.verdicts.CELL_COLUMNS``).
+#: Columns every cell gains (``dlscale.analysis.cells.CELL_COLUMNS``).
 CELL_QUALITY_COLUMNS: tuple[str, ...] = (
     "quality_metric",
     "final_quality",
@@ -48,7 +47,7 @@ CELL_QUALITY_COLUMNS: tuple[str, ...] = (
 
 #: Columns of the time-to-target findings (results/time_to_target.csv).
 TIME_TO_TARGET_COLUMNS: tuple[str, ...] = (
-    *SETUP,
+    *COMPARISON_GROUP,
     "nodes",
     "target_metric",
     "target_value",
@@ -183,7 +182,7 @@ def fastest_to_target(cell_table: pd.DataFrame, same_work_only: bool = True) -> 
     if cell_table.empty or "target_metric" not in cell_table:
         return pd.DataFrame(columns=list(TIME_TO_TARGET_COLUMNS))
     have = cell_table[cell_table["target_metric"].notna()]
-    keys = [*SETUP, "nodes"]
+    keys = [*COMPARISON_GROUP, "nodes"]
     rows = []
     for key, group in have.groupby(keys, sort=False, dropna=False):
         row: dict[str, Any] = dict(zip(keys, key, strict=True))
@@ -274,10 +273,10 @@ def efficiencies(cell_table: pd.DataFrame) -> pd.DataFrame:
     ``[T_base_low / (r T_N_high), T_base_high / (r T_N_low)]``: both cells' repeats are
     independent, and a non-converged repeat (an infinite time) only widens it.
     """
-    columns = ["framework", *SETUP, "nodes", "kind", "value", "low", "high"]
+    columns = ["framework", *COMPARISON_GROUP, "nodes", "kind", "value", "low", "high"]
     if cell_table.empty:
         return pd.DataFrame(columns=columns)
-    setup = ["framework", *SETUP]
+    setup = list(SPEEDUP_GROUP)
     rows: list[dict[str, Any]] = []
     for _, group in cell_table.groupby(setup, sort=False, dropna=False):
         base = group[group["nodes"].eq(group["baseline_nodes"])]

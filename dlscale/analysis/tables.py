@@ -34,7 +34,7 @@ How a run's numbers are made (the definitions the figures and the report rely on
   TensorFlow ps's chief). Anything else (6,400 samples for a batch of 64, 0 samples, a
   rank beside rank 0 in the global shape) is an ``EventError`` naming ``FILE:LINE``: a
   runner cannot write it, and its throughput would be wrong by that factor.
-* Every event is checked against its run (``load_events``): the schema
+* Every event is checked against its run (``dlscale.analysis.eventchecks``): the schema
   (``dlscale.events.EVENT_SCHEMAS``, by jsonschema: types of every contract field), ranks
   within the world (``0 <= rank < world_size``), the run id against its own fields
   (framework, model, nodes, ranks per node, batch, repeat, network) and against the folder
@@ -69,22 +69,21 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import jsonschema
 import numpy as np
 import pandas as pd
 
 from dlscale import catalog
 from dlscale.analysis import evals
 from dlscale.analysis.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
+from dlscale.analysis.eventchecks import check_iterations, check_run_start, check_schema, missing_reports
 from dlscale.analysis.readevents import read_run
-from dlscale.events import EVENT_SCHEMAS, EventError
+from dlscale.analysis.speedup import add_speedup
+from dlscale.events import EventError
 from dlscale.host import roofline
 from dlscale.networks import HOST
-from dlscale.runid import RUN_ID_PATTERN, Run
 from dlscale.thresholds import CONTENDED_SHARE, FIXED_OVERHEAD_SHARE
 
 log = logging.getLogger(__name__)
@@ -199,9 +198,6 @@ ITERATION_COLUMNS: tuple[str, ...] = (
     "loss",
     "host",
 )
-
-#: Runs compared for speedup share these (plus the batch key, see ``add_speedup``).
-SPEEDUP_GROUP: tuple[str, ...] = ("framework", "model", "dataset", "scaling", "network", "ranks_per_node")
 
 NEEDS_TWO_NODE_COUNTS = "n/a (needs >= 2 node counts)"
 
@@ -436,181 +432,12 @@ def _evals_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=list(EVAL_COLUMNS))
 
 
-def _strict_integer(checker: Any, instance: Any) -> bool:
-    return isinstance(instance, int) and not isinstance(instance, bool)
-
-
-def _finite(validator: Any, wanted: Any, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
-    is_number = isinstance(instance, (int, float)) and not isinstance(instance, bool)
-    if wanted and is_number and not math.isfinite(instance):
-        yield jsonschema.ValidationError(f"{instance!r} is not a finite number")
-
-
-#: jsonschema's draft 2020-12 validator with the events schema's two rules
-#: (``dlscale.events.SCHEMA_KEYWORDS``): ``integer`` is an integer literal, ``finite``.
-EventValidator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    validators={"finite": _finite},
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
-)
-_VALIDATORS = {kind: EventValidator(schema) for kind, schema in EVENT_SCHEMAS.items()}
-
-
-def check_schema(path: str | os.PathLike[str], line: int, event: dict[str, Any]) -> None:
-    """Validate one event against ``EVENT_SCHEMAS`` with jsonschema; EventError names
-    ``FILE:LINE``, the field and what is wrong with it."""
-    kind = event.get("event")
-    validator = _VALIDATORS.get(kind) if isinstance(kind, str) else None
-    if validator is None:
-        raise EventError(f"{path}:{line}: unknown event type {kind!r}")
-    error = jsonschema.exceptions.best_match(validator.iter_errors(event))
-    if error is None:
-        return
-    where = "".join(
-        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
-        for i, p in enumerate(error.absolute_path)
-    )
-    raise EventError(f"{path}:{line}: {kind} event: {where or '(event)'}: {error.message}")
-
-
-def _path_run_id(path: str | os.PathLike[str]) -> str | None:
-    """The run id the file's folder names (``<runs>/<run id>/events.jsonl``), if it names one."""
-    parts = Path(os.path.abspath(path)).parent.parts[-5:]
-    candidate = "/".join(parts)
-    return candidate if len(parts) == 5 and RUN_ID_PATTERN.match(candidate) else None
-
-
-def check_run_start(path: str | os.PathLike[str], line: int, start: dict[str, Any]) -> None:
-    """What a schema cannot say about a run_start (it has passed ``check_schema``): its run
-    id is a run id, names the run's own fields and the folder the file lies in, and its
-    world, global batch, hosts and spec agree with it. EventError names ``FILE:LINE``."""
-    where = f"{path}:{line}: run_start event"
-    run_id = start["run_id"]
-    try:
-        run = Run.from_run_id(run_id)
-    except ValueError as err:
-        raise EventError(f"{where}: {err}") from None
-    own = {**start, "network": start.get("network") or HOST}
-    for name in ("framework", "model", "nodes", "ranks_per_node", "batch", "repeat", "network"):
-        if getattr(run, name) != own[name]:
-            raise EventError(
-                f"{where}: run_id {run_id} says {name}={getattr(run, name)!r}, the event says"
-                f" {name}={own[name]!r}: the run would be mislabelled"
-            )
-    folder = _path_run_id(path)
-    if folder is not None and folder != run_id:
-        raise EventError(
-            f"{where}: run_id {run_id} is not the run of the folder the file lies in ({folder}):"
-            " the run would be mislabelled"
-        )
-    world = start["world_size"]
-    if world != run.world_size:
-        raise EventError(
-            f"{where}: world_size={world} is not nodes x ranks_per_node ({run.nodes} x {run.ranks_per_node})"
-        )
-    global_batch = start.get("global_batch")
-    if global_batch is not None and global_batch != run.batch * world:
-        raise EventError(
-            f"{where}: global_batch={global_batch} is not batch x world_size ({run.batch} x {world})"
-        )
-    if len(start["hosts"]) != world:
-        raise EventError(f"{where}: hosts lists {len(start['hosts'])} host(s), the world has {world} rank(s)")
-    spec_id = (start.get("spec") or {}).get("run_id")
-    if spec_id is not None and spec_id != run_id:
-        raise EventError(f"{where}: spec.run_id={spec_id!r} is not the run_id {run_id}")
-
-
 def _spec_iterations(start: dict[str, Any]) -> float:
     """Warm-up plus timed iterations from the run's spec (NaN for a file without one)."""
     spec = start.get("spec") or {}
     if isinstance(spec.get("iterations"), int) and isinstance(spec.get("warmup"), int):
         return float(spec["iterations"] + spec["warmup"])
     return float("nan")
-
-
-def check_iterations(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
-    """Check every iteration event against its run; return per run whether it has the
-    global shape (rank 0 alone reports the global batch).
-
-    Raises EventError naming ``FILE:LINE`` of the first event (in file order) whose rank
-    is outside the world or whose samples are not the run's: each rank its batch, or,
-    where the run's first iteration event is rank 0 reporting the global batch (a
-    framework whose log reports one number for the whole run, BigDL, TensorFlow ps),
-    rank 0 alone with the global batch on every event.
-    """
-    world = run_info["world_size"].to_numpy()[iterations["_run"].to_numpy()]
-    batch = run_info["batch_per_rank"].to_numpy()[iterations["_run"].to_numpy()]
-    glob = run_info["global_batch"].to_numpy()[iterations["_run"].to_numpy()]
-    rank = iterations["rank"].to_numpy()
-    samples = iterations["samples"].to_numpy()
-    outside = rank >= world
-    if outside.any():
-        at = int(np.flatnonzero(outside)[0])
-        raise EventError(
-            f"{_where(iterations, run_info, at)}: iteration event of rank {rank[at]} in a world of"
-            f" {world[at]} (ranks are 0 <= rank < {world[at]})"
-        )
-    first = iterations.groupby("_run", sort=False).head(1)
-    shape = pd.Series(False, index=run_info.index)
-    shape[first["_run"].to_numpy()] = (
-        first["rank"].eq(0).to_numpy()
-        & (first["samples"].to_numpy() == glob[first.index])
-        & (glob[first.index] != batch[first.index])
-    )
-    global_shape = shape.to_numpy()[iterations["_run"].to_numpy()]
-    bad = np.where(global_shape, (rank != 0) | (samples != glob), samples != batch)
-    if bad.any():
-        at = int(np.flatnonzero(bad)[0])
-        run = int(iterations["_run"].iat[at])
-        where = _where(iterations, run_info, at)
-        shapes = (
-            f"a run is every rank reporting its batch ({batch[at]}) or rank 0 alone reporting"
-            f" the global batch ({glob[at]})"
-        )
-        if not global_shape[at]:
-            raise EventError(
-                f"{where}: rank {rank[at]} reports samples={samples[at]}, not its batch of {batch[at]}: {shapes}"
-            )
-        first_line = int(first.loc[first["_run"].eq(run), "_line"].iat[0])
-        what = f"rank {rank[at]} reports an iteration" if rank[at] != 0 else f"samples={samples[at]}"
-        raise EventError(
-            f"{where}: {what}, but rank 0 reports the global batch for the whole run (line"
-            f" {first_line}): {shapes}"
-        )
-    return shape
-
-
-def _where(iterations: pd.DataFrame, run_info: pd.DataFrame, at: int) -> str:
-    run = int(iterations["_run"].iat[at])
-    return f"{run_info['events_path'].iat[run]}:{int(iterations['_line'].iat[at])}"
-
-
-def missing_reports(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
-    """Per run, the first report it lacks, as "rank k reported no iteration N" (None if none).
-
-    Every reporting rank (all ranks, or rank 0 alone in the global shape) must report every
-    iteration from 0 to the last one (the spec's warm-up + iterations where the run_start
-    carries its spec, else the last one any rank reported). A killed rank leaves exactly
-    this gap, so it makes the run failed (``_decide_status``), not an error.
-    """
-    reporters = np.where(run_info["_global_shape"], 1, run_info["world_size"]).astype("int64")
-    unique = iterations[["_run", "rank", "iteration"]].drop_duplicates()
-    per_run = unique.groupby("_run")["iteration"].agg(["size", "max"]).reindex(run_info.index)
-    reported = per_run["size"].fillna(0).to_numpy()
-    last = np.fmax(per_run["max"].to_numpy(dtype="float64"), run_info["_spec_iterations"].to_numpy() - 1)
-    expected = np.where(np.isnan(last), 0, last + 1) * reporters
-    missing = pd.Series(None, index=run_info.index, dtype=object)
-    for run in np.flatnonzero(reported < expected):
-        mine = unique[unique["_run"].eq(run)]
-        have = set(zip(mine["iteration"], mine["rank"], strict=True))
-        gap = next(
-            (i, r)
-            for i in range(int(last[run]) + 1)
-            for r in range(int(reporters[run]))
-            if (i, r) not in have
-        )
-        missing.iat[run] = f"rank {gap[1]} reported no iteration {gap[0]}"
-    return missing
 
 
 def _hosts_of(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
@@ -725,11 +552,6 @@ def _decide_status(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def batch_key(runs: pd.DataFrame) -> pd.Series:
-    """The batch that stays fixed: per rank under weak scaling, global under strong."""
-    return runs["global_batch"].where(runs["scaling"].eq("strong"), runs["batch_per_rank"])
-
-
 def run_flags(runs: pd.DataFrame) -> pd.Series:
     """Why a run's numbers should not be taken at face value (None when nothing is wrong).
 
@@ -758,53 +580,6 @@ def run_flags(runs: pd.DataFrame) -> pd.Series:
     both = busy.ne("") & overhead.ne("")
     flags = busy + np.where(both, "; ", "") + overhead
     return flags.where(flags.ne(""), None).astype(object)
-
-
-def add_speedup(runs: pd.DataFrame) -> pd.DataFrame:
-    """Add ``baseline_nodes``, ``speedup`` and ``efficiency`` to a runs table.
-
-    Runs are compared within the same framework, model, dataset, scaling mode, network
-    (``host`` or an emulated interconnect: a 2-node run on emulated 1 GbE is measured
-    against the 1-node run on the same network, not against the host's loopback) and
-    ranks per node, and the same batch: the batch per rank under weak scaling (it is what stays
-    fixed) and the global batch under strong scaling. The baseline is the smallest node
-    count among the group's ok runs (a failed 1-node run makes the next count the
-    baseline rather than leaving the group without one), and its throughput is the median
-    over the ok baseline repeats. Contended runs (column ``contended``) take no part in
-    the baseline while the group has an uncontended ok run: a baseline slowed by other
-    work is what makes efficiencies above 1.
-
-    ``speedup = throughput / baseline throughput`` and
-    ``efficiency = speedup / (nodes / baseline_nodes)``. Throughput (global samples per
-    second) is the right basis for both modes: under strong scaling the global batch is
-    fixed, so the throughput ratio equals the classic time ratio T_base / T_n; under weak
-    scaling each step does more work as nodes grow, so a time ratio would ideally stay at
-    1 and hide the gain, while the throughput ratio still ideally equals the node ratio.
-    One formula, one ideal line (``nodes / baseline_nodes``) for both.
-    """
-    out = runs.copy()
-    for name in ("baseline_nodes", "speedup", "efficiency"):
-        out[name] = np.nan
-    throughput = pd.to_numeric(out["throughput"], errors="coerce")
-    # Only a positive, finite throughput measures anything: a run without one (0, NaN,
-    # failed) is never a baseline and gets no speedup (never an infinite one).
-    ok = out["status"].eq("ok") & throughput.gt(0) & np.isfinite(throughput)
-    if not ok.any():
-        return out
-    okr = out.loc[ok]
-    keys = [okr[name].astype(object).fillna("") for name in SPEEDUP_GROUP] + [batch_key(okr)]
-    contended = okr["contended"] if "contended" in okr else pd.Series(False, index=okr.index)
-    clean = ~contended.astype(object).where(contended.notna(), False).astype(bool)
-    has_clean = clean.groupby(keys, dropna=False).transform("any")
-    basis = clean | ~has_clean
-    baseline_nodes = okr["nodes"].where(basis).groupby(keys, dropna=False).transform("min")
-    at_baseline = okr["throughput"].where(basis & okr["nodes"].eq(baseline_nodes))
-    baseline_tp = at_baseline.groupby(keys, dropna=False).transform("median")
-    speedup = okr["throughput"] / baseline_tp
-    out.loc[ok, "baseline_nodes"] = baseline_nodes.astype("float64")
-    out.loc[ok, "speedup"] = speedup
-    out.loc[ok, "efficiency"] = speedup / (okr["nodes"] / baseline_nodes)
-    return out
 
 
 def add_roofline(runs: pd.DataFrame, peak: Mapping[str, Any] | None) -> pd.DataFrame:

@@ -4,7 +4,7 @@ Du et al. compared speed only. Where a study sets a quality target, each claim g
 verdict read off time to target instead of samples/s: "computes fastest" becomes "trains to
 the target fastest at the smallest node count", "scales best" becomes "the highest
 time-to-target efficiency at the largest node count" (``dlscale.analysis.convergence.efficiencies``),
-judged by the same rule as the claims themselves (``dlscale.analysis.verdicts.judge``: reproduced
+judged by the same rule as the claims themselves (``dlscale.analysis.claims.judge``: reproduced
 only when the claimed framework's interval clears every other's). Communication has no
 time-to-target counterpart: those claims say so.
 """
@@ -15,13 +15,17 @@ import math
 
 import pandas as pd
 
-from dlscale.analysis import convergence, verdicts
-from dlscale.analysis.verdicts import BEST_SCALING, FASTEST_COMPUTE, INCONCLUSIVE, SETUP, Competitor, judge
+from dlscale.analysis import convergence
+from dlscale.analysis.cells import BEST_SCALING, FASTEST_COMPUTE
+from dlscale.analysis.claims import CLAIM_COLUMNS as SPEED_CLAIM_COLUMNS
+from dlscale.analysis.claims import INCONCLUSIVE, judge
+from dlscale.analysis.findings import Competitor
+from dlscale.analysis.speedup import COMPARISON_GROUP
 
 #: Columns added to the claims table.
 TARGET_CLAIM_COLUMNS: tuple[str, ...] = ("verdict_time_to_target", "reason_time_to_target")
 #: The claims table's columns as the aggregation writes it (claims.csv).
-CLAIM_COLUMNS: tuple[str, ...] = (*verdicts.CLAIM_COLUMNS, *TARGET_CLAIM_COLUMNS)
+CLAIM_COLUMNS: tuple[str, ...] = (*SPEED_CLAIM_COLUMNS, *TARGET_CLAIM_COLUMNS)
 
 _NO_TARGET = "n/a (no quality target in this study)"
 
@@ -68,7 +72,7 @@ def add_time_to_target(claims: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFram
     with_target = cells[cells["target_metric"].notna()] if "target_metric" in cells else cells.iloc[0:0]
     for index, claim in out.iterrows():
         setup = with_target
-        for key in SETUP:
+        for key in COMPARISON_GROUP:
             setup = setup[setup[key].eq(claim[key])]
         if setup.empty:
             out.at[index, "verdict_time_to_target"] = INCONCLUSIVE

@@ -20,7 +20,7 @@ import pandas as pd
 from scipy import stats as scistats
 
 from dlscale import runid
-from dlscale.analysis import verdicts
+from dlscale.analysis.speedup import COMPARISON_GROUP, batch_key
 from dlscale.analysis.stats import (
     BOOTSTRAP,
     BOOTSTRAP_RESAMPLES,
@@ -34,7 +34,6 @@ from dlscale.analysis.stats import (
     finite_sorted,
     ratio_interval,
 )
-from dlscale.analysis.tables import batch_key
 from dlscale.compare.studies import CompareError
 from dlscale.networks import HOST
 from dlscale.outputs import COMPARE_FILES
@@ -107,7 +106,7 @@ VERDICT_CHANGE_COLUMNS: tuple[str, ...] = (
     "study",
     "base",
     "kind",
-    *verdicts.SETUP,
+    *COMPARISON_GROUP,
     "question",
     "base_verdict",
     "new_verdict",

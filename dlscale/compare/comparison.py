@@ -53,7 +53,9 @@ from typing import Any
 
 import pandas as pd
 
-from dlscale.analysis import verdicts
+from dlscale.analysis.cells import NO_CLEAR_WINNER, QUESTIONS
+from dlscale.analysis.claims import CONTRADICTED, INCONCLUSIVE, REPRODUCED
+from dlscale.analysis.speedup import COMPARISON_GROUP
 from dlscale.base import atomic
 from dlscale.compare import page as compare_page
 from dlscale.compare.cells import (
@@ -172,7 +174,7 @@ def _key_dict(key: tuple[Any, ...], keys: Sequence[str]) -> dict[str, Any]:
 
 def _setup_key(row: Mapping[str, Any]) -> tuple[str, ...]:
     out = []
-    for name in verdicts.SETUP:
+    for name in COMPARISON_GROUP:
         value = row.get(name)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             out.append(HOST if name == "network" else "")
@@ -189,14 +191,14 @@ def _text(value: Any) -> str:
 
 def what_changed(base: str, new: str) -> str:
     """How a verdict changed, in words: a different winner, a winner gained or lost."""
-    undecided = ("", verdicts.NO_CLEAR_WINNER)
+    undecided = ("", NO_CLEAR_WINNER)
     if base.startswith("n/a") or new.startswith("n/a") or not base or not new:
         return "asked in one study only"
     if base in undecided or new in undecided:
         return (
             f"winner {new} where there was no clear winner" if base in undecided else f"{base} no longer wins"
         )
-    if base in (verdicts.REPRODUCED, verdicts.CONTRADICTED, verdicts.INCONCLUSIVE):
+    if base in (REPRODUCED, CONTRADICTED, INCONCLUSIVE):
         return f"claim {base} -> {new}"
     return f"different winner: {base} -> {new}"
 
@@ -210,7 +212,7 @@ def verdict_changes(base: Study, new: Study) -> pd.DataFrame:
         other = theirs.get(_setup_key(row))
         if other is None:
             continue
-        for question in verdicts.QUESTIONS:
+        for question in QUESTIONS:
             was, now = _text(row.get(question)), _text(other.get(question))
             if was != now:
                 rows.append(_verdict_row(base, new, "finding", row, question, was, now))
@@ -232,7 +234,7 @@ def _verdict_row(
         "study": new.label,
         "base": base.label,
         "kind": kind,
-        **dict(zip(verdicts.SETUP, _setup_key(row), strict=True)),
+        **dict(zip(COMPARISON_GROUP, _setup_key(row), strict=True)),
         "question": question,
         "base_verdict": was,
         "new_verdict": now,

@@ -22,7 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from dlscale.analysis import verdicts
+from dlscale.analysis import cells as cell_summary
+from dlscale.analysis import claims, findings
 from dlscale.archive import verify
 from dlscale.archive.safety import Refused
 
@@ -154,7 +155,7 @@ def _read_csv(path: Path, name: str) -> pd.DataFrame:
 
 def load_study_results(target: str | Path, label: str) -> Study:
     """Read one study (``opened``): its runs, findings and claims (made from the runs
-    with ``dlscale.analysis.verdicts`` where the folder has none) and what it ran with."""
+    with ``dlscale.analysis.cells``, ``findings`` and ``claims`` where the folder has none) and what it ran with."""
     with opened(target) as (root, results, verified):
         runs = _read_csv(results / "runs.csv", f"{target}: runs.csv")
         schema = table_schema(runs, f"{target}: runs.csv")
@@ -166,8 +167,8 @@ def load_study_results(target: str | Path, label: str) -> Study:
                 tables[name] = _read_csv(path, f"{target}: {name}.csv")
                 continue
             try:  # the verdicts of a runs table without them (a legacy analysis)
-                cells = verdicts.cells(runs) if cells is None else cells
-                tables[name] = verdicts.findings(cells) if name == "findings" else verdicts.claims(cells)
+                cells = cell_summary.cells(runs) if cells is None else cells
+                tables[name] = findings.findings(cells) if name == "findings" else claims.claims(cells)
             except (KeyError, ValueError, TypeError) as err:
                 raise CompareError(
                     f"{target}: no {name}.csv, and none can be made from its runs.csv"

@@ -7,7 +7,7 @@ count; the target, where the study set one, as a rule. A framework whose model s
 chance shows as a flat line there, however fast its steps.
 
 ``efficiencies``: per model, throughput efficiency (samples/s at N nodes over N x the
-baseline's, ``dlscale.analysis.verdicts``) beside time-to-target efficiency (the baseline's time to
+baseline's, ``dlscale.analysis.cells``) beside time-to-target efficiency (the baseline's time to
 target over N x the N-node time, ``dlscale.analysis.convergence.time_to_target_efficiency``), with
 intervals: where the second falls below the first, more nodes stop shortening training
 even while samples/s still scale (weak scaling grows the global batch, and a larger batch

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.analysis import tables, verdicts
+from dlscale.analysis import cells as cell_summary
+from dlscale.analysis import tables
 from dlscale.events import read_events
 
 BUSY = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
@@ -91,7 +92,7 @@ def test_contended_run_is_redone_then_recorded_and_excluded(tmp_path, torch_py, 
 
     runs, _ = tables.load_events([events_path])
     assert bool(runs.loc[0, "contended"]) is True
-    cells = verdicts.cells(runs)
+    cells = cell_summary.cells(runs)
     assert bool(cells.loc[0, "excluded"]) is True
     assert "contended" in str(cells.loc[0, "note"]) + str(cells.loc[0, "flag"])
 

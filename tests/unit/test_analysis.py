@@ -16,7 +16,8 @@ from helpers.events import iteration, steady_run, write_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlscale.analysis import aggregate, tables, verdicts
+from dlscale.analysis import aggregate, tables
+from dlscale.analysis.findings import FINDINGS_COLUMNS
 from dlscale.base import atomic
 
 
@@ -358,7 +359,7 @@ def test_findings_pick_the_right_framework(tmp_path: Path) -> None:
     ]
     runs, _ = tables.load_events(paths)
     table = aggregate.findings(runs)
-    assert list(table.columns) == list(verdicts.FINDINGS_COLUMNS)
+    assert list(table.columns) == list(FINDINGS_COLUMNS)
     row = table.set_index("model").loc["lenet"]
     assert row["fastest_compute"] == "tensorflow"
     assert row["fastest_compute_throughput"] == pytest.approx(1000.0)

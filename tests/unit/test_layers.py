@@ -52,11 +52,12 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # start, watch and record a run; the micro-benchmarks; the tuning grid (asks the runners)
     ("dlscale.launch", "dlscale.commbench", "dlscale.tune.grid"),
     # events -> tables
-    ("dlscale.analysis.evals", "dlscale.analysis.readevents", "dlscale.analysis.tables", "dlscale.analysis.parity", "dlscale.analysis.convergence"),
+    ("dlscale.analysis.evals", "dlscale.analysis.readevents", "dlscale.analysis.eventchecks", "dlscale.analysis.speedup",
+     "dlscale.analysis.tables", "dlscale.analysis.parity", "dlscale.analysis.convergence"),
     # tables -> cells, findings, claims; the tuning stage's choice
-    ("dlscale.analysis.verdicts", "dlscale.tune.choice", "dlscale.analysis.batch_scaling"),
+    ("dlscale.analysis.cells", "dlscale.analysis.findings", "dlscale.analysis.claims", "dlscale.tune.choice", "dlscale.analysis.batch_scaling"),
     # what a person reads, and the scaling model
-    ("dlscale.figures", "dlscale.analysis.target_claims",
+    ("dlscale.figures", "dlscale.analysis.target_claims", "dlscale.analysis.nodes_to_target",
      "dlscale.perfmodel", "dlscale.perfmodel.systems", "dlscale.perfmodel.replay"),
     # the aggregation entry point
     ("dlscale.analysis.aggregate", "dlscale.analysis.__main__"),

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from dlscale import runid
-from dlscale.analysis import verdicts
+from dlscale.analysis import cells
 from dlscale.runid import Run
 from dlscale.study import jobs
 from dlscale.study import matrix as dlstudy
@@ -54,7 +54,7 @@ def test_everyone_uses_the_one_definition() -> None:
     from dlscale import runspec
 
     assert dlstudy.Run is Run
-    assert verdicts.cell_name is runid.cell_name
+    assert cells.cell_name is runid.cell_name
     assert runspec.RUN_ID_PATTERN is runid.RUN_ID_PATTERN
     run = RUNS[1]
     assert jobs.events_file(run) == f"results/runs/{run.run_id}/events.jsonl"

@@ -27,7 +27,7 @@ from helpers.paths import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlscale.analysis import aggregate, tables
+from dlscale.analysis import aggregate, eventchecks, speedup, tables
 from dlscale.events import EVENT_SCHEMAS, EventError, PartWriter, validate_event, write_atomic
 
 
@@ -178,7 +178,7 @@ def test_add_speedup_never_divides_by_a_baseline_without_throughput(throughput: 
             "contended": False,
         }
     )
-    out = tables.add_speedup(runs)
+    out = speedup.add_speedup(runs)
     assert math.isnan(out.loc[0, "speedup"]) and math.isnan(out.loc[0, "efficiency"])
     assert (out.loc[1, "baseline_nodes"], out.loc[1, "speedup"]) == (2, 1.0)
 
@@ -404,7 +404,7 @@ ITERATION_FIELDS = (
 
 def test_the_event_schemas_are_json_schemas() -> None:
     for schema in EVENT_SCHEMAS.values():
-        tables.EventValidator.check_schema(schema)
+        eventchecks.EventValidator.check_schema(schema)
 
 
 @settings(max_examples=400, deadline=None)
@@ -422,7 +422,7 @@ def test_validate_event_is_the_iteration_schema(changes: dict[str, Any], dropped
         fast = True
     except EventError:
         fast = False
-    assert fast == tables.EventValidator(EVENT_SCHEMAS["iteration"]).is_valid(event), event
+    assert fast == eventchecks.EventValidator(EVENT_SCHEMAS["iteration"]).is_valid(event), event
 
 
 @st.composite

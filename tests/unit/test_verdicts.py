@@ -1,4 +1,4 @@
-"""dlscale.analysis.verdicts: intervals over repeats, findings that check themselves, the seed's claims.
+"""dlscale.analysis.cells, findings and claims: intervals over repeats, findings that check themselves, the seed's claims.
 
 Every expected number is computed by hand in the comments; test inputs are hand-written
 events files (helpers.events), read by the same code as the workflow's.
@@ -20,7 +20,11 @@ import pytest
 from helpers.events import iteration, write_run
 from helpers.paths import REPO
 
-from dlscale.analysis import aggregate, stats, target_claims, verdicts
+from dlscale.analysis import aggregate, stats, target_claims
+from dlscale.analysis.cells import CELL_COLUMNS, NO_CLEAR_WINNER
+from dlscale.analysis.cells import cells as cells_of
+from dlscale.analysis.claims import CLAIMS
+from dlscale.analysis.findings import FINDINGS_COLUMNS
 
 # --- intervals ------------------------------------------------------------------------------
 
@@ -158,7 +162,7 @@ def test_cells_summarise_repeats_with_hand_computed_intervals(tmp_path: Path) ->
         write_run(tmp_path, [], framework="torch", nodes=2, batch=50, repeat=3, status="failed", reason="x"),
     ]
     cells = tables(paths).cells
-    assert list(cells.columns) == list(verdicts.CELL_COLUMNS)
+    assert list(cells.columns) == list(CELL_COLUMNS)
     base = cell(cells, "torch/lenet/n1x1/b50")
     assert (base["repeats"], base["runs"], base["failed_runs"]) == (3, 3, 0)
     assert (base["throughput"], base["throughput_low"], base["throughput_high"]) == pytest.approx(
@@ -200,7 +204,7 @@ def test_cells_of_a_runs_table_from_an_older_version() -> None:
             "throughput": [100.0, 102.0, 180.0, 184.0],
         }
     )
-    two = cell(verdicts.cells(runs), "torch/lenet/n2x1/b32")
+    two = cell(cells_of(runs), "torch/lenet/n2x1/b32")
     assert (two["network"], two["scaling"], two["global_batch"], two["repeats"]) == ("host", "weak", 64, 2)
     assert two["speedup"] == pytest.approx(182 / 101)
     assert not two["excluded"] and pd.isna(two["flag"])
@@ -216,7 +220,7 @@ def test_overlapping_intervals_give_no_clear_winner(tmp_path: Path) -> None:
         *runs_of(tmp_path, "caffe", 1, [50.0, 52.0, 51.0]),
     ]
     row = tables(paths).findings.iloc[0]
-    assert row["fastest_compute"] == verdicts.NO_CLEAR_WINNER
+    assert row["fastest_compute"] == NO_CLEAR_WINNER
     assert row["fastest_compute_leader"] == "tensorflow"
     assert (row["fastest_compute_throughput_low"], row["fastest_compute_throughput_high"]) == pytest.approx(
         (101.0, 110.0)
@@ -268,7 +272,7 @@ def test_a_superlinear_cell_is_flagged_and_not_crowned(tmp_path: Path) -> None:
     assert pd.isna(caffe["flag"])
     row = result.findings.iloc[0]
     # torch's value is too good to be true and better than caffe's: nobody can be ranked
-    assert row["best_scaling"] == verdicts.NO_CLEAR_WINNER
+    assert row["best_scaling"] == NO_CLEAR_WINNER
     assert row["best_scaling_leader"] == "caffe"
     assert (
         "flagged value(s) better than the leader's cannot be ranked: torch 1.25" in row["best_scaling_note"]
@@ -302,7 +306,7 @@ def test_a_flagged_value_blocks_only_when_it_is_better(
         assert row["best_scaling"] == winner
         assert row["best_scaling_note"].startswith("the only unflagged candidate; bigdl not crowned: ")
     else:
-        assert row["best_scaling"] == verdicts.NO_CLEAR_WINNER
+        assert row["best_scaling"] == NO_CLEAR_WINNER
         assert row["best_scaling_note"].startswith(
             "flagged value(s) better than the leader's cannot be ranked: bigdl 0.95"
         )
@@ -400,7 +404,7 @@ def test_claims_reproduced_contradicted_inconclusive(tmp_path: Path) -> None:
     claims = tables(paths).claims
     assert list(claims.columns) == list(target_claims.CLAIM_COLUMNS)
     lenet = claims[claims["model"].eq("lenet")].set_index("claim")
-    assert list(lenet.index) == [claim.text for claim in verdicts.CLAIMS]
+    assert list(lenet.index) == [claim.text for claim in CLAIMS]
     best_comm = lenet.loc["Caffe communicates best"]
     assert (best_comm["verdict"], best_comm["nodes"], best_comm["metric"]) == (
         "reproduced",
@@ -426,8 +430,8 @@ def test_claims_reproduced_contradicted_inconclusive(tmp_path: Path) -> None:
 
 def test_empty_runs_give_empty_tables() -> None:
     result = aggregate.aggregate([])
-    assert result.cells.empty and list(result.cells.columns) == list(verdicts.CELL_COLUMNS)
-    assert result.findings.empty and list(result.findings.columns) == list(verdicts.FINDINGS_COLUMNS)
+    assert result.cells.empty and list(result.cells.columns) == list(CELL_COLUMNS)
+    assert result.findings.empty and list(result.findings.columns) == list(FINDINGS_COLUMNS)
     assert result.claims.empty and list(result.claims.columns) == list(target_claims.CLAIM_COLUMNS)
 
 
@@ -484,7 +488,7 @@ def test_the_command_on_a_copied_folder_gives_the_workflows_tables(tmp_path: Pat
         else:
             pd.testing.assert_frame_equal(pd.read_parquet(ours), pd.read_parquet(theirs))
     claims = pd.read_csv(copy / "tables" / "claims.csv")
-    assert set(claims["claim"]) == {claim.text for claim in verdicts.CLAIMS}
+    assert set(claims["claim"]) == {claim.text for claim in CLAIMS}
     runs = pd.read_csv(copy / "tables" / "runs.csv")
     assert runs["contended"].sum() == 1
 

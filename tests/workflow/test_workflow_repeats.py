@@ -1,7 +1,7 @@
 """repeats: auto through the real workflow: each cell's checks add repeats up to the cap.
 
 With fewer than 6 repeats there is no 95% interval of the median to judge, so a cell
-always asks for another until it has 6 or reaches the cap (dlscale.analysis.verdicts
+always asks for another until it has 6 or reaches the cap (dlscale.analysis.cells
 .needs_more_repeats): min 2 and cap 3 must give every cell exactly 3 runs, planned and
 run by one invocation.
 """
