@@ -163,10 +163,10 @@ def framework_python(framework: str) -> Path:
 
 def default_config(path: Path = REPO / "config.yaml") -> dict[str, Any]:
     """The repository's default study config (config.yaml) as the workflow reads it:
-    strictly (``dlscale.study.matrix.read_config_file``: a key given twice is refused)."""
-    from dlscale.study import matrix
+    strictly (``dlscale.study.validation.read_config_file``: a key given twice is refused)."""
+    from dlscale.study import validation
 
-    return matrix.read_config_file(path) or {}
+    return validation.read_config_file(path) or {}
 
 
 def bench_init(config: Mapping[str, Any], model: str) -> str:
@@ -191,13 +191,13 @@ def bench_studies(
     benchmarks choose their own cells (every framework on every model they measure).
     """
     from dlscale.catalog import CONFIG_SCHEMA
-    from dlscale.study import matrix
+    from dlscale.study import validation
 
     base = dict(default_config() if config is None else config)
     base.pop("models_per_framework", None)
-    schema = matrix.load_schema(CONFIG_SCHEMA)
+    schema = validation.load_schema(CONFIG_SCHEMA)
     return {
-        model: matrix.validate_config(
+        model: validation.validate_config(
             copy.deepcopy({**base, "models": [model], "init": bench_init(base, model)}), schema, REPO
         )
         for model in dict.fromkeys(models)

@@ -1,7 +1,7 @@
 """The only list of frameworks and models: what each is, and what the rest needs to know.
 
 Everything that names a framework or a model reads it here: the config schema's enums
-(filled in by ``dlscale.study.matrix.load_schema``), the training rule's wildcard constraint and
+(filled in by ``dlscale.study.validation.load_schema``), the training rule's wildcard constraint and
 extra inputs, the figures' order and labels, the scaling model's synchronisation patterns,
 the benchmarks and the tests. Adding a framework is one catalog entry, one runner folder
 (``dlscale/runners/<name>/``, its files and modules as ``dlscale.runners.contract`` states

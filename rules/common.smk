@@ -19,6 +19,7 @@ from dlscale import runid
 from dlscale.study import jobs
 from dlscale.study import preflight
 from dlscale.study import matrix as dlstudy
+from dlscale.study import validation
 from dlscale.study.jobs import inspected, run_dir
 from dlscale.outputs import figure_files, perfmodel_files, replay_files
 
@@ -26,12 +27,12 @@ from dlscale.outputs import figure_files, perfmodel_files, replay_files
 # catalog, defaults filled, then the checks a schema cannot express); Snakemake's own
 # validate() would read the schema file without the catalog's names.
 try:
-    dlstudy.check_config_files(workflow.configfiles)
-    STUDY = dlstudy.validate_config(
+    validation.check_config_files(workflow.configfiles)
+    STUDY = validation.validate_config(
         config,
-        dlstudy.load_schema(dlcatalog.CONFIG_SCHEMA),
+        validation.load_schema(dlcatalog.CONFIG_SCHEMA),
     )
-except dlstudy.ConfigError as err:
+except validation.ConfigError as err:
     raise WorkflowError(f"invalid study configuration: {err}") from None
 
 
@@ -41,8 +42,8 @@ onstart:
     # can be planned anywhere).
     if workflow.executor_plugin.name == "local":
         try:
-            dlstudy.check_local_capacity(STUDY, os.cpu_count() or 1)
-        except dlstudy.ConfigError as err:
+            validation.check_local_capacity(STUDY, os.cpu_count() or 1)
+        except validation.ConfigError as err:
             raise WorkflowError(f"invalid study configuration: {err}") from None
 
 

@@ -23,7 +23,7 @@ def repo() -> Path:
 
 @pytest.fixture(scope="session")
 def schema() -> dict:
-    from dlscale.study.matrix import load_schema
+    from dlscale.study.validation import load_schema
 
     return load_schema(SCHEMA)
 

@@ -51,6 +51,7 @@ from dlscale.base import atomic
 from dlscale.catalog import CONFIG_SCHEMA, REPO_DIR
 from dlscale.outputs import AGGREGATE_FILES
 from dlscale.study import matrix as dlstudy
+from dlscale.study import validation
 
 FORMAT = "dlscale-artifact/1"
 MANIFEST = "MANIFEST.json"
@@ -142,10 +143,10 @@ def read_study_config(config_files: Sequence[Path]) -> dict[str, Any]:
     merges ``configfile`` and ``--configfile``."""
     merged: dict[str, Any] = {}
     for path in config_files:
-        data = dlstudy.read_config_file(path) or {}  # a key given twice refused, as the workflow does
+        data = validation.read_config_file(path) or {}  # a key given twice refused, as the workflow does
         merged = _merge(merged, data)
-    schema = dlstudy.load_schema(CONFIG_SCHEMA)
-    return dlstudy.validate_config(merged, schema, Path(config_files[0]).parent if config_files else ".")
+    schema = validation.load_schema(CONFIG_SCHEMA)
+    return validation.validate_config(merged, schema, Path(config_files[0]).parent if config_files else ".")
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -66,7 +66,7 @@ class Settings:
 
     @classmethod
     def from_study(cls, study: Mapping[str, Any]) -> Settings:
-        """From a validated study (``dlscale.study.matrix.validate_config`` filled its defaults)."""
+        """From a validated study (``dlscale.study.validation.validate_config`` filled its defaults)."""
         return cls.of(study["projection"], study["ranks_per_node"], study["tensorflow"]["num_ps"])
 
     @classmethod

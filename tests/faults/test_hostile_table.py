@@ -28,7 +28,7 @@ from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.events import MAX_LINE_CHARS, EventError
 from dlscale.host import netns
 from dlscale.launch import network as launcher
-from dlscale.study.matrix import ConfigError, check_local_capacity, load_schema, validate_config
+from dlscale.study.validation import ConfigError, check_local_capacity, load_schema, validate_config
 
 pytestmark = pytest.mark.faults
 

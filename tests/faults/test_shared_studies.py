@@ -27,7 +27,8 @@ from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.compare import page as compare_page
 from dlscale.figures import charts as figures
 from dlscale.study import preflight
-from dlscale.study.matrix import expand_runs, load_schema, run_spec, validate_config
+from dlscale.study.matrix import expand_runs, run_spec
+from dlscale.study.validation import load_schema, validate_config
 
 pytestmark = pytest.mark.faults
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.runspec import RunSpec
-from dlscale.study.matrix import expand_runs, load_schema, run_spec, validate_config
+from dlscale.study.matrix import expand_runs, run_spec
+from dlscale.study.validation import load_schema, validate_config
 from helpers.paths import REPO
 
 TABLE = REPO / "results" / "fault-table.jsonl"

@@ -17,6 +17,7 @@ from dlscale.archive import artifact as dlartifact
 from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.events import write_atomic
 from dlscale.study import matrix as dlstudy
+from dlscale.study import validation
 
 STUDY = {
     "frameworks": ["torch", "tensorflow"],
@@ -97,7 +98,7 @@ def make_study(tmp_path: Path) -> Path:
     root = tmp_path / "study"
     root.mkdir()
     (root / "config.yaml").write_text(yaml.safe_dump(STUDY))
-    validated = dlstudy.validate_config(dict(STUDY), dlstudy.load_schema(CONFIG_SCHEMA), root)
+    validated = validation.validate_config(dict(STUDY), validation.load_schema(CONFIG_SCHEMA), root)
     runs = dlstudy.expand_runs(validated)
     assert len(runs) == 4
     for seed, run in enumerate(runs):

@@ -21,7 +21,7 @@ from helpers.paths import REPO
 from dlscale.data import fashion_mnist
 from dlscale.data.mnist import IDX_NAMES
 from dlscale.data.shards import DatasetError, ShardSet
-from dlscale.study.matrix import ConfigError, validate_config
+from dlscale.study.validation import ConfigError, validate_config
 
 ENSURE = REPO / "scripts" / "ensure-fashion-mnist.sh"
 

@@ -129,7 +129,8 @@ def test_pipeline_feeds_an_imagenet_model(torch_py, imagenet_shards, tmp_path):
 
 
 def test_input_option_reaches_the_run_spec_only_when_set(schema):
-    from dlscale.study.matrix import expand_runs, run_spec, validate_config
+    from dlscale.study.matrix import expand_runs, run_spec
+    from dlscale.study.validation import validate_config
 
     memory = validate_config({"models": ["lenet"]}, schema)
     run = expand_runs(memory)[0]

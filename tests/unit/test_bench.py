@@ -239,10 +239,10 @@ def test_comm_table_ratios_against_tcp_and_mpi():
 
 @pytest.mark.parametrize("runs", [100, 1000, 10000])
 def test_generated_studies_have_exactly_the_asked_runs(runs, schema):
-    from dlscale.study import matrix
+    from dlscale.study import matrix, validation
 
     config = workflow_scale.study_of_size(runs, "/nonexistent/envs")
-    validated = matrix.validate_config(config, schema, REPO)
+    validated = validation.validate_config(config, schema, REPO)
     assert len(matrix.expand_runs(validated)) == runs
     with pytest.raises(ValueError):
         workflow_scale.study_of_size(101, "x")

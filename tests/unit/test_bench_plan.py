@@ -15,7 +15,7 @@ from benchmarks.registry import FRAMEWORKS
 from dlscale import catalog
 from dlscale.data import initweights
 from dlscale.runspec import RunSpec
-from dlscale.study import matrix
+from dlscale.study import matrix, validation
 
 
 def test_every_cell_of_make_bench_is_planned() -> None:
@@ -66,14 +66,14 @@ def test_init_is_chosen_per_model_as_the_study_allows() -> None:
     # The study itself refuses what bench_init avoids: shared init for a model without one.
     config = {**default_config(), "models": ["alexnet"], "init": "shared"}
     config.pop("models_per_framework", None)
-    with pytest.raises(matrix.ConfigError, match="init"):
-        matrix.validate_config(config, matrix.load_schema(catalog.CONFIG_SCHEMA), catalog.REPO_DIR)
+    with pytest.raises(validation.ConfigError, match="init"):
+        validation.validate_config(config, validation.load_schema(catalog.CONFIG_SCHEMA), catalog.REPO_DIR)
 
 
 def test_a_setting_the_study_refuses_is_refused_by_the_benchmarks(tmp_path: Path) -> None:
-    with pytest.raises(matrix.ConfigError, match="nodes"):
+    with pytest.raises(validation.ConfigError, match="nodes"):
         bench_studies(["lenet"], {**default_config(), "nodes": [0]})
     twice = tmp_path / "config.yaml"
     twice.write_text("nodes: [1]\nnodes: [2]\n", encoding="utf-8")
-    with pytest.raises(matrix.ConfigError, match="nodes"):
+    with pytest.raises(validation.ConfigError, match="nodes"):
         default_config(twice)

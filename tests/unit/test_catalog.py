@@ -22,7 +22,8 @@ from helpers.paths import REPO, SCHEMA
 from dlscale import catalog
 from dlscale.host import sitecheck
 from dlscale.runners import contract
-from dlscale.study.matrix import WILDCARD_CONSTRAINTS, ConfigError, load_schema, validate_config
+from dlscale.study.matrix import WILDCARD_CONSTRAINTS
+from dlscale.study.validation import ConfigError, load_schema, validate_config
 
 #: The runner modules that import no framework (checked by import), and the trainer's
 #: (checked by parsing: importing it needs the framework's venv).

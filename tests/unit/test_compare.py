@@ -41,7 +41,7 @@ from dlscale.compare import comparison
 from dlscale.compare import page as compare_page
 from dlscale.compare import studies as compare_studies
 from dlscale.outputs import COMPARE_FILES
-from dlscale.study.matrix import ConfigError, load_schema, validate_config
+from dlscale.study.validation import ConfigError, load_schema, validate_config
 
 GOLDEN_RUNS = REPO / "tests" / "data" / "golden" / "runs"
 Event = dict[str, Any]

@@ -1,6 +1,6 @@
 """One value for every model (issue 33, item 7): ``iterations: 30`` as well as a map.
 
-The per-model keys that take one value are the schema's (``dlscale.study.matrix.per_model_keys``);
+The per-model keys that take one value are the schema's (``dlscale.study.validation.per_model_keys``);
 the value becomes the map of every model before defaults are filled, so the runs, their
 ids and their spec hashes are those of the same map written out.
 """
@@ -10,15 +10,17 @@ from __future__ import annotations
 import pytest
 
 from dlscale import catalog
-from dlscale.study.matrix import ConfigError, expand_runs, per_model_keys, run_spec, validate_config
+from dlscale.study.matrix import expand_runs, run_spec
+from dlscale.study.validation import ConfigError, per_model_keys, validate_config
 
 #: The keys that take one value for every model, and one such value of each.
 ONE_VALUE = {"batch_per_rank": 32, "global_batch": 64, "iterations": 30, "learning_rate": 0.05}
 
 
 def test_the_schema_names_the_keys_that_take_one_value(schema):
-    """datasets and quality_target stay maps: no dataset or target fits every model."""
-    assert set(per_model_keys(schema)) == {*ONE_VALUE, "max_iterations"}
+    """datasets and quality_target stay maps: no dataset or target fits every model; a
+    learning-rate rule (an object) may be one for every model."""
+    assert set(per_model_keys(schema)) == {*ONE_VALUE, "max_iterations", "lr_scaling"}
 
 
 def test_the_one_value_and_the_map_are_bounded_alike(schema):

@@ -24,7 +24,7 @@ from PIL import Image
 
 from dlscale.data import imagenet
 from dlscale.data.shards import DatasetError, ShardSet
-from dlscale.study.matrix import ConfigError, validate_config
+from dlscale.study.validation import ConfigError, validate_config
 
 CLASSES = ["n02085620", "n01440764", "n03000134"]  # sorted: n01440764, n02085620, n03000134
 COLORS = {"n01440764": (200, 30, 30), "n02085620": (128, 128, 128), "n03000134": (30, 60, 200)}

@@ -16,7 +16,8 @@ from helpers.paths import REPO
 
 from dlscale import catalog, outputs
 from dlscale.study import jobs
-from dlscale.study.matrix import WILDCARD_CONSTRAINTS, Run, validate_config
+from dlscale.study.matrix import WILDCARD_CONSTRAINTS, Run
+from dlscale.study.validation import validate_config
 
 #: The training rule's output (rules/train.smk): run_dir and cell_wildcards must agree with it.
 TRAIN_EVENTS = (

@@ -46,13 +46,14 @@ FLOORS: tuple[tuple[str, ...], ...] = (
      "dlscale.host.netns", "dlscale.host.userns", "dlscale.host.contention", "dlscale.host.roofline", "dlscale.envs",
      "dlscale.host.sitecheck", "dlscale.analysis.stats", "dlscale.archive.safety"),
     # config -> runs; data; native logs
-    ("dlscale.study.matrix", "dlscale.base.strictyaml", "dlscale.data", "dlscale.parse"),
+    ("dlscale.study.matrix", "dlscale.study.validation", "dlscale.base.strictyaml", "dlscale.data", "dlscale.parse"),
     # one folder per framework behind one contract
     ("dlscale.runners",),
     # start, watch and record a run; the micro-benchmarks; the tuning grid (asks the runners)
     ("dlscale.launch", "dlscale.commbench", "dlscale.tune.grid"),
     # events -> tables
-    ("dlscale.analysis.evals", "dlscale.analysis.readevents", "dlscale.analysis.eventchecks", "dlscale.analysis.speedup",
+    ("dlscale.analysis.evals", "dlscale.analysis.readevents", "dlscale.analysis.eventchecks", "dlscale.analysis.runstats",
+     "dlscale.analysis.speedup",
      "dlscale.analysis.tables", "dlscale.analysis.parity", "dlscale.analysis.convergence"),
     # tables -> cells, findings, claims; the tuning stage's choice
     ("dlscale.analysis.cells", "dlscale.analysis.findings", "dlscale.analysis.claims", "dlscale.tune.choice", "dlscale.analysis.batch_scaling"),

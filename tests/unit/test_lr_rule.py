@@ -17,7 +17,7 @@ from helpers.paths import SCHEMA
 from dlscale.analysis import parity
 from dlscale.events import write_atomic
 from dlscale.runspec import RunSpec, SpecError
-from dlscale.study import matrix
+from dlscale.study import matrix, validation
 
 BASE = {
     "framework": "torch", "model": "lenet", "nodes": 2, "ranks_per_node": 1, "batch": 64, "repeat": 0,
@@ -79,8 +79,8 @@ def test_a_bad_rule_is_refused_naming_the_field(rule):
 
 
 def plan(**config):
-    study = matrix.validate_config(
-        {"frameworks": ["torch"], "models": ["lenet"], **config}, matrix.load_schema(SCHEMA)
+    study = validation.validate_config(
+        {"frameworks": ["torch"], "models": ["lenet"], **config}, validation.load_schema(SCHEMA)
     )
     return {run.run_id: matrix.run_spec(study, run) for run in matrix.expand_runs(study)}
 
@@ -116,7 +116,7 @@ def test_a_study_without_the_key_plans_the_specs_it_planned_before():
      ({"rule": "linear", "base_batch": 0}, "lr_scaling.base_batch")],
 )  # fmt: skip
 def test_a_bad_key_fails_before_any_job_naming_it(value, words):
-    with pytest.raises(matrix.ConfigError, match=words.replace(".", r"\.")):
+    with pytest.raises(validation.ConfigError, match=words.replace(".", r"\.")):
         plan(lr_scaling=value)
 
 

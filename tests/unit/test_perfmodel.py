@@ -23,7 +23,7 @@ from dlscale.networks import PRESETS
 from dlscale.outputs import PERFMODEL_ALL_FIGURES
 from dlscale.perfmodel import figures as perfmodel_figures
 from dlscale.perfmodel import pipeline
-from dlscale.study import matrix
+from dlscale.study import validation
 
 MB = 1e6
 
@@ -942,7 +942,7 @@ def test_settings_take_the_schema_defaults_and_the_study_s_values() -> None:
         defaults, network="1gbe", num_ps=3
     )
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    validated = matrix.validate_config(config, matrix.load_schema(CONFIG_SCHEMA), REPO)
+    validated = validation.validate_config(config, validation.load_schema(CONFIG_SCHEMA), REPO)
     settings = pipeline.Settings.from_study(validated)
     assert settings.network == validated["projection"]["network"]
     assert settings.bootstrap == validated["projection"]["bootstrap"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlscale.study.matrix import ConfigError, validate_config
+from dlscale.study.validation import ConfigError, validate_config
 
 LENET_TARGET = {"quality_target": {"lenet": {"metric": "top1", "value": 0.9}}, "eval_every": 10}
 

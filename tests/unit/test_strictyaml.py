@@ -10,7 +10,7 @@ import yaml
 
 from dlscale.archive import artifact
 from dlscale.base import strictyaml
-from dlscale.study.matrix import ConfigError, check_config_files
+from dlscale.study.validation import ConfigError, check_config_files
 
 PLAIN = "name: lenet\nnodes: [1, 2, 4]\nlearning_rate: {lenet: 0.01, alexnet: 0.02}\nnote: null\n"
 

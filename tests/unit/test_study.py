@@ -9,7 +9,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlscale.study.matrix import ConfigError, Run, expand_runs, run_spec, validate_config
+from dlscale.study.matrix import Run, expand_runs, run_spec
+from dlscale.study.validation import ConfigError, validate_config
 
 
 def test_default_config_is_valid(repo, schema):
@@ -117,9 +118,9 @@ def test_a_pooled_study_must_have_its_runs(schema, tmp_path):
 
 
 def test_unimplemented_framework_is_refused(schema, monkeypatch):
-    import dlscale.study.matrix
+    import dlscale.study.validation
 
-    monkeypatch.setattr(dlscale.study.matrix, "IMPLEMENTED_FRAMEWORKS", ("torch",))
+    monkeypatch.setattr(dlscale.study.validation, "IMPLEMENTED_FRAMEWORKS", ("torch",))
     with pytest.raises(ConfigError, match=r"'frameworks': 'bigdl' has no runner yet"):
         validate_config({"frameworks": ["torch", "bigdl"]}, schema)
 
@@ -280,7 +281,7 @@ def test_yaml_aliases_are_refused_before_they_expand(schema):
 
 
 def test_local_profile_refuses_more_threads_than_the_host_by_far(schema):
-    from dlscale.study.matrix import LOCAL_OVERSUBSCRIPTION, check_local_capacity
+    from dlscale.study.validation import LOCAL_OVERSUBSCRIPTION, check_local_capacity
 
     study = validate_config({"nodes": [1, 100000]}, schema)
     with pytest.raises(ConfigError, match=r"config key 'nodes': the largest run \(100000 nodes"):

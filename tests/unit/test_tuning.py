@@ -16,7 +16,8 @@ from dlscale.launch import records
 from dlscale.runners.plan import Plan, Process
 from dlscale.runners.tensorflow import launcher as tf_launcher
 from dlscale.runners.torch import launcher as torch_launcher
-from dlscale.study.matrix import ConfigError, Run, expand_runs, run_spec, validate_config
+from dlscale.study.matrix import Run, expand_runs, run_spec
+from dlscale.study.validation import ConfigError, validate_config
 from dlscale.tune import choice, grid
 
 BASE = {"frameworks": ["torch", "tensorflow"], "models": ["lenet"], "nodes": [1, 2]}

@@ -22,7 +22,7 @@ from dlscale import envs
 from dlscale.catalog import CONFIG_SCHEMA
 from dlscale.runners.caffe import launcher
 from dlscale.runspec import RunSpec
-from dlscale.study import matrix
+from dlscale.study import validation
 from dlscale.tune import grid
 
 TINY = {
@@ -118,8 +118,8 @@ def test_caffe_micro_benchmarks_wait_for_the_build_that_installs_open_mpi(tmp_pa
 def test_the_demo_config_races_caffe_over_its_three_blas():
     """No compile per BLAS any more: the demo's tuning races them (its study runs keep
     OpenBLAS unless one of the others separates from it)."""
-    schema = matrix.load_schema(CONFIG_SCHEMA)
-    demo = matrix.validate_config(yaml.safe_load((REPO / "config.yaml").read_text()), schema, REPO)
+    schema = validation.load_schema(CONFIG_SCHEMA)
+    demo = validation.validate_config(yaml.safe_load((REPO / "config.yaml").read_text()), schema, REPO)
     assert grid.tunable("caffe")["blas"] == ["openblas", "blis", "mkl"]
     assert sorted(setting.get("blas", "openblas") for setting in grid.grid(demo, "caffe")) == [
         "blis",

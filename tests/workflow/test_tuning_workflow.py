@@ -24,7 +24,7 @@ from helpers.paths import ENVS_DIR, REPO
 from helpers.workflow import RUNS_TABLE, SNAKEMAKE, planned_jobs, snakemake
 
 from dlscale.catalog import CONFIG_SCHEMA
-from dlscale.study import matrix
+from dlscale.study import matrix, validation
 from dlscale.tune import grid
 
 pytestmark = pytest.mark.workflow
@@ -46,7 +46,7 @@ STUDY = {
 
 
 def validated(config: dict) -> dict:
-    return matrix.validate_config(config, matrix.load_schema(CONFIG_SCHEMA))
+    return validation.validate_config(config, validation.load_schema(CONFIG_SCHEMA))
 
 
 def test_a_failing_setting_is_recorded_and_the_choice_reaches_the_study(tmp_path, torch_py, mnist_idx):
