@@ -153,6 +153,12 @@ MNIST_MODELS: tuple[str, ...] = tuple(m.name for m in MODELS.values() if m.mnist
 DATASETS: tuple[str, ...] = tuple(dict.fromkeys(d for m in MODELS.values() for d in m.datasets))
 #: Learnable parameters per model.
 PARAMETERS: Mapping[str, int] = MappingProxyType({m.name: m.parameters for m in MODELS.values()})
+#: The framework whose semantics are the reference of the parity check (every other
+#: framework's first losses are compared with its 1-rank run of the same global batch).
+PARITY_REFERENCE = "torch"
+#: Losses the parity check compares per run: the first iterations (float32 differences
+#: grow chaotically after them).
+PARITY_ITERATIONS = 20
 #: Set-ups whose optimisation differs from the reference by design -> what differs.
 DIFFERENCES: Mapping[str, str] = MappingProxyType(
     {setup: text for fw in FRAMEWORKS.values() for setup, text in fw.differences.items()}

@@ -36,11 +36,32 @@ rule aggregate:
         "../scripts/aggregate.py"
 
 
+use rule train as parity_reference with:
+    """The reference framework's 1-rank run of a global batch the study trains on more
+    nodes, for the parity check (dlscale.study.matrix.parity_references)."""
+    input:
+        unpack(run_input),
+    output:
+        events=f"{PARITY_REFERENCE_DIR}/{runid.RUN_ID_TEMPLATE}/events.jsonl",
+    log:
+        f"{PARITY_REFERENCE_DIR}/{runid.RUN_ID_TEMPLATE}/run.log",
+    params:
+        spec=parity_reference_spec,
+        spec_sha=parity_reference_sha,
+        # A failed reference is a parity row saying so, not redone on every invocation.
+        failed_attempts=0,
+        requirements=train_requirements,
+        python=train_python,
+        markers=train_markers,
+
+
 rule parity:
     """The parity check (config init: shared): every framework's first losses against the
-    reference framework's at the same global batch (dlscale.analysis.parity)."""
+    reference framework's at the same global batch (dlscale.analysis.parity), the study's
+    multi-node runs against the references planned for them."""
     input:
         events=all_run_events,
+        references=PARITY_REFERENCE_EVENTS,
     output:
         parity=report(
             "results/parity.csv",

@@ -10,8 +10,11 @@ log_to(snakemake.log[0])
 log = logging.getLogger("parity")
 
 try:
-    events = snakemake.input.events
-    table = parity.parity_table([events] if isinstance(events, str) else list(events))
+    paths = [
+        *([snakemake.input.events] if isinstance(snakemake.input.events, str) else snakemake.input.events),
+        *snakemake.input.references,
+    ]
+    table = parity.parity_table(paths)
     for row in table.itertuples():
         log.info("%s %s: %s", {None: "n/a", True: "pass", False: "FAIL"}[row.passes], row.run_id, row.reason)
     parity.write_table(table, snakemake.output.parity)

@@ -36,10 +36,9 @@ from dlscale.base import atomic
 from dlscale.events import read_events
 from dlscale.thresholds import PARITY_EPS_FACTOR
 
-#: The framework every other is compared with (the one whose semantics are the reference).
-REFERENCE = "torch"
-#: Losses compared per run (the first iterations: float32 differences grow chaotically after).
-DEFAULT_ITERATIONS = 20
+#: The framework every other is compared with, and the losses compared per run (catalog).
+REFERENCE = catalog.PARITY_REFERENCE
+DEFAULT_ITERATIONS = catalog.PARITY_ITERATIONS
 
 #: Differences by design (the catalog's), measured by the check and named where a framework fails it.
 DESIGNED_DIFFERENCES: Mapping[str, str] = catalog.DIFFERENCES

@@ -148,6 +148,40 @@ def lr_rule_of(study: dict[str, Any], model: str) -> dict[str, Any] | None:
     }
 
 
+def parity_references(study: dict[str, Any]) -> list[RunSpec]:
+    """The reference runs the parity check needs beside the study's own (``init: shared``):
+    for every model and global batch the study trains on more than one rank, the reference
+    framework's 1-rank run of that global batch, on the same learning-rate schedule, for the
+    losses the check compares (``catalog.PARITY_ITERATIONS``, no warm-up, no evaluation),
+    one per repeat the study starts with (each repeat's seed is its own). Where the study
+    already has that run (the reference framework at 1 node, 1 rank), none is added.
+
+    Cheap (a few seconds of steps each), and what lets the check prove the same work where
+    the frameworks differ: the gradient average over nodes, the parameter servers.
+    """
+    if study.get("init", "framework") != "shared":
+        return []
+    own = {(r.model, r.batch, r.repeat) for r in expand_runs(study) if r.framework == catalog.PARITY_REFERENCE
+           and r.world_size == 1 and r.network == networks.HOST}  # fmt: skip
+    wanted = sorted(
+        {
+            (r.model, r.batch * r.world_size, r.repeat)
+            for r in expand_runs(study)
+            if r.world_size > 1 and r.network == networks.HOST
+        }
+        - own
+    )
+    references = []
+    for model, global_batch, repeat in wanted:
+        run = Run(catalog.PARITY_REFERENCE, model, 1, 1, global_batch, repeat, networks.HOST)
+        spec = run_spec(study, run)
+        fields = {**spec.to_dict(), "iterations": catalog.PARITY_ITERATIONS, "warmup": 0, "ranks_per_node": 1}
+        for name in ("eval_every", "quality_target", "max_iterations"):
+            fields.pop(name, None)
+        references.append(RunSpec.from_dict(fields))
+    return references
+
+
 #: How many times a model's ``iterations`` a run with a quality target may train by default.
 DEFAULT_MAX_ITERATIONS_FACTOR = 10
 

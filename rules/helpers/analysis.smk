@@ -40,6 +40,31 @@ PUBLISHED_SYSTEMS = sorted(
 TH_EXPRESS2 = networks.PRESETS["th-express2"]
 #: The parity check's table, where the study runs the shared initialisation (rule parity).
 PARITY_FILES = ["results/parity.csv"] if STUDY["init"] == "shared" else []
+#: The reference runs the parity check needs beside the study's (rule parity_reference).
+PARITY_REFERENCE_DIR = "results/parity/reference"
+PARITY_REFERENCES = {spec.run_id: spec for spec in dlstudy.parity_references(STUDY)}
+PARITY_REFERENCE_EVENTS = [
+    f"{PARITY_REFERENCE_DIR}/{run_id}/events.jsonl" for run_id in PARITY_REFERENCES
+]
+
+
+def parity_reference_of(wildcards):
+    run_id = run_of(wildcards).run_id
+    if run_id not in PARITY_REFERENCES:
+        raise WorkflowError(f"{run_id} is no parity reference of this study")
+    return PARITY_REFERENCES[run_id]
+
+
+@inspected
+def parity_reference_spec(wildcards):
+    return parity_reference_of(wildcards).to_json()
+
+
+@inspected
+def parity_reference_sha(wildcards):
+    return parity_reference_of(wildcards).sha256
+
+
 #: The comparison with the study of config key compare_with (rule compare), if any; the
 #: files of COMPARE_REPORTED go into the report.
 COMPARE_TARGETS = (

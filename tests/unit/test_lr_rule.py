@@ -187,3 +187,39 @@ def test_a_reference_on_another_schedule_is_no_reference(tmp_path):
         "no 1-rank torch run of lenet at global batch 128, seed 1234, linear rate 0.02 after a 4-step"
         in row["reason"]
     )
+
+
+# -- the parity check's references at every node count ------------------------------------
+
+
+def study_of(**config):
+    return validation.validate_config(
+        {"frameworks": ["torch", "caffe"], "models": ["lenet"], **config}, validation.load_schema(SCHEMA)
+    )
+
+
+def test_the_study_plans_a_one_rank_reference_for_every_global_batch_it_trains_on_more_ranks():
+    study = study_of(
+        nodes=[1, 2, 4],
+        repeats=2,
+        init="shared",
+        eval_every=10,
+        lr_scaling={"rule": "linear", "warmup_iterations": 5},
+    )
+    refs = {spec.run_id: spec for spec in matrix.parity_references(study)}
+    assert sorted(refs) == [f"torch/lenet/n1x1/b{b}/r{r}" for b in (128, 256) for r in (0, 1)]
+    ref = refs["torch/lenet/n1x1/b256/r1"]
+    assert (ref.world_size, ref.global_batch, ref.seed) == (1, 256, 1235)
+    assert (ref.iterations, ref.warmup, ref.eval_every, ref.quality_target) == (20, 0, 0, None)
+    # The same schedule as the 4-node runs it is the reference of: the rule from base batch 64.
+    four = next(
+        matrix.run_spec(study, r) for r in matrix.expand_runs(study) if r.run_id == "caffe/lenet/n4x1/b64/r1"
+    )
+    assert [ref.learning_rate_at(s) for s in range(8)] == [four.learning_rate_at(s) for s in range(8)]
+
+
+def test_no_references_without_the_shared_initialisation_or_where_the_study_has_the_run():
+    assert matrix.parity_references(study_of(nodes=[1, 2], init="framework")) == []
+    # 1 node of 128 is the 2-node runs' global batch under strong scaling: the study's own.
+    strong = study_of(nodes=[1, 2], init="shared", scaling="strong", global_batch={"lenet": 128})
+    assert matrix.parity_references(strong) == []
