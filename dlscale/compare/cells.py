@@ -61,7 +61,7 @@ class Metric:
 METRICS: tuple[Metric, ...] = (
     Metric("throughput", True, False, "throughput (samples/s, global)"),
     Metric("exposed_comm_share", False, True, "exposed-communication share of the step"),
-    Metric("efficiency", True, True, "scaling efficiency against the set-up's smallest node count"),
+    Metric("efficiency", True, True, "scaling efficiency against the group's smallest node count"),
     Metric("time_to_target_s", False, False, "time to the quality target (s)"),
 )
 METRIC_BY_NAME: Mapping[str, Metric] = {m.name: m for m in METRICS}
@@ -151,7 +151,7 @@ def _keyed(runs: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Cell:
-    """One set-up at one node count in one study: its repeats' values per metric."""
+    """One framework's matched cell at one node count in one study: its repeats' values per metric."""
 
     key: tuple[Any, ...]
     name: str

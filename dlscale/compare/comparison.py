@@ -10,7 +10,7 @@ studies, and which verdicts changed with it.
   folder above it) or its archive from ``make artifact``. An archive, and a folder with a
   ``MANIFEST.json`` (an unpacked one), is checked with ``dlscale.archive.verify`` first: an archive
   that fails is refused, never read.
-* **Cells** are matched by their set-up (``MATCH_KEYS``: framework, model, dataset,
+* **Cells** are matched by what they ran (``MATCH_KEYS``: framework, model, dataset,
   scaling, network, ranks per node, the batch that stays fixed, threads per rank, nodes).
   A cell of one study without its match in the other is listed (``unmatched.csv``),
   never dropped silently. ``--ignore-key threads_per_rank`` matches across a deliberate
@@ -110,7 +110,7 @@ def compare_pair(
     if not common:
         raise CompareError(
             f"no cell in common between {base.label} ({base.source}, {len(mine)} cells) and {new.label}"
-            f" ({new.source}, {len(theirs)} cells): they ran different set-ups"
+            f" ({new.source}, {len(theirs)} cells): they ran different cells"
             f" (matched on {', '.join(keys)})"
         )
     rows = []
@@ -157,7 +157,7 @@ def compare_pair(
 
 
 def _baseline_key(key: tuple[Any, ...], keys: Sequence[str], nodes: float) -> tuple[Any, ...]:
-    """The key of a cell's baseline cell: the same set-up at ``nodes``."""
+    """The key of a cell's baseline cell: the same cell at ``nodes``."""
     out = list(key)
     out[list(keys).index("nodes")] = int(nodes)
     return tuple(out)
@@ -172,7 +172,7 @@ def _key_dict(key: tuple[Any, ...], keys: Sequence[str]) -> dict[str, Any]:
 # --- verdicts ------------------------------------------------------------------------------------
 
 
-def _setup_key(row: Mapping[str, Any]) -> tuple[str, ...]:
+def _group_key(row: Mapping[str, Any]) -> tuple[str, ...]:
     out = []
     for name in COMPARISON_GROUP:
         value = row.get(name)
@@ -205,20 +205,20 @@ def what_changed(base: str, new: str) -> str:
 
 def verdict_changes(base: Study, new: Study) -> pd.DataFrame:
     """Every finding (the three questions) and seed claim answered differently by ``new``
-    than by ``base``, per set-up in both studies."""
+    than by ``base``, per comparison group in both studies."""
     rows: list[dict[str, Any]] = []
-    theirs = {_setup_key(r): r for r in new.findings.to_dict("records")}
+    theirs = {_group_key(r): r for r in new.findings.to_dict("records")}
     for row in base.findings.to_dict("records"):
-        other = theirs.get(_setup_key(row))
+        other = theirs.get(_group_key(row))
         if other is None:
             continue
         for question in QUESTIONS:
             was, now = _text(row.get(question)), _text(other.get(question))
             if was != now:
                 rows.append(_verdict_row(base, new, "finding", row, question, was, now))
-    claims = {(_setup_key(r), str(r.get("claim"))): r for r in new.claims.to_dict("records")}
+    claims = {(_group_key(r), str(r.get("claim"))): r for r in new.claims.to_dict("records")}
     for row in base.claims.to_dict("records"):
-        other = claims.get((_setup_key(row), str(row.get("claim"))))
+        other = claims.get((_group_key(row), str(row.get("claim"))))
         if other is None:
             continue
         was, now = _text(row.get("verdict")), _text(other.get("verdict"))
@@ -234,7 +234,7 @@ def _verdict_row(
         "study": new.label,
         "base": base.label,
         "kind": kind,
-        **dict(zip(COMPARISON_GROUP, _setup_key(row), strict=True)),
+        **dict(zip(COMPARISON_GROUP, _group_key(row), strict=True)),
         "question": question,
         "base_verdict": was,
         "new_verdict": now,

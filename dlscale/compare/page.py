@@ -8,7 +8,7 @@ SVG), so it opens on a login node without internet.
 
 Across machines raw throughput compares the machines, not the frameworks: when a fact of
 the hardware differs, the page says so first and leads with the normalised quantities
-(efficiency, exposed-communication share) and the frameworks' ranking per set-up.
+(efficiency, exposed-communication share) and the frameworks' ranking per comparison group.
 """
 
 from __future__ import annotations
@@ -151,18 +151,18 @@ def table_html(frame: pd.DataFrame, columns: Sequence[str] | None = None, limit:
 
 
 def ranking(comparison: pd.DataFrame) -> pd.DataFrame:
-    """The frameworks' order by median throughput per set-up and node count, in BASE and in
+    """The frameworks' order by median throughput per comparison group and node count, in BASE and in
     each NEW study, from the matched cells: the ranking survives a change of machine that
     scales every framework alike, where raw throughput does not."""
     mine = comparison[comparison["metric"].eq("throughput")]
     if mine.empty:
-        return pd.DataFrame(columns=["study", "setup", "base_ranking", "new_ranking", "same"])
-    setup = [
+        return pd.DataFrame(columns=["study", "group", "base_ranking", "new_ranking", "same"])
+    group_keys = [
         c for c in ("model", "dataset", "scaling", "network", "ranks_per_node", "batch", "threads_per_rank")
     ]
     rows = []
     order = {name: i for i, name in enumerate(catalog.FRAMEWORK_NAMES)}
-    for key, group in mine.groupby(["study", *setup, "nodes"], sort=False):
+    for key, group in mine.groupby(["study", *group_keys, "nodes"], sort=False):
         if group["framework"].nunique() < 2:
             continue
 
@@ -171,15 +171,15 @@ def ranking(comparison: pd.DataFrame) -> pd.DataFrame:
             return " > ".join(g.sort_values([column, "_o"], ascending=[False, True])["framework"].astype(str))
 
         base, new = ranked("base_median"), ranked("new_median")
-        fields = dict(zip(["study", *setup, "nodes"], key, strict=True))
+        fields = dict(zip(["study", *group_keys, "nodes"], key, strict=True))
         label = (
             f"{fields['model']}/{fields['network']} n{fields['nodes']}x{fields['ranks_per_node']}"
             f" b{fields['batch']}"
         )
         rows.append(
-            {"study": key[0], "setup": label, "base_ranking": base, "new_ranking": new, "same": base == new}
+            {"study": key[0], "group": label, "base_ranking": base, "new_ranking": new, "same": base == new}
         )
-    return pd.DataFrame(rows, columns=["study", "setup", "base_ranking", "new_ranking", "same"])
+    return pd.DataFrame(rows, columns=["study", "group", "base_ranking", "new_ranking", "same"])
 
 
 _STYLE = """

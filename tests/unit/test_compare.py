@@ -510,7 +510,7 @@ def test_the_page_ranks_the_frameworks_per_set_up() -> None:
         for f, base, new in (("torch", 3.0, 1.0), ("tensorflow", 2.0, 2.0), ("bigdl", 1.0, 3.0))
     ]  # fmt: skip
     ranking = compare_page.ranking(pd.DataFrame(rows))
-    assert ranking[["setup", "base_ranking", "new_ranking", "same"]].values.tolist() == [
+    assert ranking[["group", "base_ranking", "new_ranking", "same"]].values.tolist() == [
         ["lenet/host n2x1 b64", "torch > tensorflow > bigdl", "bigdl > tensorflow > torch", False]
     ]
 
