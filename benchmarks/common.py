@@ -21,7 +21,6 @@ import dataclasses
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from typing import Any
 from benchmarks import worker_cli
 from benchmarks.timing import finite_median
 from dlscale import catalog, commbench
-from dlscale.base import atomic
+from dlscale.base import atomic, process
 from dlscale.runners.common import thread_environment
 from dlscale.runspec import RunSpec
 
@@ -370,15 +369,7 @@ def startup_fields(events: list[dict[str, Any]]) -> dict[str, float]:
 
 def stop_group(proc: subprocess.Popen[Any]) -> None:
     """Stop a process we started and its children, by its own process group id."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    process.stop_group(proc, grace_s=10.0)
 
 
 def start(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[str]:

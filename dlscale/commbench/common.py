@@ -14,7 +14,6 @@ import argparse
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.base import atomic
+from dlscale.base.process import stop_group
 from dlscale.commbench import (
     DEFAULT_EXECUTORS,
     DEFAULT_MAX_OP_S,
@@ -161,16 +161,12 @@ def rank_env(net: netns.RunNetwork | None, extra: dict[str, str] | None = None) 
     return env
 
 
+#: After SIGTERM, how long a benchmark process gets to end before SIGKILL.
+STOP_GRACE_S = 5.0
+
+
 def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=5)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    stop_group(proc, STOP_GRACE_S)
 
 
 def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:

@@ -7,15 +7,14 @@ launcher killed hard leaves no orphan training (``sysutil.die_with_parent``).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO
 
+from dlscale.base.process import stop_groups
 from dlscale.base.sysutil import die_with_parent
 
 #: After SIGTERM, how long the ranks get to end before SIGKILL.
@@ -71,20 +70,4 @@ def stop(
 ) -> None:
     """Stop the processes we started, by PID (their process groups): ``sig``, a grace
     period, then SIGKILL for whatever is left."""
-    procs = list(procs)
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
-    deadline = time.time() + grace_s
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+    stop_groups(procs, grace_s, sig)
