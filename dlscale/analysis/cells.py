@@ -193,7 +193,7 @@ def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
     sample), step, compute and exposed communication, with intervals
     (``<column>_low``/``_high``, method in ``interval``, coverage in ``coverage``) for
     throughput, time per sample and the exposed-communication share; speedup and
-    efficiency against the set-up's baseline cell with their interval (method in
+    efficiency against the baseline cell with their interval (method in
     ``ratio_interval``); and ``flag``/``not_crowned_for``/``excluded``/``note`` (module
     docstring). A cell whose every ok repeat was contended keeps its numbers (from those
     repeats, for the figures) but is ``excluded``.

@@ -112,7 +112,7 @@ def judge(entries: list[Competitor], framework: str, higher: bool) -> tuple[str,
 def claims(
     cell_table: pd.DataFrame, claim_list: Sequence[Claim] = CLAIMS, runs: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """The seed study's claims checked per model, network and set-up (``CLAIM_COLUMNS``).
+    """The seed study's claims checked per comparison group (``CLAIM_COLUMNS``).
 
     A "best at" claim uses the question's comparison exactly as ``findings`` does (same
     node count, flags, exclusions and, for scaling, the time-per-sample rule); a "worst
@@ -164,7 +164,7 @@ def claims(
 
 def _ran_with(row: dict[str, Any], runs: pd.DataFrame | None, framework: str, setup: tuple[Any, ...]) -> None:
     """Fill a claim row's ``threads_per_rank`` and ``settings`` from the framework's ok runs
-    of that set-up's model (``;``-joined when they differ)."""
+    of that comparison group's model (``;``-joined when they differ)."""
     if runs is None or runs.empty or "settings" not in runs:
         return
     model = setup[COMPARISON_GROUP.index("model")]

@@ -8,7 +8,7 @@ taken as infinite, so the median (and its interval, from ``dlscale.analysis.stat
 only while fewer than half of the repeats failed to converge; otherwise the cell has no
 time to target, and it is never crowned however fast its steps.
 
-The finding ``fastest_to_target`` (one row per model, set-up and node count) names a winner
+The finding ``fastest_to_target`` (one row per comparison group and node count) names a winner
 only when its interval separates it from every other framework that converged, and never a
 framework whose cell did not converge or did not learn.
 """
@@ -171,7 +171,7 @@ def _framework_rank(name: str) -> int:
 
 
 def fastest_to_target(cell_table: pd.DataFrame, same_work_only: bool = True) -> pd.DataFrame:
-    """Per model, set-up and node count with a target: which framework trains to it fastest.
+    """Per comparison group and node count with a target: which framework trains to it fastest.
 
     A winner only where its time-to-target interval lies wholly below every other
     converged framework's; a framework whose cell did not converge (no time to target),
@@ -266,7 +266,7 @@ EFFICIENCY_KINDS: tuple[str, ...] = ("throughput efficiency", "time-to-target ef
 
 
 def efficiencies(cell_table: pd.DataFrame) -> pd.DataFrame:
-    """Per cell beyond its set-up's baseline: throughput efficiency (the cells' own, with its
+    """Per cell beyond its baseline: throughput efficiency (the cells' own, with its
     interval) and time-to-target efficiency ``T_base / (N / N_base x T_N)``.
 
     The time-to-target interval is the conservative one from the two cells' intervals,

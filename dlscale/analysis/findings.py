@@ -135,10 +135,10 @@ def comparison_groups(table: pd.DataFrame) -> Iterable[tuple[tuple[Any, ...], pd
 def competitors(
     setup_cells: pd.DataFrame, question: str
 ) -> tuple[list[Competitor], int | None, int | None, str | None]:
-    """The cells of one set-up that compete in ``question``.
+    """The cells of one comparison group that compete in ``question``.
 
     Returns ``(competitors, nodes, baseline_nodes, n/a reason)``; the node count is where
-    the question is asked: the set-up's smallest node count for ``fastest_compute``, its
+    the question is asked: the group's smallest node count for ``fastest_compute``, its
     largest multi-rank one for ``best_communication``, its largest for ``best_scaling``
     (against each framework's own baseline, which must be smaller).
     """
@@ -250,9 +250,9 @@ FINDINGS_COLUMNS: tuple[str, ...] = _findings_columns()
 
 
 def findings(cell_table: pd.DataFrame) -> pd.DataFrame:
-    """Answer the study's three questions per model, network and set-up, from the cells.
+    """Answer the study's three questions per comparison group, from the cells.
 
-    * ``fastest_compute``: the highest median throughput at the set-up's smallest node
+    * ``fastest_compute``: the highest median throughput at the group's smallest node
       count (computing speed, as the original study measured it on one node).
     * ``best_communication``: the lowest median exposed-communication share of the step
       at the largest node count with more than one rank (``n/a`` with a single rank).

@@ -23,7 +23,7 @@ run times rarely have):
   only when a single framework competes.
 
 **Speedup and efficiency** are ratios of two cells' median throughputs (the cell's over
-the baseline cell's: the same set-up at its smallest node count), so their uncertainty
+the baseline cell's: the same framework and comparison group at its smallest node count), so their uncertainty
 comes from both cells, resampled independently:
 
 * both cells with 6 or more repeats: a seeded percentile bootstrap of
