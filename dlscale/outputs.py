@@ -74,6 +74,9 @@ TUNING_TABLE = "results/tune/tuning.csv"
 
 #: Report categories, numbered in the order the report shows them (each number once).
 CATEGORY_FINDINGS = "1. Findings"
+#: Which framework, on how many nodes, trains the model to its target fastest and cheapest
+#: (dlscale.analysis.nodes_to_target; the projection: dlscale.perfmodel.nodes_projection).
+CATEGORY_NODES = "2. How many nodes"
 CATEGORY_RUNS = "5. All runs"
 CATEGORY_PERFMODEL = "6. Scaling model"
 CATEGORY_CAFFE_LAYERS = "7. Caffe per-layer time"
@@ -95,6 +98,10 @@ AGGREGATE_FILES: Mapping[str, str] = MappingProxyType(
         "claims_csv": "claims.csv",
         "evals_csv": "evals.csv",
         "time_to_target_csv": "time_to_target.csv",
+        "target_runs_csv": "target_runs.csv",
+        "steps_to_target_csv": "steps_to_target.csv",
+        "batch_fit_csv": "batch_fit.csv",
+        "nodes_to_target_csv": "nodes_to_target.csv",
     }
 )
 #: The aggregation's tables the report shows: output name -> (caption under report/, category).
@@ -105,6 +112,9 @@ AGGREGATE_REPORTED: Mapping[str, tuple[str, str]] = MappingProxyType(
         "cells_csv": ("cells.rst", CATEGORY_FINDINGS),
         "claims_csv": ("claims.rst", CATEGORY_FINDINGS),
         "time_to_target_csv": ("time_to_target.rst", CATEGORY_FINDINGS),
+        "steps_to_target_csv": ("steps_to_target.rst", CATEGORY_NODES),
+        "batch_fit_csv": ("batch_fit.rst", CATEGORY_NODES),
+        "nodes_to_target_csv": ("nodes_to_target.rst", CATEGORY_NODES),
     }
 )
 

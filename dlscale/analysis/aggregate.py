@@ -23,6 +23,7 @@ from dlscale.analysis import claims, convergence, target_claims
 from dlscale.analysis.cells import cells as cells_of
 from dlscale.analysis.evals import Target, parse_target
 from dlscale.analysis.findings import findings as findings_of
+from dlscale.analysis.nodes_to_target import nodes_to_target
 from dlscale.analysis.tables import add_roofline, load_study
 from dlscale.base import atomic
 from dlscale.host import roofline
@@ -58,6 +59,13 @@ class Tables:
     evals: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: Per model, set-up and node count with a quality target: who trains to it fastest.
     time_to_target: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: How many nodes to a trained model (dlscale.analysis.nodes_to_target): every run's
+    #: outcome against its target, steps to target per global batch with the S(B) fit, the
+    #: fit per framework, model and rule, time and node-hours per node count with the winners.
+    target_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    steps_to_target: pd.DataFrame = field(default_factory=pd.DataFrame)
+    batch_fit: pd.DataFrame = field(default_factory=pd.DataFrame)
+    nodes_to_target: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def aggregate(
@@ -75,6 +83,7 @@ def aggregate(
     runs, iterations, evals = load_study(sorted(paths, key=str), targets)
     runs = add_roofline(runs, peak)
     cells = cells_of(runs)
+    nodes = nodes_to_target(runs, evals, iterations)
     return Tables(
         runs,
         iterations,
@@ -83,6 +92,10 @@ def aggregate(
         target_claims.add_time_to_target(claims.claims(cells, runs=runs), cells),
         evals,
         convergence.fastest_to_target(cells, same_work_only),
+        nodes.target_runs,
+        nodes.steps_to_target,
+        nodes.batch_fit,
+        nodes.nodes_to_target,
     )
 
 
@@ -104,6 +117,10 @@ def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]])
         "claims_csv": lambda tmp: tables.claims.to_csv(tmp, index=False),
         "evals_csv": lambda tmp: tables.evals.to_csv(tmp, index=False),
         "time_to_target_csv": lambda tmp: tables.time_to_target.to_csv(tmp, index=False),
+        "target_runs_csv": lambda tmp: tables.target_runs.to_csv(tmp, index=False),
+        "steps_to_target_csv": lambda tmp: tables.steps_to_target.to_csv(tmp, index=False),
+        "batch_fit_csv": lambda tmp: tables.batch_fit.to_csv(tmp, index=False),
+        "nodes_to_target_csv": lambda tmp: tables.nodes_to_target.to_csv(tmp, index=False),
     }
     return atomic.replace_all({target: writers[name] for name, target in targets.items()})
 
