@@ -173,7 +173,7 @@ def missing_reports(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Seri
     Every reporting rank (all ranks, or rank 0 alone in the global shape) must report every
     iteration from 0 to the last one (the spec's warm-up + iterations where the run_start
     carries its spec, else the last one any rank reported). A killed rank leaves exactly
-    this gap, so it makes the run failed (``_decide_status``), not an error.
+    this gap, so it makes the run failed (``dlscale.analysis.runstats.decide_status``), not an error.
     """
     reporters = np.where(run_info["_global_shape"], 1, run_info["world_size"]).astype("int64")
     unique = iterations[["_run", "rank", "iteration"]].drop_duplicates()

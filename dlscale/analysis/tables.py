@@ -56,11 +56,12 @@ How a run's numbers are made (the definitions the figures and the report rely on
   runs table has those columns (NaN and not contended for files without it). A contended
   run keeps its numbers but is ``flag``-ged, never serves as a speedup baseline while an
   uncontended run of its group can, and is left out of the cells and findings
-  (``dlscale.analysis.verdicts``, which summarises repeats with intervals and answers the study's
-  questions).
+  (``dlscale.analysis.cells``, which summarises repeats with intervals).
 
-The cells, findings and claims over these tables are ``dlscale.analysis.verdicts``; the aggregation
-that writes them all is ``dlscale.analysis.aggregate``.
+Speedup and efficiency follow ``dlscale.analysis.speedup`` (the comparison group and the
+baseline rule); the per-run statistics are computed in ``dlscale.analysis.runstats``. The
+cells, findings and claims over these tables are ``dlscale.analysis.cells``, ``findings``
+and ``claims``; the aggregation that writes them all is ``dlscale.analysis.aggregate``.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ from dlscale.analysis import evals
 from dlscale.analysis.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
 from dlscale.analysis.eventchecks import check_iterations, check_run_start, check_schema, missing_reports
 from dlscale.analysis.readevents import read_run
+from dlscale.analysis.runstats import decide_status, run_statistics
 from dlscale.analysis.speedup import add_speedup
 from dlscale.events import EventError
 from dlscale.host import roofline
@@ -388,10 +390,10 @@ def load_study(
     run_info["_missing"] = missing_reports(iterations, run_info)
     iterations["host"] = _hosts_of(iterations, run_info)
 
-    stats = _run_statistics(iterations, len(records))
+    stats = run_statistics(iterations, len(records))
     runs = run_info.join(stats)
     runs["iteration_events"] = np.asarray(counts, dtype="int64")
-    runs = _decide_status(runs)
+    runs = decide_status(runs, MEASURED_COLUMNS)
     for name in ("learned", "reached_target"):  # true, false or unknown (None), never 0.0
         runs[name] = runs[name].map(_tristate).astype(object)
     runs = add_speedup(runs)
@@ -451,107 +453,6 @@ def _hosts_of(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Series:
     return names.take(at).reset_index(drop=True)
 
 
-def _run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
-    """Per-run medians over timed iterations, from per-iteration cross-rank reductions."""
-    index = pd.RangeIndex(n_runs, name="_run")
-    duplicates = iterations.duplicated(["_run", "rank", "iteration"])
-    duplicated_runs = pd.Series(False, index=index)
-    duplicated_runs[iterations.loc[duplicates, "_run"].unique()] = True
-
-    per_iter = iterations.groupby(["_run", "iteration"], sort=False).agg(
-        step_s=("step_s", "max"),
-        compute_s=("compute_s", "mean"),
-        comm_s=("comm_s", "mean"),
-        input_s=("input_s", "mean"),
-        samples=("samples", "sum"),
-        warmup=("warmup", "any"),
-        reports=("rank", "size"),
-    )
-    run_of_iter = per_iter.index.get_level_values("_run")
-    expected = per_iter["reports"].groupby(run_of_iter).transform("max")
-    complete = per_iter["reports"].eq(expected)
-    per_iter["exposed_comm_s"] = (per_iter["step_s"] - per_iter["compute_s"]).clip(lower=0.0)
-    positive = per_iter["step_s"].where(per_iter["step_s"] > 0)
-    per_iter["exposed_comm_share"] = per_iter["exposed_comm_s"] / positive
-    per_iter["throughput"] = per_iter["samples"] / positive
-
-    timed = per_iter[~per_iter["warmup"] & complete]
-    grouped = timed.groupby(level="_run")
-    stats = grouped.agg(
-        timed_iterations=("step_s", "size"),
-        step_s=("step_s", "median"),
-        step_s_min=("step_s", "min"),
-        step_s_max=("step_s", "max"),
-        compute_s=("compute_s", "median"),
-        comm_s=("comm_s", "median"),
-        exposed_comm_s=("exposed_comm_s", "median"),
-        exposed_comm_share=("exposed_comm_share", "median"),
-        input_s=("input_s", "median"),
-        throughput=("throughput", "median"),
-        throughput_min=("throughput", "min"),
-        throughput_max=("throughput", "max"),
-    ).reindex(index)
-    stats["timed_iterations"] = stats["timed_iterations"].fillna(0).astype("int64")
-    partial = (~per_iter["warmup"] & ~complete).groupby(run_of_iter).sum()
-    stats["partial_iterations"] = partial.reindex(index).fillna(0).astype("int64")
-
-    first, last = _loss_ends(iterations)
-    stats["loss_first"] = first.reindex(index)
-    stats["loss_last"] = last.reindex(index)
-    stats["_duplicates"] = duplicated_runs
-    return stats
-
-
-def loss_curve(iterations: pd.DataFrame, run_key: str = "run_id") -> pd.DataFrame:
-    """The loss curve of each run: the loss of its lowest reporting rank, every iteration.
-
-    Rank 0 is what every framework reports natively (BigDL and Caffe logs only carry the
-    driver's / rank 0's loss), so it is the one loss comparable across frameworks. Warm-up
-    iterations are kept: the start of the curve is where the loss moves most. Returns the
-    rows of ``iterations`` for that rank with a non-null loss, sorted by run and iteration.
-    """
-    has_loss = iterations[iterations["loss"].notna()]
-    lowest = has_loss.groupby(run_key)["rank"].transform("min")
-    curve = has_loss[has_loss["rank"].eq(lowest)]
-    return curve.sort_values([run_key, "iteration"], kind="stable")
-
-
-def _loss_ends(iterations: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    curve = loss_curve(iterations[["_run", "rank", "iteration", "loss"]], run_key="_run")
-    grouped = curve.groupby("_run")["loss"]
-    return grouped.first(), grouped.last()
-
-
-def _decide_status(runs: pd.DataFrame) -> pd.DataFrame:
-    """Final status and reason; failed runs get NaN in every measured column."""
-    out = runs.copy()
-    reported_ok = out["reported_status"].eq("ok")
-    reason = out["reported_reason"].astype(object).where(~reported_ok, None)
-    failed = ~reported_ok
-    reason = reason.where(~(failed & reason.isna()), "run reported failure without a reason")
-    throughput = pd.to_numeric(out["throughput"], errors="coerce")
-    checks: list[tuple[pd.Series, Any]] = [
-        (out["_stray_events"].gt(0), "events file has run_start/run_end events in the middle"),
-        (out["_duplicates"], "duplicate iteration events for the same rank and iteration"),
-        (out["_missing"].notna(), out["_missing"]),
-        (out["timed_iterations"].eq(0), "no timed iterations"),
-        (~(throughput.gt(0) & np.isfinite(throughput)), "no throughput: every timed step took 0 s"),
-    ]
-    for mask, why in checks:
-        newly = reported_ok & mask & ~failed
-        reason = reason.where(~newly, why)
-        failed = failed | newly
-    out["status"] = np.where(failed, "failed", "ok")
-    out["reason"] = reason
-    measured = [name for name in MEASURED_COLUMNS if name in out.columns]
-    for name in measured:
-        out[name] = pd.to_numeric(out[name], errors="coerce").astype("float64")
-    out.loc[failed, measured] = np.nan
-    for name in ("timed_iterations", "partial_iterations"):
-        out[name] = out[name].round().astype("Int64")
-    return out
-
-
 def run_flags(runs: pd.DataFrame) -> pd.Series:
     """Why a run's numbers should not be taken at face value (None when nothing is wrong).
 
@@ -559,7 +460,7 @@ def run_flags(runs: pd.DataFrame) -> pd.Series:
     contention probe's ``other_busy_share``); one rank with an exposed "communication"
     share above ``FIXED_OVERHEAD_SHARE``: fixed per-iteration overhead, nothing is
     communicated with one rank. Cell-level flags (superlinear efficiency) are in
-    ``dlscale.analysis.verdicts``.
+    ``dlscale.analysis.cells``.
     """
     empty = pd.Series("", index=runs.index, dtype=object)
     contended = runs["contended"] if "contended" in runs else pd.Series(False, index=runs.index)

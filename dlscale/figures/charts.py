@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from dlscale import catalog
-from dlscale.analysis.tables import loss_curve
+from dlscale.analysis.runstats import loss_curve
 from dlscale.base import atomic
 from dlscale.outputs import FIGURE_FORMATS, FIGURES
 
