@@ -484,7 +484,7 @@ def compile_lock(requirements: str | Path, uv: str | Path | None = None, upgrade
     return lock
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dlscale.envs", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     lock = sub.add_parser("lock", help="make or refresh envs/<env>.lock (all environments by default)")
@@ -526,4 +526,4 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    sys.exit(main())

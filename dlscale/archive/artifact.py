@@ -295,7 +295,7 @@ def make_artifact(
     return {**manifest, "archive": {"path": str(out), "bytes": out.stat().st_size, "sha256": digest}}
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m dlscale.archive.artifact", description=__doc__.splitlines()[0]
     )
@@ -330,4 +330,4 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    sys.exit(main())

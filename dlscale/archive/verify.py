@@ -279,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     limits = Limits(
         max_unpacked_bytes=args.max_unpacked_bytes,
@@ -317,4 +317,4 @@ def _one_line(err: Exception) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    sys.exit(main())
