@@ -49,5 +49,6 @@ rule all:
         replay_files(),
         tune_files(),
         PARITY_FILES,
+        NODES_FILES,
         COMPARE_TARGETS,
     localrule: True

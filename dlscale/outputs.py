@@ -149,6 +149,24 @@ def perfmodel_files() -> list[str]:
     )
 
 
+#: How many nodes to a trained model beyond the measured node counts (rule how_many_nodes):
+#: the projection's tables under results/perfmodel/ -> their captions, and the two figures.
+NODES_TABLES: Mapping[str, str] = MappingProxyType(
+    {
+        "time_to_target_projection": "time_to_target_projection.rst",
+        "time_to_target_summary": "time_to_target_projection.rst",
+    }
+)
+NODES_FIGURE_CAPTIONS: Mapping[str, str] = MappingProxyType(
+    {"steps_to_target": "steps_to_target_figure.rst", "nodes_to_target": "nodes_to_target_figure.rst"}
+)
+
+
+def nodes_files() -> list[str]:
+    """The projection of time to target and the two figures (targets of rule all)."""
+    return [f"results/perfmodel/{name}.csv" for name in NODES_TABLES] + figure_paths(NODES_FIGURE_CAPTIONS)
+
+
 def replay_files() -> list[str]:
     """The replay's tables and figure (rule perfmodel; targets of rule all)."""
     return [f"results/perfmodel/{name}.csv" for name in REPLAY_TABLES] + figure_paths([REPLAY_FIGURE])

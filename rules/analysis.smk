@@ -110,6 +110,51 @@ rule figures:
         "../scripts/figures.py"
 
 
+rule how_many_nodes:
+    """How many nodes to a trained model beyond the measured node counts: the scaling
+    model's step times x the fitted steps to target (dlscale.perfmodel.nodes_projection),
+    and the figures of steps and time to target, each read back panel by panel against
+    its tables (dlscale.figures.nodes)."""
+    input:
+        target_runs="results/target_runs.csv",
+        steps="results/steps_to_target.csv",
+        fits="results/batch_fit.csv",
+        by_nodes="results/nodes_to_target.csv",
+        projection="results/perfmodel/projection.csv",
+    output:
+        **{
+            name.removeprefix("time_to_target_"): report(
+                f"results/perfmodel/{name}.csv",
+                caption=f"../report/{caption}",
+                category=CATEGORY_NODES,
+            )
+            for name, caption in NODES_TABLES.items()
+        },
+        **{
+            f"{name}_{fmt}": (
+                report(
+                    f"results/figures/{name}.{fmt}",
+                    caption=f"../report/{caption}",
+                    category=CATEGORY_NODES,
+                )
+                if fmt == "svg"
+                else f"results/figures/{name}.{fmt}"
+            )
+            for name, caption in NODES_FIGURE_CAPTIONS.items()
+            for fmt in FIGURE_FORMATS
+        },
+    log:
+        "results/logs/how_many_nodes.log",
+    localrule: True
+    conda:
+        "../envs/workflow.yaml"
+    params:
+        warmup=STUDY["warmup"],
+        formats=list(FIGURE_FORMATS),
+    script:
+        "../scripts/how_many_nodes.py"
+
+
 rule perfmodel:
     """Scaling model: fit the micro-benchmarks and host runs, predict the held-out
     emulated-network runs, project with a bootstrap band (dlscale.perfmodel); and the

@@ -6,11 +6,13 @@ import glob
 import json
 
 from dlscale import networks
+from dlscale.outputs import nodes_files
 from dlscale.outputs import (
     AGGREGATE_FILES,
     AGGREGATE_REPORTED,
     CATEGORY_COMPARE,
     CATEGORY_FINDINGS,
+    CATEGORY_NODES,
     CATEGORY_PERFMODEL,
     CATEGORY_RUNS,
     COMPARE_DIR,
@@ -18,6 +20,8 @@ from dlscale.outputs import (
     FIGURE_CATEGORIES,
     FIGURE_FORMATS,
     FIGURES,
+    NODES_FIGURE_CAPTIONS,
+    NODES_TABLES,
     PERFMODEL_ALL_FIGURES,
     PERFMODEL_CAPTIONS,
     PERFMODEL_DATA_TABLES,
@@ -40,6 +44,8 @@ PUBLISHED_SYSTEMS = sorted(
 TH_EXPRESS2 = networks.PRESETS["th-express2"]
 #: The parity check's table, where the study runs the shared initialisation (rule parity).
 PARITY_FILES = ["results/parity.csv"] if STUDY["init"] == "shared" else []
+#: How many nodes to a trained model, projected and drawn, where the study sets a target.
+NODES_FILES = nodes_files() if STUDY.get("quality_target") else []
 #: The reference runs the parity check needs beside the study's (rule parity_reference).
 PARITY_REFERENCE_DIR = "results/parity/reference"
 PARITY_REFERENCES = {spec.run_id: spec for spec in dlstudy.parity_references(STUDY)}

@@ -105,3 +105,25 @@ def test_no_projection_without_a_fit_or_a_step_time_and_the_note_says_why():
     other = projection().assign(framework="caffe", setup="caffe")
     curves, summary = npj.project_to_target(other, ntt.nodes_to_target(runs, evals).target_runs)
     assert curves.empty and "no projected step time for torch lenet" in summary["note"].iloc[0]
+
+
+def test_both_figures_show_their_tables_and_a_figure_that_does_not_is_named(tmp_path):
+    from dlscale.figures import nodes
+    from dlscale.figures.panels import check_chart, spec_of_html
+
+    runs, evals = study()
+    made = ntt.nodes_to_target(runs, evals)
+    curves, _ = npj.project_to_target(projection(), made.target_runs)
+    tables = {"steps": made.steps_to_target, "fits": made.batch_fit, "by_nodes": made.nodes_to_target,
+              "projected": curves}  # fmt: skip
+    out = {name: {"html": str(tmp_path / f"{name}.html")} for name in nodes.NODES_FIGURES}
+    nodes.draw_checked(tables, out)  # raises FigureMismatch where a panel differs
+    # The time-to-target figure against a table that says 8 nodes took twice as long.
+    told = made.nodes_to_target.copy()
+    told.loc[told["nodes"].eq(8), "time_to_target_s"] *= 2
+    problems = check_chart(
+        "nodes_to_target", spec_of_html(out["nodes_to_target"]["html"]), nodes.nodes_claim(told, curves)
+    )
+    assert problems and all(
+        p.startswith("nodes_to_target: panel quantity=time to target (s), model=lenet") for p in problems
+    )

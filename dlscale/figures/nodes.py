@@ -1,0 +1,228 @@
+"""How many nodes to a trained model, drawn from its tables, and what each figure claims.
+
+Two figures, both read from the files the aggregation and the projection wrote:
+
+- ``steps_to_target``: steps to the target against the global batch, a panel per model:
+  the medians of ``steps_to_target.csv`` with their intervals per framework and rule, and
+  the fitted S(B) of ``batch_fit.csv`` over the measured batches;
+- ``nodes_to_target``: time to target (row 1) and node-hours (row 2) against the node
+  count, a column per model: the measured medians of ``nodes_to_target.csv`` with their
+  intervals, and the projection of ``time_to_target_projection.csv`` to
+  ``projection.max_nodes`` with its band.
+
+Each figure's ``claim`` is the rows it must draw in each panel, checked against the rendered
+chart by ``dlscale.figures.panels`` (a figure that shows what its table does not say is a
+wrong number too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from dlscale.analysis.batch_scaling import steps_curve
+from dlscale.figures.charts import empty_chart, framework_colour, save_chart
+from dlscale.figures.panels import Claim, check_chart, spec_of_html
+from dlscale.outputs import NODES_FIGURE_CAPTIONS
+
+#: The figures, by name (their captions: dlscale.outputs).
+NODES_FIGURES: tuple[str, ...] = tuple(NODES_FIGURE_CAPTIONS)
+TIME = "time to target (s)"
+COST = "node-hours"
+#: Points of each fitted curve drawn between the smallest and the largest measured batch.
+CURVE_POINTS = 40
+_STEPS_COLUMNS = ["kind", "model", "framework", "lr_rule", "global_batch", "steps", "low", "high"]
+_NODES_COLUMNS = ["kind", "model", "quantity", "framework", "lr_rule", "nodes", "value", "low", "high"]
+
+
+def _finite(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+    if frame.empty or column not in frame:
+        return frame.iloc[0:0]
+    return frame[np.isfinite(pd.to_numeric(frame[column], errors="coerce").astype("float64"))]
+
+
+def steps_rows(steps: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
+    """What the steps figure draws: every batch with a median (steps_to_target.csv, kind
+    ``median``, with its interval) and each fitted S(B) over its measured batches
+    (batch_fit.csv, kind ``fit``)."""
+    have = _finite(steps, "steps_to_target")
+    medians = pd.DataFrame(
+        {
+            "kind": "median",
+            "model": have.get("model", pd.Series(dtype=str)),
+            "framework": have.get("framework", pd.Series(dtype=str)),
+            "lr_rule": have.get("lr_rule", pd.Series(dtype=str)).fillna("fixed"),
+            "global_batch": have.get("global_batch", pd.Series(dtype=float)).astype("float64"),
+            "steps": have.get("steps_to_target", pd.Series(dtype=float)).astype("float64"),
+            "low": have.get("steps_low", pd.Series(dtype=float)).astype("float64"),
+            "high": have.get("steps_high", pd.Series(dtype=float)).astype("float64"),
+        }
+    )
+    curves = []
+    for fit in _finite(fits, "b_noise").to_dict("records"):
+        batches = [float(b) for b in str(fit.get("batches") or "").split(";") if b]
+        if len(batches) < 2:
+            continue
+        grid = np.geomspace(min(batches), max(batches), CURVE_POINTS)
+        curve = steps_curve(grid, float(fit["s_min"]), float(fit["b_noise"]))
+        curves.append(
+            pd.DataFrame(
+                {
+                    "kind": "fit",
+                    "model": fit["model"],
+                    "framework": fit["framework"],
+                    "lr_rule": fit["lr_rule"] if isinstance(fit["lr_rule"], str) else "fixed",
+                    "global_batch": grid,
+                    "steps": curve,
+                    "low": curve,
+                    "high": curve,
+                }
+            )
+        )
+    frames = [f for f in (medians, *curves) if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=_STEPS_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[_STEPS_COLUMNS]
+
+
+def steps_chart(steps: pd.DataFrame, fits: pd.DataFrame) -> alt.TopLevelMixin:
+    """Steps to target against the global batch (log-log), a panel per model: the medians
+    with their intervals, the fitted S(B) dashed."""
+    rows = steps_rows(steps, fits)
+    if rows.empty:
+        return empty_chart("no batch reached the target: no steps to target to show")
+    frameworks = sorted(rows["framework"].unique())
+    x = alt.X("global_batch:Q", title="global batch", scale=alt.Scale(type="log", base=2))
+    y = alt.Y("steps:Q", title="steps to target", scale=alt.Scale(type="log"))
+    colour = framework_colour(frameworks)
+    base = alt.Chart(rows)
+    medians = base.transform_filter(alt.datum.kind == "median")
+    layers = [
+        base.transform_filter(alt.datum.kind == "fit").mark_line(strokeDash=[4, 3]).encode(
+            x=x, y=y, color=colour, detail="lr_rule:N"
+        ),
+        medians.mark_rule().encode(x=x, y=alt.Y("low:Q", scale=alt.Scale(type="log")), y2="high:Q", color=colour),
+        medians.mark_point(filled=True, size=60).encode(
+            x=x, y=y, color=colour, shape=alt.Shape("lr_rule:N", title="rule"),
+            tooltip=["framework", "lr_rule", "global_batch", "steps", "low", "high"],
+        ),
+    ]  # fmt: skip
+    return (
+        alt.layer(*layers)
+        .properties(width=240, height=180)
+        .facet(facet=alt.Facet("model:N", title=None), columns=2)
+        .resolve_scale(y="independent")
+        .properties(title="Steps to the target against the global batch, with the fitted S(B)")
+    )
+
+
+def steps_claim(steps: pd.DataFrame, fits: pd.DataFrame) -> Claim:
+    return Claim(steps_rows(steps, fits), {"panel": "model"})
+
+
+def nodes_rows(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
+    """What the nodes figure draws: the measured medians (nodes_to_target.csv) and the
+    projection (time_to_target_projection.csv), time and node-hours, each with its interval."""
+    frames = []
+    measured = by_nodes if not by_nodes.empty else pd.DataFrame(columns=["time_to_target_s"])
+    for quantity, value, low, high, table, kind in (
+        (TIME, "time_to_target_s", "time_low", "time_high", measured, "measured"),
+        (COST, "node_hours", "node_hours_low", "node_hours_high", measured, "measured"),
+        (TIME, "time_to_target_s", "time_lo", "time_hi", projected, "projected"),
+        (COST, "node_hours", "node_hours_lo", "node_hours_hi", projected, "projected"),
+    ):
+        have = _finite(table, value)
+        if have.empty:
+            continue
+        frames.append(
+            pd.DataFrame(
+                {
+                    "kind": kind,
+                    "model": have["model"],
+                    "quantity": quantity,
+                    "framework": have["framework"],
+                    "lr_rule": have["lr_rule"].fillna("fixed"),
+                    "nodes": have["nodes"].astype("float64"),
+                    "value": have[value].astype("float64"),
+                    "low": have[low].astype("float64"),
+                    "high": have[high].astype("float64"),
+                }
+            )
+        )
+    if not frames:
+        return pd.DataFrame(columns=_NODES_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[_NODES_COLUMNS]
+
+
+def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevelMixin:
+    """Time and node-hours to target against nodes (log-log): measured points with their
+    intervals, the projection's line and band."""
+    rows = nodes_rows(by_nodes, projected)
+    if rows.empty:
+        return empty_chart("no node count reached the target: no time to target to show")
+    frameworks = sorted(rows["framework"].unique())
+    x = alt.X("nodes:Q", title="nodes", scale=alt.Scale(type="log", base=2))
+    y = alt.Y("value:Q", title=None, scale=alt.Scale(type="log"))
+    colour = framework_colour(frameworks)
+    base = alt.Chart(rows)
+    band = base.transform_filter(alt.datum.kind == "projected")
+    points = base.transform_filter(alt.datum.kind == "measured")
+    layers = [
+        band.mark_area(opacity=0.2).encode(x=x, y=alt.Y("low:Q", scale=alt.Scale(type="log")), y2="high:Q", color=colour, detail="lr_rule:N"),
+        band.mark_line().encode(x=x, y=y, color=colour, detail="lr_rule:N"),
+        points.mark_rule().encode(x=x, y=alt.Y("low:Q", scale=alt.Scale(type="log")), y2="high:Q", color=colour),
+        points.mark_point(filled=True, size=60).encode(
+            x=x, y=y, color=colour, shape=alt.Shape("lr_rule:N", title="rule"),
+            tooltip=["framework", "lr_rule", "nodes", "value", "low", "high"],
+        ),
+    ]  # fmt: skip
+    return (
+        alt.layer(*layers)
+        .properties(width=240, height=160)
+        .facet(row=alt.Row("quantity:N", title=None), column=alt.Column("model:N", title=None))
+        .resolve_scale(y="independent")
+        .properties(title="Time and node-hours to the target: measured (points) and projected (lines, bands)")
+    )
+
+
+def nodes_claim(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> Claim:
+    return Claim(nodes_rows(by_nodes, projected), {"row": "quantity", "column": "model"})
+
+
+def claims(tables: Mapping[str, pd.DataFrame]) -> dict[str, Claim]:
+    """Each figure's claim from the tables (``steps``, ``fits``, ``by_nodes``, ``projected``)."""
+    return {
+        "steps_to_target": steps_claim(tables["steps"], tables["fits"]),
+        "nodes_to_target": nodes_claim(tables["by_nodes"], tables["projected"]),
+    }
+
+
+def charts(tables: Mapping[str, pd.DataFrame]) -> dict[str, alt.TopLevelMixin]:
+    return {
+        "steps_to_target": steps_chart(tables["steps"], tables["fits"]),
+        "nodes_to_target": nodes_chart(tables["by_nodes"], tables["projected"]),
+    }
+
+
+class FigureMismatch(RuntimeError):
+    """A drawn figure whose panels do not show what its table says; the message names
+    the figure and the panel."""
+
+
+def draw_checked(tables: Mapping[str, pd.DataFrame], out: Mapping[str, Mapping[str, str]]) -> None:
+    """Draw both figures in the formats ``out`` names (``{figure: {format: path}}``, the
+    HTML among them), then read each rendered chart back and compare its panels with its
+    claim: ``FigureMismatch`` naming the figure and panel where one differs."""
+    built = charts(tables)
+    claimed = claims(tables)
+    problems = []
+    for name, paths in out.items():
+        chart = built[name].configure(background="white").configure_title(fontSize=14, anchor="start")
+        for target in paths.values():
+            save_chart(chart, target)
+        problems += check_chart(name, spec_of_html(paths["html"]), claimed[name])
+    if problems:
+        raise FigureMismatch("; ".join(problems))

@@ -1,0 +1,58 @@
+"""Snakemake glue: how many nodes to a trained model -> the projection of time and
+node-hours to target (``dlscale.perfmodel.nodes_projection``) and the two figures, each
+checked panel by panel against its tables (``dlscale.figures.nodes``)."""
+
+import logging
+
+import pandas as pd
+
+from dlscale.base import atomic
+from dlscale.base.logsetup import log_to
+from dlscale.figures import nodes
+from dlscale.perfmodel.nodes_projection import CURVE_COLUMNS, SUMMARY_COLUMNS, project_to_target
+
+log_to(snakemake.log[0])
+log = logging.getLogger("how_many_nodes")
+
+
+def table(path):
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:  # an empty study's table has no columns
+        return pd.DataFrame()
+
+
+try:
+    inputs = snakemake.input
+    outcomes = table(inputs.target_runs)
+    if outcomes.empty:  # no run had a target: nothing to project
+        curves, summary = (
+            pd.DataFrame(columns=list(CURVE_COLUMNS)),
+            pd.DataFrame(columns=list(SUMMARY_COLUMNS)),
+        )
+    else:
+        curves, summary = project_to_target(table(inputs.projection), outcomes, snakemake.params.warmup)
+    atomic.replace_all(
+        {
+            snakemake.output.projection: lambda tmp: curves.to_csv(tmp, index=False),
+            snakemake.output.summary: lambda tmp: summary.to_csv(tmp, index=False),
+        }
+    )
+    for row in summary.itertuples():
+        log.info("%s %s %s: fastest at %s nodes, stops paying at %s; held-out error %s; %s",
+                 row.framework, row.model, row.lr_rule, row.fastest_nodes, row.stops_paying_nodes,
+                 row.relative_error, row.note)  # fmt: skip
+    tables = {
+        "steps": table(inputs.steps),
+        "fits": table(inputs.fits),
+        "by_nodes": table(inputs.by_nodes),
+        "projected": curves,
+    }
+    out = {
+        name: {fmt: snakemake.output[f"{name}_{fmt}"] for fmt in snakemake.params.formats}
+        for name in nodes.NODES_FIGURES
+    }
+    nodes.draw_checked(tables, out)
+except Exception:
+    log.exception("how many nodes failed")
+    raise
