@@ -142,7 +142,8 @@ def _panels(
 ) -> Iterator[Panel]:
     """Walk a group item: its sub-charts (concatenation) and its facet cells."""
     children = [c for c in _items(item) if c.get("marktype") == "group"]
-    headers: dict[str, list[tuple[float, float, str]]] = {"row": [], "column": []}
+    # A row header sits level with its row's cells, a column header above its column's.
+    headers: dict[str, list[tuple[float, str]]] = {"row": [], "column": []}
     for child in children:
         place = _HEADER_PLACES.get(str(child.get("role")))
         if place is None:
@@ -150,10 +151,7 @@ def _panels(
         for header in _items(child):
             text = _title_text(header)
             if text is not None:
-                at = header.get("y" if place == "row" else "x") or 0.0
-                headers[place].append(
-                    (float(at), float(header.get("height" if place == "row" else "width") or 0), text)
-                )
+                headers[place].append((float(header.get("y" if place == "row" else "x") or 0.0), text))
     for child in children:
         name = str(child.get("name") or "")
         if child.get("role") == "scope" and name.endswith("cell"):
@@ -161,7 +159,7 @@ def _panels(
                 found = dict(labels)
                 for place, axis in (("row", "y"), ("column", "x")):
                     at = float(cell.get(axis) or 0.0)
-                    match = [text for start, _, text in headers[place] if abs(start - at) < 0.5]
+                    match = [text for start, text in headers[place] if abs(start - at) < 0.5]
                     if match:
                         found[place] = match[0]
                 own = _title_text(cell)
