@@ -59,8 +59,8 @@ test-faults: $(VENV)/.installed
 	$(PY) -m pytest tests -m faults
 
 ## bench: performance benchmarks of all four frameworks -> results/bench/*.csv, summary.md, figures
-## (13.9 min measured on 2 shared cores at load 2-17; AlexNet/ResNet-50 at most 3 repeats, BigDL
-## 2 training / 1 comm: see benchmarks/README.md). Builds what it needs (framework venvs; the
+## (AlexNet/ResNet-50 at most 3 repeats, BigDL 2 training / 1 comm; its run time and why:
+## benchmarks/README.md). Builds what it needs (framework venvs; the
 ## communication arms are dlscale.commbench's, Open MPI's in the caffe venv). BENCH_REPEATS=5 by default.
 BENCH_REPEATS ?= 5
 .PHONY: bench
@@ -69,7 +69,7 @@ bench: $(VENV)/.installed
 
 ## compare-check: does python -m dlscale.compare find one changed setting, and only it, on this
 ## machine? Three small studies (BASE, an independent SAME, CHANGED) run interleaved, then
-## compared -> results/compare-check/summary.md (about 8 minutes on 2 cores; issue 30).
+## compared -> results/compare-check/summary.md (about 8 minutes on 2 cores).
 ## make compare-check [CHANGE=torch.mkldnn=false] [COMPARE_REPEATS=6]
 CHANGE ?= torch.mkldnn=false
 COMPARE_REPEATS ?= 6

@@ -1,5 +1,5 @@
-# BigDL: the Java runtime its Spark cluster needs. Training runs are in train.smk
-# (train_bigdl); they take the Java marker as an input.
+# BigDL: the Java runtime its Spark cluster needs. Training runs are the `train` rule's
+# (train.smk), which takes the Java marker as an input for BigDL runs.
 
 JAVA_MARKER = EXTRA_INPUTS["java"]
 

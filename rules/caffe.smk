@@ -1,5 +1,6 @@
 # Caffe: the build (or a user's install), `caffe time` per model, the per-layer figures.
-# Training runs are in train.smk (train_caffe); they take the build marker as input.
+# Training runs are the `train` rule's (train.smk), which takes the build marker as an
+# input for Caffe runs.
 
 from dlscale.outputs import CATEGORY_CAFFE_LAYERS, caffe_layer_files
 

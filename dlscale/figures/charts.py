@@ -450,7 +450,7 @@ class HtmlSafeJSONEncoder(json.JSONEncoder):
         return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-#: ``json_kwds`` for altair's HTML writer: every string from a run stays data (issue 33).
+#: ``json_kwds`` for altair's HTML writer: every string from a run stays data.
 HTML_JSON = {"cls": HtmlSafeJSONEncoder}
 
 

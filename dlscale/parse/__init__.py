@@ -6,7 +6,7 @@ costs what a 2 KB one does), ``parse(path) -> list[dict]`` (the same, as a list)
 reachable as ``python -m dlscale.parse <name> LOG``, which prints each event as a line of
 JSON as soon as it is complete and exits 2 with ``FILE:LINE: message`` on malformed input.
 
-What every parser holds to (issue 17, "no silent wrong numbers"):
+What every parser holds to ("no silent wrong numbers"):
 
 - A log is text: UTF-8, no NUL or other control bytes (tab, CR, form feed and ESC, which
   log writers and consoles use, are text). Anything else is ``FILE:LINE: not a text log``;

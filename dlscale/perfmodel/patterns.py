@@ -38,7 +38,7 @@ SPARK_STEP = "step"
 #: time) where each block is (``bigdl_block_lookups``). Not measured by any source found:
 #: fitted on the BigDL white paper's Cray Urika-XC points at 16-96 nodes (least squares of
 #: the step ``N·batch/throughput`` on ``2N(N-1)``) and checked held out at 128-256 nodes
-#: (median |error| 0.037, worst 0.067; ``docs/perfmodel.md``, 2026-12-03).
+#: (median |error| 0.037, worst 0.067; ``docs/perfmodel.md``).
 SPARK_BLOCK_LOOKUP_S = 2.2e-5
 #: Bytes of one input sample as the ps chief ships it to a worker (uint8 pixels).
 SAMPLE_BYTES: Mapping[str, int] = {"mnist": 28 * 28, "fashion-mnist": 28 * 28, "imagenet": 3 * 224 * 224}

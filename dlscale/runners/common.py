@@ -383,7 +383,7 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
             threads=args.spec.threads_per_rank,
         )
         # Before any server starts: a peer whose name does not resolve fails the run now,
-        # naming it, instead of after a start-up timeout (issue 22).
+        # naming it, instead of after a start-up timeout.
         peers = placement_peers(where)
         if where.world_size > 1:
             peers += runner.peers(ctx)

@@ -186,7 +186,7 @@ def launch(
 
 
 def assert_attempt_kept(events: Path, *logs: str) -> Path:
-    """The failed attempt's record and logs are kept (issue 17): one ``failed-*.jsonl``
+    """The failed attempt's record and logs are kept: one ``failed-*.jsonl``
     and its folder, which the reason names, with its part of run.log and ``logs`` (paths
     in the folder: ``work/...`` for the run's work dir). Returns the folder."""
     attempts = events.parent / "attempts"

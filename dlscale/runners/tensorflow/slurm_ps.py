@@ -13,7 +13,7 @@ like any other run (``--kill-on-bad-exit``). Each task runs this agent, which:
   port on another node cannot be probed free from here, and the tasks could not agree on
   a probed one without a rendezvous. The master port itself (free on the first node when
   the launcher chose it) stays unused;
-- checks that every peer name of the spec resolves before any server starts (issue 22),
+- checks that every peer name of the spec resolves before any server starts,
   failing with the same message as MWMS;
 - starts its task's processes as children: worker server k on rank k; parameter server j
   on node ``j mod nodes`` (by that node's local rank 0, where the local plan puts it too);
