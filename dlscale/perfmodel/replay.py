@@ -58,7 +58,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "pattern", "communication", "systems", "points", "median_abs_error", "max_abs_error", "worst", "median_target",
     "max_target", "meets",
 )  # fmt: skip
-#: The bar of the replay (issue 31): median and worst |predicted - measured| efficiency per
+#: The bar of the replay: median and worst |predicted - measured| efficiency per
 #: communication pattern, over every measured count but the anchors.
 MEDIAN_TARGET = thresholds.THRESHOLDS["replay_median_error"].value
 MAX_TARGET = thresholds.THRESHOLDS["replay_max_error"].value
