@@ -34,7 +34,7 @@ import yaml
 from benchmarks.common import ENVS_DIR, REPO, log
 from dlscale.base import atomic
 from dlscale.compare.comparison import IMPROVED, REGRESSED
-from dlscale.thresholds import COMPARE_NOISE_FLOOR
+from dlscale.thresholds import threshold
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 #: The studies' shared set-up: two frameworks on LeNet at 1 and 2 nodes (throughput,
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         **judge(same, changed, framework),
         "change": f"{framework}.{option}={value}",
         "repeats": args.repeats,
-        "noise_floor": COMPARE_NOISE_FLOOR,
+        "noise_floor": threshold("compare_noise_floor").value,
         "date": time.strftime("%Y-%m-%d"),
     }
     atomic.write_text(args.out / "summary.json", json.dumps(result, indent=2) + "\n")

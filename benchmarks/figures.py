@@ -11,7 +11,7 @@ import pandas as pd
 
 from dlscale import catalog
 from dlscale.figures.charts import save_chart
-from dlscale.thresholds import HARNESS_RATIO
+from dlscale.thresholds import threshold
 
 FORMATS = (".html", ".png")
 
@@ -48,7 +48,7 @@ def _ranged_bars(table: pd.DataFrame, prefix: str, title: str, target: float | N
 
 def training_chart(overhead: pd.DataFrame, compute: pd.DataFrame) -> alt.TopLevelMixin:
     return alt.hconcat(
-        _ranged_bars(overhead, "ratio", "runner / bare loop throughput", HARNESS_RATIO),
+        _ranged_bars(overhead, "ratio", "runner / bare loop throughput", threshold("harness_ratio").value),
         # Wall time: the one measure every framework has (BigDL's work is in JVMs, no CPU time).
         _ranged_bars(compute, "fraction", "achieved FLOP/s / matmul peak (wall time)", None),
     ).properties(title="Training: harness overhead and roofline fraction (median and interval)")

@@ -20,7 +20,7 @@ from benchmarks.workflow_scale import AGGREGATE_TARGET_S, PLAN_TARGET_S
 from dlscale import catalog
 from dlscale.analysis.stats import median_interval
 from dlscale.base import atomic
-from dlscale.thresholds import HARNESS_RATIO
+from dlscale.thresholds import threshold
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -80,9 +80,7 @@ def lead_section(table: pd.DataFrame | None) -> str:
     """Every framework x model harness ratio in one table (catalog order), with a pass/miss
     mark against the target; a framework whose bare loop also ran in its plainest
     deployment gets a second row: that deployment's ratio (not the harness: no mark)."""
-    head = (
-        f"## Harness ratio, every framework x model (runner / fair bare loop; target >= {HARNESS_RATIO})\n\n"
-    )
+    head = f"## Harness ratio, every framework x model (runner / fair bare loop; target >= {threshold('harness_ratio').value})\n\n"
     rows_by_key = {} if table is None else {(r["framework"], r["model"]): r for r in table.to_dict("records")}
     models = list(catalog.MODEL_NAMES)
     rows = []
@@ -99,7 +97,7 @@ def lead_section(table: pd.DataFrame | None) -> str:
     note = (
         "\nEach cell: the median over repeats of the paired ratio runner / bare (wall-time"
         " throughput, both arms side by side in one run, order rotated), its interval over those"
-        f" repeats, n = repeats, and the mark against {HARNESS_RATIO} (median). The interval is"
+        f" repeats, n = repeats, and the mark against {threshold('harness_ratio').value} (median). The interval is"
         " dlscale.analysis.stats' distribution-free confidence interval of the median (the study's"
         " verdicts use the same): [min, max] up to 5 repeats, order statistics from 6, with"
         f" coverage {coverage}. The bare loop is fed a fresh batch per step from the"
@@ -110,7 +108,7 @@ def lead_section(table: pd.DataFrame | None) -> str:
 
 
 def overhead_section(table: pd.DataFrame | None) -> str:
-    head = f"## 1. Harness overhead (runner / bare loop throughput; target >= {HARNESS_RATIO})\n\n"
+    head = f"## 1. Harness overhead (runner / bare loop throughput; target >= {threshold('harness_ratio').value})\n\n"
     if table is None:
         return head + "Not measured.\n"
     rows = [

@@ -53,10 +53,10 @@ MODEL_METRICS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 )
 
 #: How far from chance a model must be to count as having learned (dlscale.thresholds, with
-#: the measurements in docs/thresholds.md): top-k at least this many times chance...
-LEARNED_TOPK_FACTOR = thresholds.threshold("learned_topk_factor").value
+#: the measurements in docs/thresholds.md), both in multiples of chance: top-k at least...
+LEARNED_TOPK = thresholds.threshold("learned_topk_factor")
 #: ...and a reconstruction error at most this share of chance's.
-LEARNED_MSE_SHARE = thresholds.threshold("learned_mse_share").value
+LEARNED_MSE = thresholds.threshold("learned_mse_share")
 
 
 def metrics_of(model: str) -> tuple[str, ...]:
@@ -105,11 +105,11 @@ def chance_level(name: str, dataset: str) -> float:
 
 def learned(name: str, value: float, dataset: str) -> bool | None:
     """Whether a held-out ``value`` shows the model learned: top-k at least
-    ``LEARNED_TOPK_FACTOR`` x chance, MSE at most ``LEARNED_MSE_SHARE`` x chance's. None where
-    chance is unknown."""
+    ``LEARNED_TOPK`` x chance (or perfect, where that is above 1), MSE at most ``LEARNED_MSE``
+    x chance's: the thresholds' ``passes`` on ``value / chance``. None where chance is unknown."""
     chance = chance_level(name, dataset)
     if value != value or chance != chance:
         return None
     if metric(name).higher_is_better:
-        return value >= min(1.0, LEARNED_TOPK_FACTOR * chance)
-    return value <= LEARNED_MSE_SHARE * chance
+        return value >= 1.0 or LEARNED_TOPK.passes(value / chance)
+    return LEARNED_MSE.passes(value / chance)

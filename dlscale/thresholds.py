@@ -5,13 +5,19 @@ measured variable's reference, kept apart from the code that measures it; the be
 the scaling model's validation, the verdicts and the tests read them from here. The
 measurements that justify each value are dated in ``docs/thresholds.md``.
 
+One idiom reads a value, ``threshold(name).value``, and one decides: ``passes`` (inside the
+band, its bounds included, as ReFrame's references) or ``fails`` (a number outside it). A
+value may differ by profile where a site needs its own (``by_profile``, as ReFrame scopes
+a reference per system): ``threshold(name, profile)`` is the threshold that site sees.
+
 Standard library only: Snakemake imports the modules that read it when it builds the DAG.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 
@@ -21,7 +27,8 @@ class Threshold:
 
     ``lower``/``upper`` are absolute bounds (None: unbounded on that side). ``higher_is_better``
     says which way a measurement moves when it gets better, so a reader of a table knows
-    whether being above the value is good news.
+    whether being above the value is good news. ``by_profile``: profile name -> the value
+    there (the bound that is the value moves with it); a profile not named gets ``value``.
     """
 
     name: str
@@ -31,22 +38,51 @@ class Threshold:
     upper: float | None
     higher_is_better: bool
     meaning: str
+    by_profile: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
-    def passes(self, measured: float) -> bool:
-        """Whether ``measured`` lies inside the band (NaN never passes)."""
+    def with_value(self, value: float) -> Threshold:
+        """This threshold at another reference ``value``: the bound that was the value moves
+        to it, a bound of its own stays (a command-line override, a profile's value)."""
+        if value == self.value:
+            return self
+        return dataclasses.replace(
+            self,
+            value=value,
+            lower=value if self.lower == self.value else self.lower,
+            upper=value if self.upper == self.value else self.upper,
+        )
+
+    def at(self, profile: str | None) -> Threshold:
+        """The threshold as ``profile`` sees it (its own value, or the default)."""
+        if profile is None or profile not in self.by_profile:
+            return self
+        return self.with_value(self.by_profile[profile])
+
+    def passes(self, measured: float, profile: str | None = None) -> bool:
+        """Whether ``measured`` lies inside the band, bounds included (NaN never passes)."""
+        scoped = self.at(profile)
         if measured != measured:  # NaN
             return False
-        if self.lower is not None and measured < self.lower:
+        if scoped.lower is not None and measured < scoped.lower:
             return False
-        return not (self.upper is not None and measured > self.upper)
+        return not (scoped.upper is not None and measured > scoped.upper)
+
+    def fails(self, measured: float, profile: str | None = None) -> bool:
+        """Whether ``measured`` is a number outside the band: ``not passes`` except for NaN,
+        which is unknown (neither passes nor fails), so a missing measurement flags nothing."""
+        return measured == measured and not self.passes(measured, profile)
 
 
-def _at_least(name: str, value: float, unit: str, meaning: str) -> Threshold:
-    return Threshold(name, value, unit, value, None, True, meaning)
+def _at_least(
+    name: str, value: float, unit: str, meaning: str, by_profile: Mapping[str, float] | None = None
+) -> Threshold:
+    return Threshold(name, value, unit, value, None, True, meaning, MappingProxyType(dict(by_profile or {})))
 
 
-def _at_most(name: str, value: float, unit: str, meaning: str) -> Threshold:
-    return Threshold(name, value, unit, None, value, False, meaning)
+def _at_most(
+    name: str, value: float, unit: str, meaning: str, by_profile: Mapping[str, float] | None = None
+) -> Threshold:
+    return Threshold(name, value, unit, None, value, False, meaning, MappingProxyType(dict(by_profile or {})))
 
 
 THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
@@ -88,7 +124,7 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
                 "contended_share",
                 0.2,
                 "share of host CPU",
-                "other work on the host while a run is timed; above it the run is contended",
+                "other work (+ steal) on the host while a run is timed; above it the run is contended",
             ),
             _at_most(
                 "parity_eps_factor",
@@ -128,19 +164,10 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
 )
 
 
-def threshold(name: str) -> Threshold:
-    """The threshold called ``name`` (a KeyError names the unknown one)."""
+def threshold(name: str, profile: str | None = None) -> Threshold:
+    """The threshold called ``name`` as ``profile`` sees it (None: the default value); a
+    KeyError names the unknown one."""
     try:
-        return THRESHOLDS[name]
+        return THRESHOLDS[name].at(profile)
     except KeyError:
         raise KeyError(f"no threshold {name!r}; known: {', '.join(sorted(THRESHOLDS))}") from None
-
-
-#: Shorthands for the values most read.
-HARNESS_RATIO = THRESHOLDS["harness_ratio"].value
-VALIDATION_ERROR = THRESHOLDS["validation_error"].value
-FIXED_OVERHEAD_SHARE = THRESHOLDS["fixed_overhead_share"].value
-CONTENDED_SHARE = THRESHOLDS["contended_share"].value
-ROOFLINE_FRACTION = THRESHOLDS["roofline_fraction"].value
-COMPARE_NOISE_FLOOR = THRESHOLDS["compare_noise_floor"].value
-PARITY_EPS_FACTOR = THRESHOLDS["parity_eps_factor"].value

@@ -19,7 +19,7 @@ Values outside physics are **flagged** with their likely cause and **never crown
   real; it means the baseline was slowed (a busy baseline: other work on its cores). It
   blocks ``best_scaling``.
 * *fixed overhead at one rank*: an exposed-"communication" share above
-  ``FIXED_OVERHEAD_SHARE`` with a single rank, where nothing is communicated. The cell
+  the ``fixed_overhead_share`` threshold (``dlscale.thresholds``) with a single rank, where nothing is communicated. The cell
   itself is flagged (its share is no communication), and under weak scaling every cell
   scaled against it is too: a fixed per-iteration cost is spread over a global batch
   that grows with the nodes, so its efficiency measures that amortisation, not
@@ -54,7 +54,7 @@ from dlscale.analysis.stats import (
 )
 from dlscale.networks import HOST
 from dlscale.runid import cell_name
-from dlscale.thresholds import FIXED_OVERHEAD_SHARE
+from dlscale.thresholds import threshold
 
 #: The three questions of the study (``dlscale.analysis.findings``) and the quantity each
 #: compares; a cell's flags name the questions they block.
@@ -314,7 +314,7 @@ def _add_flags(rows: list[dict[str, Any]]) -> None:
     fixed = {
         tuple(row[k] for k in CELL_KEYS): row["exposed_comm_share"]
         for row in rows
-        if row["world_size"] == 1 and row["exposed_comm_share"] > FIXED_OVERHEAD_SHARE
+        if row["world_size"] == 1 and threshold("fixed_overhead_share").fails(row["exposed_comm_share"])
     }
     for row in rows:
         flags: list[str] = []
@@ -341,7 +341,7 @@ def _add_flags(rows: list[dict[str, Any]]) -> None:
         if row["interval"] in (RANGE_LOW_N, SINGLE_RUN):
             notes.append(f"low-n: {row['repeats'] or row['runs'] - row['failed_runs']} repeat(s)")
         share = row["exposed_comm_share"]
-        if row["world_size"] == 1 and share > FIXED_OVERHEAD_SHARE:
+        if row["world_size"] == 1 and threshold("fixed_overhead_share").fails(share):
             flags.append(
                 f"fixed overhead: exposed 'communication' is {fmt(share)} of the step with one rank, "
                 "where nothing is communicated (per-iteration framework overhead)"

@@ -11,7 +11,7 @@ reference framework's 1-rank run of the same model, seed and global batch:
   gradient of N slices averaged is the gradient of the whole batch).
 
 A run passes when every compared loss lies within its tolerance of the reference's
-(``tolerance_for``: the float32 rounding of a sum of the loss's terms, ``PARITY_EPS_FACTOR``
+(``tolerance_for``: the float32 rounding of a sum of the loss's terms, ``parity_eps_factor``
 times ``eps32 x sqrt(terms)``, as measured: ``docs/thresholds.md``), and
 its initial weights' digest equals the reference's. A failure names the framework and the
 first iteration that differs. Frameworks whose semantics differ by design (BigDL's FP16
@@ -34,7 +34,7 @@ import pandas as pd
 from dlscale import catalog
 from dlscale.base import atomic
 from dlscale.events import read_events
-from dlscale.thresholds import PARITY_EPS_FACTOR
+from dlscale.thresholds import threshold
 
 #: The framework every other is compared with, and the losses compared per run (catalog).
 REFERENCE = catalog.PARITY_REFERENCE
@@ -49,7 +49,9 @@ EPS32 = 2.0**-24
 LOSS_TERMS_PER_SAMPLE: Mapping[str, int] = {"lenet": 1, "autoencoder": 28 * 28}
 
 
-def tolerance_for(model: str, global_batch: int, factor: float = PARITY_EPS_FACTOR) -> float:
+def tolerance_for(
+    model: str, global_batch: int, factor: float = threshold("parity_eps_factor").value
+) -> float:
     """The relative loss tolerance of ``model`` at ``global_batch``: ``factor`` times the
     typical float32 rounding of a sum of the loss's terms in another order,
     ``eps32 x sqrt(terms)`` (LeNet's loss averages one term a sample, the AutoEncoder's one

@@ -86,7 +86,7 @@ from dlscale.analysis.speedup import add_speedup
 from dlscale.events import EventError
 from dlscale.host import roofline
 from dlscale.networks import HOST
-from dlscale.thresholds import CONTENDED_SHARE, FIXED_OVERHEAD_SHARE
+from dlscale.thresholds import threshold
 
 log = logging.getLogger(__name__)
 
@@ -231,11 +231,8 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
     steal = _number(probe.get("steal_share"))
     contended = probe.get("contended")
     if contended is None:
-        contended = (
-            bool(share + (0.0 if np.isnan(steal) else steal) >= CONTENDED_SHARE)
-            if not np.isnan(share)
-            else False
-        )
+        busy = share + (0.0 if np.isnan(steal) else steal)
+        contended = threshold("contended_share").fails(busy)  # NaN (no probe): not contended
     return {
         "run_id": start["run_id"],
         "framework": start["framework"],
@@ -458,7 +455,7 @@ def run_flags(runs: pd.DataFrame) -> pd.Series:
 
     ``contended``: the host's CPUs were busy with other work during the run (its
     contention probe's ``other_busy_share``); one rank with an exposed "communication"
-    share above ``FIXED_OVERHEAD_SHARE``: fixed per-iteration overhead, nothing is
+    share that fails the ``fixed_overhead_share`` threshold: fixed per-iteration overhead, nothing is
     communicated with one rank. Cell-level flags (superlinear efficiency) are in
     ``dlscale.analysis.cells``.
     """
@@ -472,7 +469,7 @@ def run_flags(runs: pd.DataFrame) -> pd.Series:
         f"contended: other work took {v:.0%} of the host's CPUs during the run" for v in share[measured]
     ]
     exposed = runs["exposed_comm_share"]
-    fixed = runs["world_size"].eq(1) & exposed.gt(FIXED_OVERHEAD_SHARE)
+    fixed = runs["world_size"].eq(1) & exposed.map(threshold("fixed_overhead_share").fails).astype(bool)
     overhead = empty.copy()
     overhead[fixed] = [
         f"fixed overhead: exposed 'communication' is {v:.0%} of the step with one rank"

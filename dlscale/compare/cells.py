@@ -37,7 +37,10 @@ from dlscale.analysis.stats import (
 from dlscale.compare.studies import CompareError
 from dlscale.networks import HOST
 from dlscale.outputs import COMPARE_FILES
-from dlscale.thresholds import COMPARE_NOISE_FLOOR
+from dlscale.thresholds import threshold
+
+#: The smallest relative change named (dlscale.thresholds; ``--noise-floor`` overrides it).
+COMPARE_NOISE_FLOOR = threshold("compare_noise_floor").value
 
 # --- what is compared, declared once -----------------------------------------------------
 

@@ -86,7 +86,10 @@ from dlscale.compare.studies import (
     unique_labels,
 )
 from dlscale.networks import HOST
-from dlscale.thresholds import COMPARE_NOISE_FLOOR
+from dlscale.thresholds import threshold
+
+#: The smallest relative change named (dlscale.thresholds; ``--noise-floor`` overrides it).
+COMPARE_NOISE_FLOOR = threshold("compare_noise_floor").value
 
 
 @dataclass

@@ -20,8 +20,8 @@ What it measures, between ``start()`` and ``stop()``:
       steal_share      = steal_delta / (cpus * wall)
 
 ``steal`` is time a hypervisor gave the CPUs to another guest: capacity the run did not
-get either. A run is ``contended`` when ``other_busy_share + steal_share`` reaches
-``CONTENDED_SHARE``.
+get either. A run is ``contended`` when ``other_busy_share + steal_share`` fails the
+``contended_share`` threshold (``CONTENDED.fails``: above its value; the value itself passes).
 
 Caveats for whoever wires it in: ``RUSAGE_CHILDREN`` holds only children that were
 waited for (call ``stop()`` after the ranks are reaped, or pass the CPU time of the live
@@ -43,10 +43,10 @@ from typing import Any
 
 from dlscale import thresholds
 
-#: A run is contended when other work (plus steal) took at least this share of the
+#: A run is contended when other work (plus steal) took more than this share of the
 #: capacity of the CPUs it may use (the calibration and its dated measurements:
 #: docs/thresholds.md).
-CONTENDED_SHARE = thresholds.CONTENDED_SHARE
+CONTENDED = thresholds.threshold("contended_share")
 
 #: The busy fields of a ``/proc/stat`` cpu line (guest and guest_nice are already in user
 #: and nice, so they are not added again).
@@ -96,7 +96,7 @@ def contention(
     own_cpu_s: float,
     wall_s: float,
     ticks_per_s: float,
-    threshold: float = CONTENDED_SHARE,
+    threshold: float = CONTENDED.value,
 ) -> dict[str, Any]:
     """The share of the CPUs' capacity that went to work other than the run.
 
@@ -117,7 +117,7 @@ def contention(
     return {
         "other_busy_share": round(other, 4),
         "steal_share": round(steal, 4),
-        "contended": other + steal >= threshold,
+        "contended": CONTENDED.with_value(threshold).fails(other + steal),
         "cpus": before.cpus,
         "wall_s": round(wall_s, 3),
     }
@@ -202,7 +202,7 @@ class ContentionProbe:
         # -> {"other_busy_share", "steal_share", "contended", "cpus", "wall_s"}
     """
 
-    def __init__(self, cpus: Iterable[int] | None = None, threshold: float = CONTENDED_SHARE):
+    def __init__(self, cpus: Iterable[int] | None = None, threshold: float = CONTENDED.value):
         self.cpus = sorted(cpus) if cpus is not None else allowed_cpus()
         self.threshold = threshold
         self.ticks_per_s = float(os.sysconf("SC_CLK_TCK"))
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "CONTENDED_SHARE",
+    "CONTENDED",
     "ContentionProbe",
     "CpuTimes",
     "allowed_cpus",

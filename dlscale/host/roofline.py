@@ -21,7 +21,7 @@ rounds is the peak; every round is kept in the file.
 ``stop()`` in its own process, over the CPUs that process may use, and records the share of
 those CPUs that other work (and steal) took. A peak measured beside other work is too low,
 and every fraction divided by it too high (one BigDL ResNet-50 fraction read 2.13 so). A
-contended sample (``other_busy_share + steal_share >= CONTENDED_SHARE``, as for a run) is
+contended sample (``other_busy_share + steal_share`` fails ``contended_share``, as for a run) is
 redone, up to ``PEAK_ATTEMPTS`` attempts in all; a sample still contended after them
 **refuses the peak at that thread count**: the file keeps no ``peak_flops`` entry for it,
 ``refused`` names the measured shares of every attempt, and the count is not measured
@@ -38,7 +38,7 @@ rule's log names the shares, the runs table's ``flag`` says it per run.
 A run's fraction: ``throughput x FLOPS_PER_SAMPLE / (world_size x peak(threads_per_rank))``,
 each rank against the peak of its own threads. Above 1 means the framework's kernels beat
 numpy's BLAS GEMM at that size (oneDNN's convolutions can), the peak was measured slow, or
-the FLOP count is wrong: a fraction above ``ROOFLINE_FRACTION`` (dlscale.thresholds) is
+the FLOP count is wrong: a fraction that fails ``roofline_fraction`` (dlscale.thresholds) is
 flagged in the runs table (``flag_of``), never silently plotted as fact.
 Standard library only at import (numpy is imported by the measurement itself).
 """
@@ -60,7 +60,11 @@ from typing import Any
 
 from dlscale.base import atomic
 from dlscale.host import contention
-from dlscale.thresholds import CONTENDED_SHARE, ROOFLINE_FRACTION
+from dlscale.thresholds import threshold as _threshold
+
+#: The contention rule of a run, and the fraction above which a roofline is wrong.
+_CONTENDED_SHARE = _threshold("contended_share").value
+_ROOFLINE = _threshold("roofline_fraction")
 
 #: Forward + backward FLOPs per sample (FlopCounterMode on torch 2.13.0 models, batch 2).
 FLOPS_PER_SAMPLE: Mapping[str, float] = MappingProxyType(
@@ -128,7 +132,9 @@ def matmul_peak(
 
 
 def _one_peak(
-    sizes: Sequence[int] = MATMUL_SIZES, seconds: float = SECONDS_PER_SIZE, threshold: float = CONTENDED_SHARE
+    sizes: Sequence[int] = MATMUL_SIZES,
+    seconds: float = SECONDS_PER_SIZE,
+    threshold: float = _CONTENDED_SHARE,
 ) -> dict[str, Any]:
     """Best float32 matmul FLOP/s over ``sizes`` in this process's threads (numpy BLAS), and
     the contention probe's fields over the measurement (this process's CPU time is its own)."""
@@ -138,7 +144,7 @@ def _one_peak(
     return {"peak_flops": flops, **probe.stop()}
 
 
-def sample_subprocess(count: int, threshold: float = CONTENDED_SHARE) -> dict[str, Any]:
+def sample_subprocess(count: int, threshold: float = _CONTENDED_SHARE) -> dict[str, Any]:
     """One sample: ``python -m dlscale.host.roofline one`` in a fresh process at ``count`` threads."""
     env = {**os.environ, **{name: str(count) for name in THREAD_VARIABLES}}
     out = subprocess.run(
@@ -169,7 +175,7 @@ def measure(
     rounds: int = PEAK_ROUNDS,
     attempts: int = PEAK_ATTEMPTS,
     sample: Callable[[int], Mapping[str, Any]] | None = None,
-    threshold: float = CONTENDED_SHARE,
+    threshold: float = _CONTENDED_SHARE,
 ) -> dict[str, Any]:
     """The peak per thread count (module docstring: fresh process each, interleaved, each
     sample under the contention probe, a contended one redone, then its count refused).
@@ -223,7 +229,7 @@ def measure(
             f"{library} float32 matmul n={list(MATMUL_SIZES)}, median of repeated calls per size,"
             f" best size; a fresh process per thread count ({', '.join(THREAD_VARIABLES)}); median of"
             f" {rounds} interleaved rounds; each sample under the contention probe, redone while"
-            f" contended (other work + steal >= {threshold:g} of its CPUs), {attempts} attempts at most,"
+            f" contended (other work + steal above {threshold:g} of its CPUs), {attempts} attempts at most,"
             " then its thread count refused"
         ),
         "loadavg": list(os.getloadavg()),
@@ -253,14 +259,15 @@ def refusal_of(peak: Mapping[str, Any] | None, threads: Any) -> str | None:
 
 def flag_of(fraction: float, threads: Any, peak: Mapping[str, Any] | None) -> str | None:
     """A run's roofline flag (None: nothing to say): its peak refused, so no fraction; or a
-    fraction above ``ROOFLINE_FRACTION``, which a matmul roofline cannot reach honestly."""
+    fraction above the ``roofline_fraction`` threshold, which a matmul roofline cannot reach
+    honestly."""
     why = refusal_of(peak, threads)
     if why is not None:
         return f"roofline: no fraction, the matmul peak at {threads} thread(s) was refused ({why})"
-    if fraction > ROOFLINE_FRACTION:  # NaN compares False
+    if _ROOFLINE.fails(fraction):  # NaN is unknown, not a failure
         return (
             f"roofline: fraction {fraction:.2f} of the matmul peak at {threads} thread(s), above"
-            f" {ROOFLINE_FRACTION:g}: the peak was measured slow (a busy host?) or the FLOP count is wrong"
+            f" {_ROOFLINE.value:g}: the peak was measured slow (a busy host?) or the FLOP count is wrong"
         )
     return None
 
@@ -276,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Measure this host's matmul peak per thread count.")
     sub = parser.add_subparsers(dest="command", required=True)
     one = sub.add_parser("one", help="print one sample (JSON) in this process's threads (internal)")
-    one.add_argument("--threshold", type=float, default=CONTENDED_SHARE)
+    one.add_argument("--threshold", type=float, default=_CONTENDED_SHARE)
     peak = sub.add_parser("peak", help="measure every thread count and write the JSON file")
     peak.add_argument("--threads-per-rank", type=int, default=1)
     peak.add_argument("--cores", type=int, default=os.cpu_count() or 1)

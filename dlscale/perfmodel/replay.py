@@ -60,8 +60,8 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 #: The bar of the replay: median and worst |predicted - measured| efficiency per
 #: communication pattern, over every measured count but the anchors.
-MEDIAN_TARGET = thresholds.THRESHOLDS["replay_median_error"].value
-MAX_TARGET = thresholds.THRESHOLDS["replay_max_error"].value
+MEDIAN_ERROR = thresholds.threshold("replay_median_error")
+MAX_ERROR = thresholds.threshold("replay_max_error")
 #: Each communication pattern as the report names it.
 PATTERN_NAMES: Mapping[str, str] = {RING: "ring all-reduce", PS: "parameter server", BIGDL: "BigDL shuffle"}
 #: The columns of a study's micro-benchmark cells the band is refitted on (``latency_us``, the
@@ -418,8 +418,8 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                 "pattern": pattern, "communication": PATTERN_NAMES.get(str(pattern), str(pattern)),
                 "systems": group["name"].nunique(), "points": len(group),
                 "median_abs_error": median, "max_abs_error": largest,
-                "worst": f"{worst['name']} at {int(worst['nodes'])}", "median_target": MEDIAN_TARGET,
-                "max_target": MAX_TARGET, "meets": bool(median <= MEDIAN_TARGET and largest <= MAX_TARGET),
+                "worst": f"{worst['name']} at {int(worst['nodes'])}", "median_target": MEDIAN_ERROR.value,
+                "max_target": MAX_ERROR.value, "meets": MEDIAN_ERROR.passes(median) and MAX_ERROR.passes(largest),
             }
         )  # fmt: skip
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))

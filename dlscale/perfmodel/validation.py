@@ -16,7 +16,7 @@ from dlscale.perfmodel.fits import Fits
 from dlscale.perfmodel.links import emulated_link
 from dlscale.perfmodel.patterns import PATTERN_OP, RING, gradient_bytes
 from dlscale.perfmodel.runs import compute_baselines, measured_runs
-from dlscale.thresholds import VALIDATION_ERROR
+from dlscale.thresholds import threshold
 
 VALIDATION_COLUMNS: tuple[str, ...] = (
     "run_id", "framework", "setup", "model", "nodes", "ranks_per_node", "world_size", "network",
@@ -40,7 +40,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 
 
 #: Target of the validation: median |error| per framework on held-out runs (``dlscale.thresholds``).
-VALIDATION_TARGET = VALIDATION_ERROR
+VALIDATION_TARGET = threshold("validation_error").value
 
 
 def prediction_error(predicted: float, measured: float) -> float:
@@ -191,7 +191,9 @@ def validation_summary(validation: pd.DataFrame, target: float = VALIDATION_TARG
     median and worst |error| of the step as wholly predicted, of the compute alone, of the
     step given the run's own compute (the model's error: ``*_given_compute``), and of the
     communication alone (``comm_error``: predicted against the exposed time, cells that
-    communicate); ``within_target*``: that median at most ``target``."""
+    communicate); ``within_target*``: that median at most ``target`` (the ``validation_error``
+    threshold's ``passes`` at that value)."""
+    within = threshold("validation_error").with_value(target).passes
     if validation.empty:
         return pd.DataFrame({name: pd.Series(dtype=object) for name in SUMMARY_COLUMNS})
     cells = validation_cells(validation)
@@ -215,10 +217,10 @@ def validation_summary(validation: pd.DataFrame, target: float = VALIDATION_TARG
                 "cells": len(group), "median_abs_error": step[0], "max_abs_error": step[1],
                 "median_error": step[2], "worst_cell": step[3],
                 "networks": ";".join(sorted(group["network"].astype(str).unique())),
-                "within_target": bool(step[0] <= target),
+                "within_target": within(step[0]),
                 "median_abs_compute_error": compute[0], "max_abs_compute_error": compute[1],
                 "median_abs_error_given_compute": given[0], "max_abs_error_given_compute": given[1],
-                "median_error_given_compute": given[2], "within_target_given_compute": bool(given[0] <= target),
+                "median_error_given_compute": given[2], "within_target_given_compute": within(given[0]),
                 "worst_cell_given_compute": given[3],
                 "communicating": int(pd.to_numeric(group["comm_error"], errors="coerce").notna().sum()),
                 "median_abs_comm_error": comm[0], "max_abs_comm_error": comm[1],

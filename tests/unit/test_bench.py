@@ -18,7 +18,7 @@ from benchmarks import comm_efficiency, harness_overhead, stats, summary, timing
 from benchmarks.comm_efficiency import comm_table
 from benchmarks.compute_efficiency import efficiency_table
 from benchmarks.harness_overhead import overhead_table
-from dlscale.thresholds import HARNESS_RATIO, threshold
+from dlscale.thresholds import threshold
 
 
 def test_summarize_is_dlscale_stats_interval_and_drops_failed_repeats():
@@ -107,7 +107,7 @@ def test_overhead_table_pairs_runner_and_bare():
     # paired per repeat: 285/300, 151/150, 299/300
     assert row["cpu_q_ratio_median"] == pytest.approx(299 / 300) and row["cpu_q_ratio_n"] == 3
     assert row["cpu_q_ratio_high"] == pytest.approx(151 / 150) and row["verdict_cpu_q"] == "pass"
-    assert row["verdict"] == "pass" and row["target"] == HARNESS_RATIO
+    assert row["verdict"] == "pass" and row["target"] == threshold("harness_ratio").value
     assert row["runner_samples_per_s_median"] == 95.0
 
 

@@ -58,8 +58,12 @@ def test_the_threshold_counts_steal_as_capacity_lost() -> None:
     before = contention.CpuTimes(busy=0, steal=0, cpus=2)
     just_below = contention.CpuTimes(busy=1000 + 300, steal=0, cpus=2)  # other 3 s of 20 s
     assert not contention.contention(before, just_below, 10.0, 10.0, HZ)["contended"]  # 0.15
-    stolen = contention.CpuTimes(busy=1000 + 300, steal=100, cpus=2)  # + 1 s stolen: 0.2
-    assert contention.contention(before, stolen, 10.0, 10.0, HZ)["contended"]
+    stolen = contention.CpuTimes(busy=1000 + 300, steal=100, cpus=2)  # + 1 s stolen: 0.2, the value itself
+    assert not contention.contention(before, stolen, 10.0, 10.0, HZ)[
+        "contended"
+    ]  # the band includes its bound
+    more = contention.CpuTimes(busy=1000 + 300, steal=101, cpus=2)  # 0.2005: above it
+    assert contention.contention(before, more, 10.0, 10.0, HZ)["contended"]
     assert contention.contention(before, just_below, 10.0, 10.0, HZ, threshold=0.1)["contended"]
 
 

@@ -18,7 +18,7 @@ from helpers.paths import REPO
 
 from dlscale.analysis.tables import add_roofline
 from dlscale.host import contention, roofline
-from dlscale.thresholds import ROOFLINE_FRACTION
+from dlscale.thresholds import threshold
 
 
 def _sampler(results: list[tuple[float, float]]) -> tuple[list[int], object]:
@@ -33,7 +33,7 @@ def _sampler(results: list[tuple[float, float]]) -> tuple[list[int], object]:
             "peak_flops": flops,
             "other_busy_share": share,
             "steal_share": 0.0,
-            "contended": share >= contention.CONTENDED_SHARE,
+            "contended": contention.CONTENDED.fails(share),
         }
 
     return calls, sample
@@ -123,7 +123,8 @@ def test_a_fraction_above_one_is_flagged_and_one_below_is_not() -> None:
     )
     out = add_roofline(runs, peak)
     assert (
-        out["roofline_fraction"][0] == pytest.approx(2.13) and out["roofline_fraction"][0] > ROOFLINE_FRACTION
+        out["roofline_fraction"][0] == pytest.approx(2.13)
+        and out["roofline_fraction"][0] > threshold("roofline_fraction").value
     )
     assert out["flag"][0] == (
         "contended: other work took 50% of the host's CPUs; roofline: fraction 2.13 of the matmul peak at 1"

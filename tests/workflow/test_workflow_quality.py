@@ -41,7 +41,7 @@ def test_a_model_at_learning_rate_zero_is_at_chance_and_in_no_finding(
     autoencoder = runs[runs["model"] == "autoencoder"]
     assert len(autoencoder) == 2 and set(autoencoder["framework"]) == {"torch"}
     # Weights that never move: the untrained reconstruction's error, to a few per cent.
-    assert (autoencoder["final_quality"] > quality.LEARNED_MSE_SHARE * CHANCE_MSE).all(), autoencoder
+    assert (autoencoder["final_quality"] > quality.LEARNED_MSE.value * CHANCE_MSE).all(), autoencoder
     assert autoencoder["final_quality"].tolist() == pytest.approx([CHANCE_MSE] * 2, rel=0.05), autoencoder
     assert not autoencoder["learned"].astype(bool).any()
     cells = pd.read_csv(results / "cells.csv")
