@@ -91,6 +91,9 @@ from dlscale.thresholds import threshold
 log = logging.getLogger(__name__)
 
 #: Columns of the runs table, in the order they are written to runs.csv.
+#: The learning rate a run trained at (run_start's ``learning_rate``, RunSpec.lr_record).
+LR_COLUMNS: tuple[str, ...] = ("lr_rule", "lr_base_rate", "lr_base_batch", "lr_warmup_iterations", "lr_rate")
+
 RUN_COLUMNS: tuple[str, ...] = (
     "run_id",
     "framework",
@@ -104,6 +107,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "batch_per_rank",
     "global_batch",
     "repeat",
+    *LR_COLUMNS,
     "status",
     "reason",
     "iteration_events",
@@ -246,6 +250,7 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
         "batch_per_rank": batch,
         "global_batch": int(global_batch) if global_batch is not None else batch * world,
         "repeat": int(start["repeat"]),
+        **learning_rate_of(start),
         "reported_status": end["status"],
         "reported_reason": end.get("reason"),
         "startup_s": start.get("startup_s"),
@@ -270,6 +275,17 @@ def _run_record(start: dict[str, Any], end: dict[str, Any], path: str) -> dict[s
         "started": float(start["time"]),
         "events_path": str(path),
     }
+
+
+def learning_rate_of(start: dict[str, Any]) -> dict[str, Any]:
+    """The run's learning-rate columns; a run recorded before the rule existed trained at
+    its spec's one rate from the first step (``fixed``, no warm-up)."""
+    recorded = start.get("learning_rate")
+    if isinstance(recorded, dict):
+        return {c: recorded.get(c) for c in LR_COLUMNS}
+    rate = _number((start.get("spec") or {}).get("learning_rate"))
+    batch = start.get("global_batch") or int(start["batch"]) * int(start["world_size"])
+    return dict(zip(LR_COLUMNS, ("fixed", rate, int(batch), 0, rate), strict=True))
 
 
 def _setup(start: dict[str, Any]) -> str:
