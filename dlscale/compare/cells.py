@@ -70,7 +70,7 @@ METRICS: tuple[Metric, ...] = (
 METRIC_BY_NAME: Mapping[str, Metric] = {m.name: m for m in METRICS}
 
 #: What makes two cells the same experiment. ``batch``: per rank under weak scaling,
-#: global under strong (what stays fixed, ``tables.batch_key``).
+#: global under strong (what stays fixed, ``speedup.batch_key``).
 MATCH_KEYS: tuple[str, ...] = (
     "framework",
     "model",
