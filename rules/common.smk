@@ -81,6 +81,24 @@ USE_CONDA = "conda" in {
     str(method).lower() for method in workflow.deployment_settings.deployment_method
 }
 
+# The torch venv's CPU wheel comes only from a wheel source the user configures: said in
+# the first seconds, not minutes later in the venv's build log (by the invocation the user
+# typed, never its jobs; pip is asked only while that venv is still to be built).
+if not (
+    workflow.remote_exec
+    or workflow.subprocess_exec
+    or USE_CONDA
+    or "--unlock" in sys.argv
+):
+    try:
+        preflight.check_torch_wheel_source(
+            {run.framework for run in RUNS},
+            dlenvs.env_marker(ENVS_DIR, "torch", ENVS_SPEC_DIR).exists(),
+            dlenvs.lock_path(os.path.join(ENVS_SPEC_DIR, "torch.txt")),
+        )
+    except preflight.PreflightError as err:
+        raise WorkflowError(str(err)) from None
+
 
 def env_python(framework):
     """The python that runs a framework: its own venv, or the rule's conda env's python."""

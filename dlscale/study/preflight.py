@@ -1,13 +1,15 @@
 """Checks made before any job runs, so that a study fails at once rather than halfway,
-or is told at once what stands in its way (a stale Snakemake lock)."""
+or is told at once what stands in its way (a stale Snakemake lock, a torch wheel pip
+cannot find)."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 
@@ -133,4 +135,68 @@ def stale_lock_advice(
         " could unlock (kill -9, a lost session, a power cut), and Snakemake will refuse to run"
         ' ("Directory cannot be locked") while it stays. If no snakemake runs here from another'
         f" host either, clear it with\n    {unlock_command(argv)}\nand run again."
+    )
+
+
+#: What the README says about the CPU torch wheel's source (its section on the locks).
+TORCH_WHEEL_README = (
+    "torch is locked as `torch==2.13.0+cpu` with the hash of the CPU wheel that pip finds on this"
+    " machine kind (pip's `find-links`, /opt/wheels, which uv is given too); on another machine,"
+    " put PyTorch's CPU wheel index in pip's configuration"
+    " (`--extra-index-url https://download.pytorch.org/whl/cpu`)"
+)
+#: Seconds the probe of pip's wheel sources may take (about one on a local find-links
+#: folder); past it the preflight cannot tell and leaves the answer to the build.
+PIP_PROBE_TIMEOUT_S = 10.0
+
+
+def pip_offers(package: str, version: str, timeout_s: float = PIP_PROBE_TIMEOUT_S) -> bool | None:
+    """Whether pip, as configured here (its config files, PIP_* variables), sees ``version``
+    of ``package``: None when it cannot tell (pip missing, too slow, an unreadable answer).
+
+    ``pip index versions`` reads the same sources an install does (find-links and indexes)
+    without resolving anything: about a second against a local folder, half of what
+    ``pip install --dry-run`` takes.
+    """
+    cmd = [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if "No module named pip" in proc.stderr:
+        return None
+    for line in proc.stdout.splitlines():
+        if line.startswith("Available versions:"):
+            return version in {v.strip() for v in line.partition(":")[2].split(",")}
+    # pip's "No matching distribution found": no source offers the package at all.
+    return False if "No matching distribution" in proc.stderr else None
+
+
+def check_torch_wheel_source(
+    frameworks: Iterable[str],
+    venv_built: bool,
+    lock: str | os.PathLike[str],
+    probe: Callable[[str, str], bool | None] = pip_offers,
+) -> None:
+    """Fail at once when the torch venv is still to be built and pip cannot see its pinned
+    CPU wheel, naming the setting that provides it.
+
+    The lock pins a CPU build (``torch==X+cpu``) that PyPI does not carry: without a
+    configured wheel source, the venv's build fails minutes into a study with pip's
+    ResolutionImpossible, the cause buried in results/logs/envs/. Nothing is asked of pip
+    when the study has no torch runs or the venv exists (a dry run stays fast).
+    """
+    if "torch" not in set(frameworks) or venv_built:
+        return
+    from dlscale import envs
+
+    pinned = envs.parse_lock(lock).get("torch", {}).get("version")
+    if not pinned or probe("torch", pinned) is not False:
+        return
+    raise PreflightError(
+        f"pip sees no torch=={pinned}, which {Path(lock).name} pins and the torch environment"
+        " needs: the CPU build is not on PyPI, only on a wheel source you configure. Set"
+        " PIP_FIND_LINKS to a folder holding the wheel (or find-links in pip.conf), or add an"
+        " index that has the CPU build, e.g. PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu"
+        f" (no root needed; `pip config list` shows what pip reads). README: {TORCH_WHEEL_README}."
     )
