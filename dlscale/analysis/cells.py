@@ -1,13 +1,13 @@
 """Cells: each framework's runs summarised over their repeats, with intervals and flags.
 
 A **cell** is one framework in one comparison group (``dlscale.analysis.speedup``) at one
-node count: framework, model, dataset, scaling
-mode, network, ranks per node, batch (the batch per rank under weak scaling, the global
-batch under strong: what stays fixed) and nodes. Its **repeats are the independent
-samples**. Each run contributes one value per quantity, its median over timed iterations
-(``dlscale.analysis.aggregate``); iterations are never samples: they share the run's start-up,
-placement, neighbours and thermal state, and treating them as independent would make
-every interval too narrow.
+node count: framework, model, dataset, scaling mode, network, ranks per node, batch (the
+batch per rank under weak scaling, the global batch under strong: what stays fixed) and
+nodes. Its **repeats are the independent samples**. Each run contributes one value per
+quantity, its median over timed iterations (``dlscale.analysis.tables``); iterations are
+never samples: they share the run's start-up, placement, neighbours and thermal state, and
+treating them as independent would make every interval too narrow. Speedup and efficiency
+follow the speedup module's one baseline rule, on the cells' medians.
 
 Which interval is used, and why, is ``dlscale.analysis.stats``'s docstring.
 
@@ -18,9 +18,9 @@ Values outside physics are **flagged** with their likely cause and **never crown
   interval, above 1 at all). On emulated nodes sharing a host's cores this cannot be
   real; it means the baseline was slowed (a busy baseline: other work on its cores). It
   blocks ``best_scaling``.
-* *fixed overhead at one rank*: an exposed-"communication" share above
-  the ``fixed_overhead_share`` threshold (``dlscale.thresholds``) with a single rank, where nothing is communicated. The cell
-  itself is flagged (its share is no communication), and under weak scaling every cell
+* *fixed overhead at one rank*: an exposed-"communication" share that fails the
+  ``fixed_overhead_share`` threshold (``dlscale.thresholds``) with a single rank, where
+  nothing is communicated. The cell itself is flagged (its share is no communication), and under weak scaling every cell
   scaled against it is too: a fixed per-iteration cost is spread over a global batch
   that grows with the nodes, so its efficiency measures that amortisation, not
   communication. It blocks ``best_scaling`` there.
