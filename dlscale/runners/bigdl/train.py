@@ -82,6 +82,7 @@ from dlscale.runners.common import NonFiniteLoss, RunContext, RunFailure
 from dlscale.runspec import RunSpec
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
+EXECUTOR_LOG = os.devnull  # an executor's log file: none, its console (stderr) is kept
 STOP_GRACE_S = 15.0  # after a fault: time BigDL gets to give up before its JVM is killed
 LOG_WAIT_S = 60.0  # after a segment: time the log follower gets to record its last iteration
 
@@ -166,6 +167,12 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
         "spark.driver.extraJavaOptions": " ".join(driver_java),
         "spark.executor.extraJavaOptions": " ".join(
             [
+                # Without a configuration of ours an executor picks up the log4j2-test.xml
+                # inside BigDL's jar, which appends to /tmp/${sys:logFilename}, outside the
+                # run. Ours logs to the console alone (no file: EXECUTOR_LOG): the stderr
+                # its worker keeps in the run's folder (SparkCluster keeps it at the stop).
+                f"-Dlog4j2.configurationFile={LOG4J2}",
+                f"-Ddlscale.bigdl.log={EXECUTOR_LOG}",
                 f"-Djava.io.tmpdir={tmp}",
                 "-Dbigdl.utils.LoggerFilter.disable=true",
                 "-XX:-UsePerfData",
