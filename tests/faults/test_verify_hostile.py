@@ -397,7 +397,7 @@ def test_the_default_limits_refuse_a_bomb_before_unpacking_it(tmp_path: Path, mo
         (zeros, "over 100 (--max-ratio)"),
         (huge, "over the 67,108,864 a member may have"),
     ):
-        code = dlverify._main([str(archive_path)])
+        code = dlverify.main([str(archive_path)])
         err = capsys.readouterr().err
         lines.append(err.strip())
         if (
@@ -505,7 +505,7 @@ def test_a_manifest_naming_host_files_is_refused_without_reading_them(tmp_path: 
     monkeypatch.setattr(dlverify, "sha256_file", lambda path: hashed.append(str(path)) or "0" * 64)
     monkeypatch.setattr(dlverify.tempfile, "tempdir", str(tmp_path / "verify-tmp"))
     for case in cases:
-        assert dlverify._main([str(case.target)]) == 2
+        assert dlverify.main([str(case.target)]) == 2
         capsys.readouterr()
     assert not hashed, hashed
     judge("hostile archive: manifest names host files", cases)

@@ -85,7 +85,7 @@ def test_the_archive_holds_the_study_and_verifies(archive: Path, capsys):
         assert key in provenance, key
     assert provenance["environments"]["torch"]["lock_sha256"]
 
-    assert verify._main([str(archive)]) == 0
+    assert verify.main([str(archive)]) == 0
     assert "verify: OK" in capsys.readouterr().out
 
 
@@ -110,7 +110,7 @@ def edit_one_number(path: Path) -> None:
 def test_a_tampered_event_fails_naming_the_file(unpacked: Path, capsys):
     events = a_run_events(unpacked)
     edit_one_number(events)
-    assert verify._main([str(unpacked)]) == 1
+    assert verify.main([str(unpacked)]) == 1
     out = capsys.readouterr().out
     name = "results/runs/torch/lenet/n2x1/b64/r0/events.jsonl"
     assert f"{name}: content differs from MANIFEST.json" in out
@@ -188,5 +188,5 @@ def test_a_file_added_to_an_archive_is_named(unpacked: Path):
 
 
 def test_not_a_study(tmp_path: Path, capsys):
-    assert verify._main([str(tmp_path)]) == 2
+    assert verify.main([str(tmp_path)]) == 2
     assert "verify:" in capsys.readouterr().err
