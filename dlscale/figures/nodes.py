@@ -46,8 +46,9 @@ def _finite(frame: pd.DataFrame, column: str) -> pd.DataFrame:
 
 def steps_rows(steps: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
     """What the steps figure draws: every batch with a median (steps_to_target.csv, kind
-    ``median``, with its interval) and each fitted S(B) over its measured batches
-    (batch_fit.csv, kind ``fit``)."""
+    ``median``, with its interval), each fitted S(B) over its measured batches
+    (batch_fit.csv, kind ``fit``), and each batch where runs diverged and none has a
+    median (kind ``diverged``, no number)."""
     have = _finite(steps, "steps_to_target")
     medians = pd.DataFrame(
         {
@@ -82,7 +83,21 @@ def steps_rows(steps: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
                 }
             )
         )
-    frames = [f for f in (medians, *curves) if not f.empty]
+    # Batches where runs diverged and none reached the target: a vertical mark, no number.
+    gone = steps[(steps.get("diverged", 0) > 0) & ~steps.index.isin(have.index)] if not steps.empty else steps
+    diverged = pd.DataFrame(
+        {
+            "kind": "diverged",
+            "model": gone.get("model", pd.Series(dtype=str)),
+            "framework": gone.get("framework", pd.Series(dtype=str)),
+            "lr_rule": gone.get("lr_rule", pd.Series(dtype=str)).fillna("fixed"),
+            "global_batch": gone.get("global_batch", pd.Series(dtype=float)).astype("float64"),
+            "steps": float("nan"),
+            "low": float("nan"),
+            "high": float("nan"),
+        }
+    )
+    frames = [f for f in (medians, *curves, diverged) if not f.empty]
     if not frames:
         return pd.DataFrame(columns=_STEPS_COLUMNS)
     return pd.concat(frames, ignore_index=True)[_STEPS_COLUMNS]
@@ -90,7 +105,8 @@ def steps_rows(steps: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
 
 def steps_chart(steps: pd.DataFrame, fits: pd.DataFrame) -> alt.TopLevelMixin:
     """Steps to target against the global batch (log-log), a panel per model: the medians
-    with their intervals, the fitted S(B) dashed."""
+    with their intervals, the fitted S(B) dashed, a dotted vertical line at a batch where
+    the runs diverged and none reached the target."""
     rows = steps_rows(steps, fits)
     if rows.empty:
         return empty_chart("no batch reached the target: no steps to target to show")
@@ -103,6 +119,9 @@ def steps_chart(steps: pd.DataFrame, fits: pd.DataFrame) -> alt.TopLevelMixin:
     layers = [
         base.transform_filter(alt.datum.kind == "fit").mark_line(strokeDash=[4, 3]).encode(
             x=x, y=y, color=colour, detail="lr_rule:N"
+        ),
+        base.transform_filter(alt.datum.kind == "diverged").mark_rule(strokeDash=[2, 2], strokeWidth=2).encode(
+            x=x, color=colour, tooltip=["framework", "lr_rule", "global_batch", "kind"]
         ),
         medians.mark_rule().encode(x=x, y=alt.Y("low:Q", scale=alt.Scale(type="log")), y2="high:Q", color=colour),
         medians.mark_point(filled=True, size=60).encode(

@@ -127,3 +127,25 @@ def test_both_figures_show_their_tables_and_a_figure_that_does_not_is_named(tmp_
     assert problems and all(
         p.startswith("nodes_to_target: panel quantity=time to target (s), model=lenet") for p in problems
     )
+
+
+def test_a_batch_where_every_run_diverged_is_named_kept_out_of_the_fit_and_drawn_without_a_number(tmp_path):
+    from dlscale.figures import nodes
+
+    runs, evals = study()
+    gone = runs["nodes"].eq(8)
+    runs.loc[gone, "status"] = "failed"
+    runs.loc[gone, "reason"] = "loss became nan at iteration 11 on rank 0"
+    evals = evals[~evals["run_id"].isin(runs.loc[gone, "run_id"])]
+    made = ntt.nodes_to_target(runs, evals)
+    assert set(made.target_runs.loc[made.target_runs["nodes"].eq(8), "outcome"]) == {"diverged"}
+    fit = made.batch_fit.iloc[0]
+    assert fit["diverged_batches"] == "512" and fit["batches"] == "64;128;256"
+    by_nodes = made.nodes_to_target.set_index("nodes")
+    assert by_nodes.loc[8, "diverged"] == 4 and math.isnan(by_nodes.loc[8, "time_to_target_s"])
+    assert by_nodes["fastest"].unique().tolist() != ["8"]
+    claim = nodes.steps_claim(made.steps_to_target, made.batch_fit).rows
+    assert claim[claim["kind"].eq("diverged")]["global_batch"].tolist() == [512.0]
+    out = {"steps_to_target": {"html": str(tmp_path / "steps_to_target.html")}}
+    nodes.draw_checked({"steps": made.steps_to_target, "fits": made.batch_fit, "by_nodes": made.nodes_to_target,
+                        "projected": pd.DataFrame()}, out)  # fmt: skip
