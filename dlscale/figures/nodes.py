@@ -111,7 +111,13 @@ def steps_chart(steps: pd.DataFrame, fits: pd.DataFrame) -> alt.TopLevelMixin:
     if rows.empty:
         return empty_chart("no batch reached the target: no steps to target to show")
     frameworks = sorted(rows["framework"].unique())
-    x = alt.X("global_batch:Q", title="global batch", scale=alt.Scale(type="log", base=2))
+    batches = sorted({float(b) for b in rows["global_batch"]})
+    x = alt.X(
+        "global_batch:Q",
+        title="global batch",
+        scale=alt.Scale(type="log", base=2),
+        axis=alt.Axis(values=batches, format="d", grid=False),
+    )
     y = alt.Y("steps:Q", title="steps to target", scale=alt.Scale(type="log"))
     colour = framework_colour(frameworks)
     base = alt.Chart(rows)
@@ -183,7 +189,13 @@ def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevel
     if rows.empty:
         return empty_chart("no node count reached the target: no time to target to show")
     frameworks = sorted(rows["framework"].unique())
-    x = alt.X("nodes:Q", title="nodes", scale=alt.Scale(type="log", base=2))
+    counts = sorted({float(n) for n in rows["nodes"]})
+    x = alt.X(
+        "nodes:Q",
+        title="nodes",
+        scale=alt.Scale(type="log", base=2),
+        axis=alt.Axis(values=counts, format="d", grid=False),
+    )
     y = alt.Y("value:Q", title=None, scale=alt.Scale(type="log"))
     colour = framework_colour(frameworks)
     base = alt.Chart(rows)
