@@ -44,6 +44,17 @@ def _finite(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     return frame[np.isfinite(pd.to_numeric(frame[column], errors="coerce").astype("float64"))]
 
 
+def _log2_axis(rows: pd.DataFrame, field: str, title: str) -> alt.X:
+    """A log2 axis with its ticks at the values the rows have (batches, node counts)."""
+    values = sorted({float(v) for v in rows[field]})
+    return alt.X(
+        f"{field}:Q",
+        title=title,
+        scale=alt.Scale(type="log", base=2),
+        axis=alt.Axis(values=values, format="d", grid=False),
+    )
+
+
 def steps_rows(steps: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
     """What the steps figure draws: every batch with a median (steps_to_target.csv, kind
     ``median``, with its interval), each fitted S(B) over its measured batches
@@ -111,13 +122,7 @@ def steps_chart(steps: pd.DataFrame, fits: pd.DataFrame) -> alt.TopLevelMixin:
     if rows.empty:
         return empty_chart("no batch reached the target: no steps to target to show")
     frameworks = sorted(rows["framework"].unique())
-    batches = sorted({float(b) for b in rows["global_batch"]})
-    x = alt.X(
-        "global_batch:Q",
-        title="global batch",
-        scale=alt.Scale(type="log", base=2),
-        axis=alt.Axis(values=batches, format="d", grid=False),
-    )
+    x = _log2_axis(rows, "global_batch", "global batch")
     y = alt.Y("steps:Q", title="steps to target", scale=alt.Scale(type="log"))
     colour = framework_colour(frameworks)
     base = alt.Chart(rows)
@@ -189,13 +194,7 @@ def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevel
     if rows.empty:
         return empty_chart("no node count reached the target: no time to target to show")
     frameworks = sorted(rows["framework"].unique())
-    counts = sorted({float(n) for n in rows["nodes"]})
-    x = alt.X(
-        "nodes:Q",
-        title="nodes",
-        scale=alt.Scale(type="log", base=2),
-        axis=alt.Axis(values=counts, format="d", grid=False),
-    )
+    x = _log2_axis(rows, "nodes", "nodes")
     y = alt.Y("value:Q", title=None, scale=alt.Scale(type="log"))
     colour = framework_colour(frameworks)
     base = alt.Chart(rows)
