@@ -75,8 +75,9 @@ TUNING_TABLE = "results/tune/tuning.csv"
 #: Report categories, numbered in the order the report shows them (each number once).
 CATEGORY_FINDINGS = "1. Findings"
 #: Which framework, on how many nodes, trains the model to its target fastest and cheapest
-#: (dlscale.analysis.nodes_to_target; the projection: dlscale.perfmodel.nodes_projection).
-CATEGORY_NODES = "2. How many nodes"
+#: (dlscale.analysis.nodes_to_target; the projection: dlscale.perfmodel.nodes_projection):
+#: a finding of its own, shown right after the findings (the report sorts by name).
+CATEGORY_NODES = "1.1 How many nodes"
 CATEGORY_RUNS = "5. All runs"
 CATEGORY_PERFMODEL = "6. Scaling model"
 CATEGORY_CAFFE_LAYERS = "7. Caffe per-layer time"
