@@ -55,6 +55,16 @@ LR_RULES: Mapping[str, Any] = {
 }
 
 
+def scheduled_rate(base: float, target: float, ramp: int, step: int) -> float:
+    """The rate of optimiser step ``step`` on a gradual warm-up (Goyal et al. 2017) from
+    ``base`` to ``target`` over ``ramp`` steps: step 0 at the base rate, the same amount
+    added each step, the target from step ``ramp`` on. Runs apply it (RunSpec) and the
+    parity check holds their recorded rates against it."""
+    if step >= ramp:
+        return target
+    return base + (target - base) * step / ramp
+
+
 class SpecError(ValueError):
     """A run spec that cannot be a run: the message names the field and the value."""
 
@@ -217,10 +227,7 @@ class RunSpec:
     def learning_rate_at(self, step: int) -> float:
         """The rate of optimiser step ``step`` (0-based, counted from the run's first
         iteration, the un-timed warm-up iterations included: they train too)."""
-        ramp, target = self.warmup_ramp, self.target_learning_rate
-        if step >= ramp:
-            return target
-        return self.learning_rate + (target - self.learning_rate) * step / ramp
+        return scheduled_rate(self.learning_rate, self.target_learning_rate, self.warmup_ramp, step)
 
     def lr_record(self) -> dict[str, Any]:
         """What a run records of its learning rate: the rule, its base, and the rate used."""

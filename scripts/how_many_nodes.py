@@ -4,34 +4,21 @@ checked panel by panel against its tables (``dlscale.figures.nodes``)."""
 
 import logging
 
-import pandas as pd
-
 from dlscale.base import atomic
 from dlscale.base.logsetup import log_to
 from dlscale.figures import nodes
-from dlscale.perfmodel.nodes_projection import CURVE_COLUMNS, SUMMARY_COLUMNS, project_to_target
+from dlscale.figures.study import read_csv_table
+from dlscale.perfmodel.nodes_projection import project_to_target
 
 log_to(snakemake.log[0])
 log = logging.getLogger("how_many_nodes")
 
 
-def table(path):
-    try:
-        return pd.read_csv(path)
-    except pd.errors.EmptyDataError:  # an empty study's table has no columns
-        return pd.DataFrame()
-
-
 try:
     inputs = snakemake.input
-    outcomes = table(inputs.target_runs)
-    if outcomes.empty:  # no run had a target: nothing to project
-        curves, summary = (
-            pd.DataFrame(columns=list(CURVE_COLUMNS)),
-            pd.DataFrame(columns=list(SUMMARY_COLUMNS)),
-        )
-    else:
-        curves, summary = project_to_target(table(inputs.projection), outcomes, snakemake.params.warmup)
+    curves, summary = project_to_target(
+        read_csv_table(inputs.projection), read_csv_table(inputs.target_runs), snakemake.params.warmup
+    )
     atomic.replace_all(
         {
             snakemake.output.projection: lambda tmp: curves.to_csv(tmp, index=False),
@@ -43,9 +30,9 @@ try:
                  row.framework, row.model, row.lr_rule, row.fastest_nodes, row.stops_paying_nodes,
                  row.relative_error, row.note)  # fmt: skip
     tables = {
-        "steps": table(inputs.steps),
-        "fits": table(inputs.fits),
-        "by_nodes": table(inputs.by_nodes),
+        "steps": read_csv_table(inputs.steps),
+        "fits": read_csv_table(inputs.fits),
+        "by_nodes": read_csv_table(inputs.by_nodes),
         "projected": curves,
     }
     out = {

@@ -38,6 +38,7 @@ from scipy import optimize
 from dlscale import quality
 from dlscale.analysis.convergence import NO_CLEAR_WINNER, time_to_target_interval
 from dlscale.analysis.stats import BOOTSTRAP_SEED, Interval, separated
+from dlscale.analysis.tables import LR_COLUMNS
 
 REACHED = "reached"
 NOT_REACHED = "not reached"
@@ -52,7 +53,6 @@ LOSS_EXPLOSION_FACTOR = 10.0
 _NONFINITE_REASON = re.compile(r"loss became (?:nan|inf|-inf)\b", re.IGNORECASE)
 
 #: The learning-rate columns every run records (run_start and runs.csv).
-LR_COLUMNS: tuple[str, ...] = ("lr_rule", "lr_base_batch", "lr_warmup_iterations", "lr_rate")
 #: What identifies a set-up apart from its node count and batch.
 SETUP_KEYS: tuple[str, ...] = ("framework", "model", "network", "ranks_per_node", "batch_per_rank")
 
@@ -256,6 +256,11 @@ def _with_target(outcomes: pd.DataFrame) -> pd.DataFrame:
     return outcomes[outcomes["target_metric"].notna() & outcomes["outcome"].notna()]
 
 
+def _median_bracket(reached: pd.DataFrame, value: str, below: str) -> float:
+    """The median width of the evaluation bracket of the runs that reached the target."""
+    return float(np.median(reached[value] - reached[below])) if len(reached) else math.nan
+
+
 def steps_by_batch(outcomes: pd.DataFrame) -> pd.DataFrame:
     """Per framework, model, learning-rate rule, rate and global batch: median steps (and
     samples) to target over repeats with their interval (module docstring), the counts of
@@ -278,9 +283,7 @@ def steps_by_batch(outcomes: pd.DataFrame) -> pd.DataFrame:
             samples_to_target=steps.value * batch,
             samples_low=steps.low * batch,
             samples_high=steps.high * batch,
-            bracket_steps=float(np.median(reached["steps_to_target"] - reached["steps_bracket_low"]))
-            if len(reached)
-            else math.nan,
+            bracket_steps=_median_bracket(reached, "steps_to_target", "steps_bracket_low"),
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=list(STEPS_COLUMNS))
@@ -480,9 +483,7 @@ def time_by_nodes(outcomes: pd.DataFrame) -> pd.DataFrame:
             time_low=time.low,
             time_high=time.high,
             time_interval=time.method,
-            bracket_s=float(np.median(reached["time_to_target_s"] - reached["time_bracket_low_s"]))
-            if len(reached)
-            else math.nan,
+            bracket_s=_median_bracket(reached, "time_to_target_s", "time_bracket_low_s"),
             node_hours=cost.value,
             node_hours_low=cost.low,
             node_hours_high=cost.high,

@@ -34,6 +34,7 @@ import pandas as pd
 from dlscale import catalog
 from dlscale.base import atomic
 from dlscale.events import read_events
+from dlscale.runspec import scheduled_rate
 from dlscale.thresholds import threshold
 
 #: The framework every other is compared with, and the losses compared per run (catalog).
@@ -108,9 +109,8 @@ class ParityRun:
     rates: tuple[float | None, ...] = ()
 
     def rate_at(self, step: int) -> float:
-        """The schedule's rate of ``step`` (RunSpec.learning_rate_at's rule)."""
-        base, rate, ramp = self.schedule
-        return rate if step >= ramp else base + (rate - base) * step / ramp
+        """The schedule's rate of ``step`` (the rule every runner applies)."""
+        return scheduled_rate(*self.schedule, step)
 
 
 def read_run(path: str | Path) -> ParityRun | None:

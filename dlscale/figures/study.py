@@ -34,7 +34,7 @@ class StudyTables:
     evals: pd.DataFrame
 
 
-def _csv(path: str | os.PathLike[str]) -> pd.DataFrame:
+def read_csv_table(path: str | os.PathLike[str]) -> pd.DataFrame:
     """A table written by the aggregation; an empty study writes a file with no columns."""
     try:
         return pd.read_csv(path)
@@ -49,7 +49,9 @@ def read_tables(
     evals: str | os.PathLike[str],
 ) -> StudyTables:
     """The four tables from their files (runs.parquet, iterations.parquet, cells.csv, evals.csv)."""
-    return StudyTables(pd.read_parquet(runs), pd.read_parquet(iterations), _csv(cells), _csv(evals))
+    return StudyTables(
+        pd.read_parquet(runs), pd.read_parquet(iterations), read_csv_table(cells), read_csv_table(evals)
+    )
 
 
 def read_results(folder: str | os.PathLike[str]) -> StudyTables:

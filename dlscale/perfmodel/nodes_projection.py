@@ -12,6 +12,7 @@ predicted and compared with what its runs measured.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 
@@ -31,6 +32,8 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 
 
 def _groups(outcomes: pd.DataFrame) -> Iterator[tuple[tuple[str, str, str], pd.DataFrame]]:
+    if outcomes.empty:  # no run had a target (the table has no columns then)
+        return
     have = outcomes[outcomes["target_metric"].notna() & ~outcomes["outcome"].eq(FAILED)]
     for key, group in have.groupby(list(KEYS), sort=True):
         yield tuple(str(k) for k in key), group
@@ -39,6 +42,8 @@ def _groups(outcomes: pd.DataFrame) -> Iterator[tuple[tuple[str, str, str], pd.D
 def _step_times(projection: pd.DataFrame, framework: str, model: str) -> pd.DataFrame:
     """The framework's own set-up's step times for the model (its synchronous set-up: the
     set-up named after it, as the runs' cells are)."""
+    if projection.empty:  # the scaling model projected nothing
+        return projection
     return projection[
         projection["framework"].eq(framework)
         & projection["model"].eq(model)
@@ -83,19 +88,8 @@ def project_to_target(
             else None
         )
         if check is not None:
-            row.update(
-                held_out_nodes=check.held_out_nodes,
-                calibrated_on=";".join(str(n) for n in check.calibrated_on),
-                predicted_s=check.predicted_s,
-                predicted_lo=check.predicted_lo,
-                predicted_hi=check.predicted_hi,
-                measured_s=check.measured_s,
-                measured_low=check.measured_low,
-                measured_high=check.measured_high,
-                measured_bracket_s=check.measured_bracket_s,
-                relative_error=check.relative_error,
-                within_band=check.within_band,
-            )
+            row.update({k: v for k, v in dataclasses.asdict(check).items() if k != "refused"})
+            row["calibrated_on"] = ";".join(str(n) for n in check.calibrated_on)
             if check.refused:
                 notes.append(f"held-out check: {check.refused}")
         row["note"] = "; ".join(notes) or None

@@ -7,6 +7,7 @@ Imported when Snakemake builds the DAG, so it stays light: no framework, no pand
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from dlscale import catalog, networks, runid
@@ -161,25 +162,24 @@ def parity_references(study: dict[str, Any]) -> list[RunSpec]:
     """
     if study.get("init", "framework") != "shared":
         return []
-    own = {(r.model, r.batch, r.repeat) for r in expand_runs(study) if r.framework == catalog.PARITY_REFERENCE
-           and r.world_size == 1 and r.network == networks.HOST}  # fmt: skip
-    wanted = sorted(
-        {
-            (r.model, r.batch * r.world_size, r.repeat)
-            for r in expand_runs(study)
-            if r.world_size > 1 and r.network == networks.HOST
-        }
-        - own
-    )
-    references = []
-    for model, global_batch, repeat in wanted:
-        run = Run(catalog.PARITY_REFERENCE, model, 1, 1, global_batch, repeat, networks.HOST)
-        spec = run_spec(study, run)
-        fields = {**spec.to_dict(), "iterations": catalog.PARITY_ITERATIONS, "warmup": 0, "ranks_per_node": 1}
-        for name in ("eval_every", "quality_target", "max_iterations"):
-            fields.pop(name, None)
-        references.append(RunSpec.from_dict(fields))
-    return references
+    runs = [r for r in expand_runs(study) if r.network == networks.HOST]
+    own = {
+        (r.model, r.batch, r.repeat)
+        for r in runs
+        if r.framework == catalog.PARITY_REFERENCE and r.world_size == 1
+    }
+    wanted = sorted({(r.model, r.batch * r.world_size, r.repeat) for r in runs if r.world_size > 1} - own)
+    return [
+        dataclasses.replace(
+            run_spec(study, Run(catalog.PARITY_REFERENCE, model, 1, 1, global_batch, repeat, networks.HOST)),
+            iterations=catalog.PARITY_ITERATIONS,
+            warmup=0,
+            eval_every=0,
+            quality_target=None,
+            max_iterations=0,
+        )
+        for model, global_batch, repeat in wanted
+    ]
 
 
 #: How many times a model's ``iterations`` a run with a quality target may train by default.

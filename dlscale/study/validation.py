@@ -21,6 +21,7 @@ from dlscale import catalog, networks, options, quality
 from dlscale.base import strictyaml
 from dlscale.data import initweights
 from dlscale.host import netns
+from dlscale.runspec import LR_RULES
 from dlscale.study.matrix import (
     IMPLEMENTED_FRAMEWORKS,
     global_batch_of,
@@ -80,6 +81,8 @@ def complete_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Fill a schema's catalog-derived parts in place (see load_schema) and return it."""
     schema["$defs"]["framework_name"]["enum"] = list(catalog.FRAMEWORK_NAMES)
     schema["$defs"]["model_name"]["enum"] = list(catalog.MODEL_NAMES)
+    # The learning-rate rules the runners know: one dict behind both branches (a YAML anchor).
+    schema["properties"]["lr_scaling"]["oneOf"][0]["properties"]["rule"]["enum"] = list(LR_RULES)
     for sub in schema["properties"].values():
         source = sub.get("x-catalog-default")
         if source is None:
