@@ -58,7 +58,7 @@ SETUP_KEYS: tuple[str, ...] = ("framework", "model", "network", "ranks_per_node"
 
 OUTCOME_COLUMNS: tuple[str, ...] = (
     "run_id", "framework", "model", "network", "nodes", "ranks_per_node", "batch_per_rank",
-    "global_batch", "repeat", *LR_COLUMNS, "target_metric", "target_value", "outcome", "reason",
+    "global_batch", "repeat", "contended", *LR_COLUMNS, "target_metric", "target_value", "outcome", "reason",
     "evals", "steps_to_target", "steps_bracket_low", "samples_to_target", "samples_bracket_low",
     "time_to_target_s", "time_bracket_low_s", "wall_to_target_s", "node_hours",
 )  # fmt: skip
@@ -71,6 +71,7 @@ NODES_COLUMNS: tuple[str, ...] = (
     *SETUP_KEYS, "lr_rule", "nodes", "global_batch", "target_metric", "target_value", "repeats",
     "reached", "not_reached", "diverged", "time_to_target_s", "time_low", "time_high",
     "time_interval", "bracket_s", "node_hours", "node_hours_low", "node_hours_high",
+    "contended_runs", "excluded",
 )  # fmt: skip
 WINNER_COLUMNS: tuple[str, ...] = (
     *SETUP_KEYS, "lr_rule", "target_metric", "target_value", "node_counts", "fastest", "fastest_nodes",
@@ -254,6 +255,13 @@ def _counts(group: pd.DataFrame) -> dict[str, int]:
 
 def _with_target(outcomes: pd.DataFrame) -> pd.DataFrame:
     return outcomes[outcomes["target_metric"].notna() & outcomes["outcome"].notna()]
+
+
+def _flag(table: pd.DataFrame, column: str) -> pd.Series:
+    """A boolean column (missing values, or a table without it: False)."""
+    if column not in table:
+        return pd.Series(False, index=table.index)
+    return table[column].fillna(False).astype(bool)
 
 
 def _median_bracket(reached: pd.DataFrame, value: str, below: str) -> float:
@@ -469,15 +477,24 @@ def time_by_nodes(outcomes: pd.DataFrame) -> pd.DataFrame:
     """Per set-up (``SETUP_KEYS``), rule and node count: median time to target (training
     clock) and node-hours over repeats with intervals (module docstring: a repeat that did
     not reach the target is infinitely slow and costly), the median quantisation bracket in
-    seconds, and the counts of each outcome (``NODES_COLUMNS``)."""
+    seconds, and the counts of each outcome (``NODES_COLUMNS``).
+
+    Seconds are the cells' kind of number: a repeat whose host was busy with other work
+    (``contended``) is left out of them while the node count has uncontended repeats, and
+    a node count whose every repeat was contended keeps its numbers but is ``excluded``:
+    it never wins (``node_winners``). Steps to target do not depend on the host's load and
+    count every repeat (``steps_by_batch``)."""
     keys = [*SETUP_KEYS, "lr_rule", "nodes", "global_batch", "target_metric", "target_value"]
     have = _with_target(outcomes)
     rows = []
     for key, group in have.groupby(keys, sort=True, dropna=False):
         row: dict[str, Any] = dict(zip(keys, key, strict=True)) | _counts(group)
-        time = time_to_target_interval(_censored(group, "time_to_target_s"))
-        cost = time_to_target_interval(_censored(group, "node_hours"))
-        reached = group[group["outcome"].eq(REACHED)]
+        busy = _flag(group, "contended")
+        timed = group[~busy] if (~busy).any() else group
+        time = time_to_target_interval(_censored(timed, "time_to_target_s"))
+        cost = time_to_target_interval(_censored(timed, "node_hours"))
+        reached = timed[timed["outcome"].eq(REACHED)]
+        row.update(contended_runs=int(busy.sum()), excluded=bool(len(group) and busy.all()))
         row.update(
             time_to_target_s=time.value,
             time_low=time.low,
@@ -526,7 +543,12 @@ def node_winners(by_nodes: pd.DataFrame) -> pd.DataFrame:
             for g in group.itertuples()
             if not math.isfinite(g.time_to_target_s)
         ]
-        ok = group[np.isfinite(group["time_to_target_s"].astype("float64"))]
+        excluded = _flag(group, "excluded")
+        notes += [
+            f"{int(g.nodes)} nodes: every repeat ran beside other work (contended): its seconds decide nothing"
+            for g in group[excluded].itertuples()
+        ]
+        ok = group[np.isfinite(group["time_to_target_s"].astype("float64")) & ~excluded]
         for name, column, low, high, unit in (
             ("fastest", "time_to_target_s", "time_low", "time_high", "time to target (s)"),
             ("cheapest", "node_hours", "node_hours_low", "node_hours_high", "node-hours"),

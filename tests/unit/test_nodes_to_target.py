@@ -149,3 +149,22 @@ def test_a_batch_where_every_run_diverged_is_named_kept_out_of_the_fit_and_drawn
     out = {"steps_to_target": {"html": str(tmp_path / "steps_to_target.html")}}
     nodes.draw_checked({"steps": made.steps_to_target, "fits": made.batch_fit, "by_nodes": made.nodes_to_target,
                         "projected": pd.DataFrame()}, out)  # fmt: skip
+
+
+def test_contended_repeats_leave_the_seconds_and_a_node_count_all_contended_never_wins():
+    runs, evals = study()
+    runs["contended"] = False
+    # 8 nodes: every repeat beside other work. 1 node: one repeat, slowed 100-fold.
+    runs.loc[runs["nodes"].eq(8), "contended"] = True
+    slow = runs["run_id"].eq("torch/lenet/n1x1/b64/r0")
+    runs.loc[slow, "contended"] = True
+    evals.loc[evals["run_id"].eq("torch/lenet/n1x1/b64/r0"), "train_s"] *= 100
+    made = ntt.nodes_to_target(runs, evals)
+    by_nodes = made.nodes_to_target.set_index("nodes")
+    assert by_nodes.loc[1, "contended_runs"] == 1 and not by_nodes.loc[1, "excluded"]
+    assert by_nodes.loc[1, "time_high"] < 2.0  # the slowed repeat is not among the seconds
+    assert by_nodes.loc[8, "excluded"] and by_nodes.loc[8, "contended_runs"] == 4
+    assert by_nodes["fastest"].unique().tolist() == ["4"]  # 8 would win; it decides nothing
+    assert "8 nodes: every repeat ran beside other work" in by_nodes["winner_note"].iloc[0]
+    # Steps do not depend on the host's load: every repeat counts.
+    assert made.steps_to_target.set_index("global_batch").loc[512, "repeats"] == 4
