@@ -37,11 +37,10 @@ mapfile -t need < <(missing "$@")
 ((${#need[@]})) || exit 0
 
 if [[ $(id -u) -ne 0 ]]; then
-  say "missing Debian packages: ${need[*]}; ask an administrator to run" \
-    "'apt-get install ${need[*]}' (see README, 'Without root')"
+  say "missing Debian packages: ${need[*]}; installing them needs root: ask an administrator to install them"
   exit 1
 fi
-command -v apt-get >/dev/null || { say "missing packages ${need[*]} and no apt-get to install them"; exit 1; }
+command -v apt-get >/dev/null || { say "missing packages ${need[*]} and no Debian package manager here"; exit 1; }
 
 mkdir -p "$(dirname "$LOCK")"
 exec 9<>"$LOCK"
@@ -65,9 +64,9 @@ export DEBIAN_FRONTEND=noninteractive
 APT=(apt-get -y -qq -o "DPkg::Lock::Timeout=$TIMEOUT")
 # A stale package list cannot find a package: install, and on failure refresh once and retry.
 if ! "${APT[@]}" install --no-install-recommends "${need[@]}" >&2; then
-  "${APT[@]}" update >&2 || { say "apt-get update failed (see above)"; exit 1; }
+  "${APT[@]}" update >&2 || { say "refreshing the package lists failed (see above)"; exit 1; }
   "${APT[@]}" install --no-install-recommends "${need[@]}" >&2 ||
-    { say "apt-get install ${need[*]} failed (see above)"; exit 1; }
+    { say "installing ${need[*]} failed (see above)"; exit 1; }
 fi
 mapfile -t need < <(missing "${need[@]}")
-((${#need[@]} == 0)) || { say "still missing after apt-get install: ${need[*]}"; exit 1; }
+((${#need[@]} == 0)) || { say "still missing after installing: ${need[*]}"; exit 1; }
