@@ -558,6 +558,8 @@ def node_winners(by_nodes: pd.DataFrame) -> pd.DataFrame:
                 for _, r in ok.iterrows()
             ]
             verdict, nodes, lead, note = _pick(candidates, unit)
+            if not candidates and excluded.any():  # they reached it, on a busy host: undecided
+                verdict = NO_CLEAR_WINNER
             value_column = "fastest_time_s" if name == "fastest" else "cheapest_node_hours"
             row.update(
                 {

@@ -168,3 +168,11 @@ def test_contended_repeats_leave_the_seconds_and_a_node_count_all_contended_neve
     assert "8 nodes: every repeat ran beside other work" in by_nodes["winner_note"].iloc[0]
     # Steps do not depend on the host's load: every repeat counts.
     assert made.steps_to_target.set_index("global_batch").loc[512, "repeats"] == 4
+
+
+def test_a_study_whose_every_repeat_was_contended_names_no_winner_and_does_not_say_nobody_reached_it():
+    runs, evals = study()
+    runs["contended"] = True
+    by_nodes = ntt.nodes_to_target(runs, evals).nodes_to_target
+    assert by_nodes["excluded"].all()
+    assert set(by_nodes["fastest"]) == set(by_nodes["cheapest"]) == {"no clear winner"}
