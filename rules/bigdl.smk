@@ -18,4 +18,6 @@ rule java:
     params:
         script=str(dlenvs.JAVA_SCRIPT),
     shell:
-        "bash {params.script:q} > {log:q} 2>&1 && java -version 2> {output.marker:q}"
+        # The Java the runner takes: java on PATH, else JAVA_HOME's (a user's without root).
+        'bash {params.script:q} > {log:q} 2>&1 && "$(command -v java || echo "$JAVA_HOME/bin/java")"'
+        " -version 2> {output.marker:q}"

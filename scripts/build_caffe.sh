@@ -47,9 +47,8 @@ if [[ -n ${DLSCALE_CAFFE_HOME:-} ]]; then
 fi
 
 # --- Debian build dependencies, installed only when missing (scripts/apt-install.sh: one install at a time).
-DEBS=(build-essential libboost-system-dev libboost-thread-dev libboost-filesystem-dev
-  libboost-regex-dev libboost-python-dev libprotobuf-dev protobuf-compiler
-  libgoogle-glog-dev libgflags-dev libhdf5-dev libopenblas-dev openmpi-bin libopenmpi-dev)
+debs=$(bash "$(dirname "${BASH_SOURCE[0]}")/system-packages.sh" caffe-build)
+mapfile -t DEBS <<<"$debs"
 missing=()
 for p in "${DEBS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -41,14 +41,16 @@ ensure_debs() {
 
 case $BLAS in
 openblas)
-  ensure_debs libopenblas0-pthread
+  package=$(bash "$(dirname "${BASH_SOURCE[0]}")/system-packages.sh" blas-openblas)
+  ensure_debs "$package"
   library=/usr/lib/$ARCH/openblas-pthread/libblas.so.3
-  version=$(dpkg-query -W -f='${Version}' libopenblas0-pthread)
+  version=$(dpkg-query -W -f='${Version}' "$package")
   ;;
 blis)
-  ensure_debs libblis4-pthread
+  package=$(bash "$(dirname "${BASH_SOURCE[0]}")/system-packages.sh" blas-blis)
+  ensure_debs "$package"
   library=/usr/lib/$ARCH/blis-pthread/libblas.so.3
-  version=$(dpkg-query -W -f='${Version}' libblis4-pthread)
+  version=$(dpkg-query -W -f='${Version}' "$package")
   ;;
 mkl)
   [[ -f $MKL_LOCK ]] || { say "BLAS=mkl needs $MKL_LOCK"; exit 1; }

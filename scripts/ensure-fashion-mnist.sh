@@ -19,7 +19,8 @@ if [[ $(id -u) -ne 0 ]]; then
     "to a directory holding the four idx files" >&2
   exit 1
 fi
-bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" dataset-fashion-mnist >/dev/null
+package=$(bash "$(dirname "${BASH_SOURCE[0]}")/system-packages.sh" fashion-mnist)
+bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "$package" >/dev/null
 for name in "${files[@]}"; do
-  [[ -f "$dir/$name" ]] || { echo "dlscale: $dir/$name still missing after installing dataset-fashion-mnist" >&2; exit 1; }
+  [[ -f "$dir/$name" ]] || { echo "dlscale: $dir/$name still missing after installing $package" >&2; exit 1; }
 done

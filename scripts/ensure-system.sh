@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install the Debian packages dlscale needs, only where they are missing.
 set -euo pipefail
-need=()
-command -v git >/dev/null || need+=(git)
-command -v python3 >/dev/null || need+=(python3)
-python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
-if ((${#need[@]})); then
-  bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" "${need[@]}"
+here=$(dirname "${BASH_SOURCE[0]}")
+# git, python3 and its venv module: when one is missing, the `base` packages of
+# system-packages.txt (apt-install.sh installs only those dpkg does not have).
+if ! command -v git >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  base=$(bash "$here/system-packages.sh" base)
+  # shellcheck disable=SC2086  # one package per word
+  bash "$here/apt-install.sh" $base
 fi
 python3 - <<'PY'
 import sys
@@ -18,7 +19,7 @@ PY
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
     DLSCALE_APT_WHO="dlscale (the escaping test's browser)" \
-      bash "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" chromium >/dev/null ||
+      bash "$here/apt-install.sh" "$(bash "$here/system-packages.sh" browser)" >/dev/null ||
       echo "dlscale: chromium could not be installed; the browser escaping test will be skipped" >&2
   fi
 fi

@@ -3,8 +3,9 @@
 # missing. Used by the test cluster (tests/helpers/slurm_cluster.py); a real cluster has its own.
 # The packages' own services are not started: the tests run private daemons.
 set -euo pipefail
+packages=$(bash "$(dirname "${BASH_SOURCE[0]}")/system-packages.sh" slurm-test)
 need=()
-for pkg in slurmctld slurmd slurm-client munge libpmix2; do
+for pkg in $packages; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]} == 0)); then
