@@ -29,6 +29,7 @@ include: "rules/data.smk"
 include: "rules/imagenet.smk"
 include: "rules/train.smk"
 include: "rules/tune.smk"
+include: "rules/lr_tuning.smk"
 include: "rules/commbench.smk"
 include: "rules/analysis.smk"
 include: "rules/site.smk"
@@ -48,6 +49,7 @@ rule all:
         perfmodel_files(),
         replay_files(),
         tune_files(),
+        lr_tuning_files(),
         PARITY_FILES,
         NODES_FILES,
         COMPARE_TARGETS,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dlscale.base import atomic
-from dlscale.runspec import LR_RULES
+from dlscale.runspec import LR_RULE_NAMES
 
 EVENT_TYPES = ("run_start", "iteration", "eval", "run_end")
 
@@ -136,7 +136,7 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
                 "type": "object",
                 "additionalProperties": False,
                 "properties": {
-                    "lr_rule": {"enum": list(LR_RULES)},
+                    "lr_rule": {"enum": list(LR_RULE_NAMES)},
                     "lr_base_rate": {"type": "number", "minimum": 0, "finite": True},
                     "lr_base_batch": {"type": "integer", "minimum": 1},
                     "lr_warmup_iterations": {"type": "integer", "minimum": 0},

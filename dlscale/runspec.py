@@ -53,6 +53,12 @@ LR_RULES: Mapping[str, Any] = {
     "linear": lambda ratio: ratio,
     "sqrt": math.sqrt,
 }
+#: The rule whose rate per global batch is measured, not computed: a sweep on the reference
+#: framework chooses it (``dlscale.tune.rates``) and every framework borrows it, so a run's
+#: spec carries the chosen ``rate`` (MLPerf's hyperparameter borrowing).
+TUNED_RULE = "tuned"
+#: Every rule a study may declare (the config schema's and the run_start event's enum).
+LR_RULE_NAMES: tuple[str, ...] = (*LR_RULES, TUNED_RULE)
 
 
 def scheduled_rate(base: float, target: float, ramp: int, step: int) -> float:
@@ -71,12 +77,21 @@ class SpecError(ValueError):
 
 def _checked_lr_rule(rule: Any) -> dict[str, Any]:
     """``lr_rule`` as the spec keeps it (every key, integers as integers), or SpecError."""
-    shape = "{rule: fixed|linear|sqrt, base_batch: >= 1, warmup_iterations: >= 0}"
-    if not isinstance(rule, Mapping) or not set(rule) <= {"rule", "base_batch", "warmup_iterations"}:
+    shape = (
+        f"{{rule: {'|'.join(LR_RULES)}, base_batch: >= 1, warmup_iterations: >= 0}}"
+        f" or {{rule: {TUNED_RULE}, ..., rate: > 0}}"
+    )
+    if not isinstance(rule, Mapping) or not set(rule) <= {"rule", "base_batch", "warmup_iterations", "rate"}:
         raise SpecError(f"run spec field 'lr_rule': {rule!r} is not {shape}")
     name, base, warmup = rule.get("rule"), rule.get("base_batch"), rule.get("warmup_iterations", 0)
+    rate = rule.get("rate")
+    tuned_rate_ok = (
+        isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0
+    )
     if (
-        name not in LR_RULES
+        name not in LR_RULE_NAMES
+        or (name == TUNED_RULE) != ("rate" in rule)
+        or (name == TUNED_RULE and not tuned_rate_ok)
         or not isinstance(base, int)
         or not isinstance(warmup, int)
         or isinstance(base, bool)
@@ -85,7 +100,10 @@ def _checked_lr_rule(rule: Any) -> dict[str, Any]:
         or warmup < 0
     ):
         raise SpecError(f"run spec field 'lr_rule': {dict(rule)!r} is not {shape}")
-    return {"rule": name, "base_batch": base, "warmup_iterations": warmup}
+    checked = {"rule": name, "base_batch": base, "warmup_iterations": warmup}
+    if name == TUNED_RULE:
+        checked["rate"] = float(rate)
+    return checked
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +146,7 @@ class RunSpec:
     init: str = "framework"
     #: The learning rate as a declared function of the global batch: ``{"rule": fixed|linear|
     #: sqrt, "base_batch": B0, "warmup_iterations": W}``; ``learning_rate`` is the rate at B0.
+    #: ``{"rule": "tuned", ..., "rate": r}``: the rate a sweep chose for this global batch.
     #: None: ``learning_rate`` at every batch, from the first step (``fixed`` without warm-up).
     lr_rule: Mapping[str, Any] | None = None
     #: The framework's options, defaults filled (``dlscale/runners/<fw>/options.schema.json``).
@@ -211,6 +230,8 @@ class RunSpec:
         ``learning_rate`` (the rate at the rule's base batch)."""
         if self.lr_rule is None:
             return self.learning_rate
+        if self.lr_rule["rule"] == TUNED_RULE:
+            return float(self.lr_rule["rate"])
         ratio = self.global_batch / self.lr_rule["base_batch"]
         return self.learning_rate * LR_RULES[self.lr_rule["rule"]](ratio)
 

@@ -38,9 +38,9 @@ rule aggregate:
 
 use rule train as parity_reference with:
     """The reference framework's 1-rank run of a global batch the study trains on more
-    nodes, for the parity check (dlscale.study.matrix.parity_references)."""
+    nodes, for the parity check (dlscale.study.matrix.parity_reference_runs)."""
     input:
-        unpack(run_input),
+        unpack(parity_reference_input),
     output:
         events=f"{PARITY_REFERENCE_DIR}/{runid.RUN_ID_TEMPLATE}/events.jsonl",
     log:

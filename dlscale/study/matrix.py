@@ -8,11 +8,12 @@ Imported when Snakemake builds the DAG, so it stays light: no framework, no pand
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from dlscale import catalog, networks, runid
 from dlscale.runid import Run
-from dlscale.runspec import RunSpec
+from dlscale.runspec import TUNED_RULE, RunSpec, SpecError
 
 FRAMEWORKS = catalog.FRAMEWORK_NAMES
 MODELS = catalog.MODEL_NAMES
@@ -95,14 +96,18 @@ def dataset_of(study: dict[str, Any], model: str) -> str:
     return study["datasets"][model]
 
 
-def run_spec(study: dict[str, Any], run: Run, tuned: dict[str, Any] | None = None) -> RunSpec:
+def run_spec(
+    study: dict[str, Any], run: Run, tuned: dict[str, Any] | None = None, lr_rate: float | None = None
+) -> RunSpec:
     """Everything a runner needs to know about one run, and nothing that does not change it.
 
     The spec is passed to the job as a parameter: Snakemake reruns a run when its spec
     changes, and only then. Its hash is recorded in the events as ``config_sha256``.
     ``tuned``: the options the tuning stage chose for the run's framework and model
     (dlscale.tune.grid), over the framework's section of the study; a choice equal to the
-    defaults leaves the spec, and its hash, as they were without tuning.
+    defaults leaves the spec, and its hash, as they were without tuning. ``lr_rate``: the
+    rate the learning-rate sweep chose for the run's model and global batch, which a model
+    under ``rule: tuned`` needs (``dlscale.tune.rates``) and any other refuses.
     """
     options = {**study[catalog.framework(run.framework).options_key], **(tuned or {})}
     return RunSpec(
@@ -127,9 +132,29 @@ def run_spec(study: dict[str, Any], run: Run, tuned: dict[str, Any] | None = Non
         options=options,
         input=study["input"],
         input_workers=study["input_workers"],
-        lr_rule=lr_rule_of(study, run.model),
+        lr_rule=_with_rate(lr_rule_of(study, run.model), lr_rate, run),
         **quality_fields(study, run.model),
     )
+
+
+def _with_rate(rule: dict[str, Any] | None, rate: float | None, run: Run) -> dict[str, Any] | None:
+    tuned = rule is not None and rule["rule"] == TUNED_RULE
+    if tuned != (rate is not None):
+        raise SpecError(
+            f"run {run.run_id}: "
+            + (
+                f"{run.model}'s rate is tuned, and no swept rate was given for global batch {run.batch * run.world_size}"
+                if tuned
+                else f"a swept rate ({rate}) was given, and {run.model}'s rule is not {TUNED_RULE!r}"
+            )
+        )
+    return rule if rate is None else {**rule, "rate": float(rate)}
+
+
+def is_tuned_rate(study: dict[str, Any], model: str) -> bool:
+    """Whether ``model``'s learning rate per global batch comes from a sweep (``rule: tuned``)."""
+    rule = (study.get("lr_scaling") or {}).get(model)
+    return rule is not None and rule["rule"] == TUNED_RULE
 
 
 def lr_rule_of(study: dict[str, Any], model: str) -> dict[str, Any] | None:
@@ -149,13 +174,12 @@ def lr_rule_of(study: dict[str, Any], model: str) -> dict[str, Any] | None:
     }
 
 
-def parity_references(study: dict[str, Any]) -> list[RunSpec]:
+def parity_reference_runs(study: dict[str, Any]) -> list[Run]:
     """The reference runs the parity check needs beside the study's own (``init: shared``):
     for every model and global batch the study trains on more than one rank, the reference
-    framework's 1-rank run of that global batch, on the same learning-rate schedule, for the
-    losses the check compares (``catalog.PARITY_ITERATIONS``, no warm-up, no evaluation),
-    one per repeat the study starts with (each repeat's seed is its own). Where the study
-    already has that run (the reference framework at 1 node, 1 rank), none is added.
+    framework's 1-rank run of that global batch, one per repeat the study starts with (each
+    repeat's seed is its own). Where the study already has that run (the reference
+    framework at 1 node, 1 rank), none is added. Their specs: ``parity_reference_spec``.
 
     Cheap (a few seconds of steps each), and what lets the check prove the same work where
     the frameworks differ: the gradient average over nodes, the parameter servers.
@@ -170,16 +194,38 @@ def parity_references(study: dict[str, Any]) -> list[RunSpec]:
     }
     wanted = sorted({(r.model, r.batch * r.world_size, r.repeat) for r in runs if r.world_size > 1} - own)
     return [
-        dataclasses.replace(
-            run_spec(study, Run(catalog.PARITY_REFERENCE, model, 1, 1, global_batch, repeat, networks.HOST)),
-            iterations=catalog.PARITY_ITERATIONS,
-            warmup=0,
-            eval_every=0,
-            quality_target=None,
-            max_iterations=0,
-        )
+        Run(catalog.PARITY_REFERENCE, model, 1, 1, global_batch, repeat, networks.HOST)
         for model, global_batch, repeat in wanted
     ]
+
+
+def parity_references(
+    study: dict[str, Any], lr_rate_of: Callable[[str, int], float] | None = None
+) -> list[RunSpec]:
+    """Every parity reference's spec (``parity_reference_runs``, ``parity_reference_spec``);
+    ``lr_rate_of(model, global_batch)``: the swept rate of a model under ``rule: tuned``."""
+    return [
+        parity_reference_spec(
+            study,
+            run,
+            lr_rate_of(run.model, run.batch) if lr_rate_of and is_tuned_rate(study, run.model) else None,
+        )
+        for run in parity_reference_runs(study)
+    ]
+
+
+def parity_reference_spec(study: dict[str, Any], run: Run, lr_rate: float | None = None) -> RunSpec:
+    """One parity reference's spec: the study's run of ``run``, on the same learning-rate
+    schedule, cut to the losses the check compares (``catalog.PARITY_ITERATIONS``, no
+    warm-up, no evaluation)."""
+    return dataclasses.replace(
+        run_spec(study, run, lr_rate=lr_rate),
+        iterations=catalog.PARITY_ITERATIONS,
+        warmup=0,
+        eval_every=0,
+        quality_target=None,
+        max_iterations=0,
+    )
 
 
 #: How many times a model's ``iterations`` a run with a quality target may train by default.

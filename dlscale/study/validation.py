@@ -21,7 +21,7 @@ from dlscale import catalog, networks, options, quality
 from dlscale.base import strictyaml
 from dlscale.data import initweights
 from dlscale.host import netns
-from dlscale.runspec import LR_RULES
+from dlscale.runspec import LR_RULE_NAMES, TUNED_RULE
 from dlscale.study.matrix import (
     IMPLEMENTED_FRAMEWORKS,
     global_batch_of,
@@ -82,7 +82,7 @@ def complete_schema(schema: dict[str, Any]) -> dict[str, Any]:
     schema["$defs"]["framework_name"]["enum"] = list(catalog.FRAMEWORK_NAMES)
     schema["$defs"]["model_name"]["enum"] = list(catalog.MODEL_NAMES)
     # The learning-rate rules the runners know: one dict behind both branches (a YAML anchor).
-    schema["properties"]["lr_scaling"]["oneOf"][0]["properties"]["rule"]["enum"] = list(LR_RULES)
+    schema["properties"]["lr_scaling"]["oneOf"][0]["properties"]["rule"]["enum"] = list(LR_RULE_NAMES)
     for sub in schema["properties"].values():
         source = sub.get("x-catalog-default")
         if source is None:
@@ -361,11 +361,30 @@ def _check_quality(study: dict[str, Any]) -> None:
                     f"config key 'init': shared has no initialisation for {model}"
                     f" (models: {', '.join(initweights.LAYOUTS)})"
                 )
+    _check_tuned_rate(study)
     for model in study.get("max_iterations") or {}:
         if model not in (study.get("quality_target") or {}):
             raise ConfigError(
                 f"config key 'max_iterations.{model}': {model} has no quality_target"
                 " (without one a run trains its iterations)"
+            )
+
+
+def _check_tuned_rate(study: dict[str, Any]) -> None:
+    """``rule: tuned`` chooses each batch's rate by steps to the model's quality target, so
+    the model needs one; the sweep's keys mean nothing under the computed rules."""
+    for model, rule in (study.get("lr_scaling") or {}).items():
+        tuned = rule["rule"] == TUNED_RULE
+        for key in ("sweep", "sweep_repeats"):
+            if key in rule and not tuned:
+                raise ConfigError(
+                    f"config key 'lr_scaling.{model}.{key}': only rule {TUNED_RULE!r} sweeps rates"
+                    f" ({model}'s rule is {rule['rule']!r})"
+                )
+        if tuned and model in study["models"] and model not in (study.get("quality_target") or {}):
+            raise ConfigError(
+                f"config key 'lr_scaling.{model}.rule': {TUNED_RULE!r} chooses the rate with the"
+                f" fewest steps to {model}'s quality_target, and {model} has none"
             )
 
 

@@ -32,6 +32,7 @@ from dlscale.options import (
 )
 from dlscale.runspec import RunSpec
 from dlscale.study import matrix
+from dlscale.tune import rates
 
 # --- the grid: settings that compute differently ------------------------------------------------
 
@@ -42,7 +43,14 @@ def _one_node_spec(
     run = matrix.Run(
         framework, model, 1, study["ranks_per_node"], matrix.batch_per_rank(study, model, 1), repeat
     )
-    return matrix.run_spec(study, run, dict(setting))
+    # A tuning run measures throughput, not steps to a target: under ``rule: tuned`` it
+    # trains at the linear rule's rate (the sweep's centre), known before any sweep ran.
+    rate = (
+        rates.linear_rate(study, model, run.batch * run.world_size)
+        if matrix.is_tuned_rate(dict(study), model)
+        else None
+    )
+    return matrix.run_spec(study, run, dict(setting), lr_rate=rate)
 
 
 def grid_report(study: Mapping[str, Any], framework: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:

@@ -48,7 +48,7 @@ PARITY_FILES = ["results/parity.csv"] if STUDY["init"] == "shared" else []
 NODES_FILES = nodes_files() if STUDY.get("quality_target") else []
 #: The reference runs the parity check needs beside the study's (rule parity_reference).
 PARITY_REFERENCE_DIR = "results/parity/reference"
-PARITY_REFERENCES = {spec.run_id: spec for spec in dlstudy.parity_references(STUDY)}
+PARITY_REFERENCES = {run.run_id: run for run in dlstudy.parity_reference_runs(STUDY)}
 PARITY_REFERENCE_EVENTS = [
     f"{PARITY_REFERENCE_DIR}/{run_id}/events.jsonl" for run_id in PARITY_REFERENCES
 ]
@@ -58,7 +58,14 @@ def parity_reference_of(wildcards):
     run_id = run_of(wildcards).run_id
     if run_id not in PARITY_REFERENCES:
         raise WorkflowError(f"{run_id} is no parity reference of this study")
-    return PARITY_REFERENCES[run_id]
+    run = PARITY_REFERENCES[run_id]
+    return dlstudy.parity_reference_spec(STUDY, run, lr_rate_of(run.model, run.batch))
+
+
+@inspected
+def parity_reference_input(wildcards):
+    """A reference's inputs: a run's, and the swept rate it trains at (rule: tuned)."""
+    return {**run_input(wildcards), **lr_choice_inputs(run_of(wildcards))}
 
 
 @inspected

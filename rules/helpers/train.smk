@@ -54,7 +54,7 @@ def train_input(wildcards):
     """A study run's inputs: run_input's, and the tuning stage's choice for its framework
     and model where that framework is tuned (its spec is known only once the choice is:
     checkpoint tune_choice, rules/tune.smk)."""
-    inputs = run_input(wildcards)
+    inputs = {**run_input(wildcards), **lr_choice_inputs(run_of(wildcards))}
     if TUNED.get(wildcards.framework):
         # The path itself, not checkpoints...get(): every input stays known (a dry run
         # prints the job whole); the spec parameters read the choice through the
@@ -69,14 +69,18 @@ def train_input(wildcards):
 
 def run_spec(run):
     """A run's spec (dlscale.runspec.RunSpec), with the tuning stage's choice for its
-    framework and model; built once per run and choice (two params use it; a job
+    framework and model and, under ``rule: tuned``, its model and batch's swept rate; built once per run and choice (two params use it; a job
     re-evaluated after the choice is made gets the new one)."""
-    return _run_spec(run, json.dumps(tuned_options(run), sort_keys=True))
+    return _run_spec(
+        run,
+        json.dumps(tuned_options(run), sort_keys=True),
+        lr_rate_of(run.model, run.batch * run.world_size),
+    )
 
 
 @functools.cache
-def _run_spec(run, tuned_json):
-    return dlstudy.run_spec(STUDY, run, json.loads(tuned_json))
+def _run_spec(run, tuned_json, lr_rate):
+    return dlstudy.run_spec(STUDY, run, json.loads(tuned_json), lr_rate)
 
 
 @inspected
