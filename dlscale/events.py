@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from dlscale.base import atomic
+from dlscale.base import atomic, foreign
 from dlscale.runspec import LR_RULE_NAMES
 
 EVENT_TYPES = ("run_start", "iteration", "eval", "run_end")
@@ -222,6 +222,12 @@ class EventError(ValueError):
     """
 
 
+class RefusedEvents(EventError):
+    """An events file refused as hostile input rather than as a broken run: not a regular
+    file (a FIFO, a link, a folder, a device), or a line nested deeper than
+    ``dlscale.base.foreign.MAX_JSON_DEPTH``. verify refuses a study holding one (exit 2)."""
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -341,7 +347,11 @@ def iter_numbered(
     that is only for part files, which are evidence, never for final events files. A line
     longer than ``MAX_LINE_CHARS`` is an error in either mode.
     """
-    with open(path, encoding="utf-8") as handle:
+    try:
+        opened = foreign.open_text(path, None, str(path))
+    except foreign.Refused as err:
+        raise RefusedEvents(str(err)) from None
+    with opened as handle:
         lines = _numbered_lines(path, handle)
         pending = next(lines, None)
         while pending is not None:
@@ -357,10 +367,15 @@ def iter_numbered(
             is_last = pending is None
             if not line.endswith("\n") and strict:
                 raise EventError(f"{path}:{number}: line is cut off (no newline): the file is truncated")
+            if foreign.json_depth_exceeds(line):
+                raise RefusedEvents(
+                    f"{path}:{number}: JSON nested deeper than {foreign.MAX_JSON_DEPTH} levels"
+                    " (dlscale.base.foreign.MAX_JSON_DEPTH): no run writes that"
+                )
             try:
                 event = json.loads(line)
                 yield number, validate_event(event)
-            except (json.JSONDecodeError, EventError) as err:
+            except ValueError as err:  # JSONDecodeError, EventError, an integer of 4,300+ digits
                 if not strict and is_last:
                     return
                 raise EventError(f"{path}:{number}: {err}") from None

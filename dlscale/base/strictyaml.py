@@ -5,7 +5,9 @@ A key given twice in one mapping: PyYAML keeps the last without a word, so a stu
 ``frameworks:`` written twice runs the second list, and a system file's node count typed
 twice drops a published point. Aliases (``*name``): neither a study config nor a system
 file has a use for them, and nested ones (a "billion laughs" document) are a few lines
-that expand to gigabytes once copied or validated. Every refusal names the line.
+that expand to gigabytes once copied or validated. Nesting deeper than ``MAX_DEPTH``: the
+composer and every consumer recurse, so 200 KB of ``[[[[`` is a ``RecursionError`` naming
+no file. Every refusal names the line.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from collections.abc import Hashable
 from typing import Any
 
 import yaml
+
+#: How deep sequences and mappings may nest: a study config nests 4 levels, a system file
+#: 3; 64 as ``dlscale.base.foreign.MAX_JSON_DEPTH``, far below Python's recursion limit.
+MAX_DEPTH = 64
 
 
 class RefusedYAML(yaml.MarkedYAMLError):
@@ -25,6 +31,7 @@ class StrictLoader(yaml.SafeLoader):
     ``aliases`` is set, every alias."""
 
     aliases = False
+    depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if not self.aliases and self.check_event(yaml.AliasEvent):
@@ -32,7 +39,18 @@ class StrictLoader(yaml.SafeLoader):
             raise RefusedYAML(
                 None, None, f"alias *{event.anchor}: aliases are not allowed here", event.start_mark
             )
-        return super().compose_node(parent, index)
+        if self.depth >= MAX_DEPTH:
+            raise RefusedYAML(
+                None,
+                None,
+                f"nested deeper than {MAX_DEPTH} levels: no config writes that",
+                self.peek_event().start_mark,
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: set[Any] = set()
