@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from dlscale import catalog
 from dlscale.analysis import batch_scaling
 
 #: One S(B) curve per framework, model and rule.
@@ -37,6 +38,7 @@ FIT_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 STEPS_COLUMNS: tuple[str, ...] = (
     *batch_scaling.STEPS_COLUMNS, "fit_steps", "band_low", "band_high", "leaves_band", "regime",
+    "reference_check",
 )  # fmt: skip
 NODES_COLUMNS: tuple[str, ...] = (
     *batch_scaling.NODES_COLUMNS, "fastest", "cheapest", "winner_note",
@@ -86,6 +88,7 @@ def _with_fit_points(
         if fit.fitted
     ]
     extra = ["fit_steps", "band_low", "band_high", "leaves_band", "regime"]
+    steps = steps.assign(reference_check=reference_check(steps))
     if not points or steps.empty:
         return steps.assign(**{c: math.nan for c in extra})[list(STEPS_COLUMNS)]
     placed = pd.concat(points, ignore_index=True)[[*FIT_KEYS, "global_batch", *extra]]
@@ -94,6 +97,43 @@ def _with_fit_points(
     placed = placed.astype({"global_batch": "float64"})
     merged = steps.merge(placed, on=keys, how="left", validate="many_to_one")
     return merged[list(STEPS_COLUMNS)]
+
+
+#: reference_check's words. A framework that needs fewer steps than the reference beyond
+#: both intervals is flagged, not crowned (MLPerf's reference-convergence-point check):
+#: the same optimisation on the same batches cannot need fewer steps, so it did other work.
+REFERENCE_ROW = "reference"
+NO_REFERENCE = "n/a: no reference run at this batch and rate"
+FASTER_THAN_REFERENCE = "flagged: fewer steps than the reference beyond both intervals"
+SLOWER_THAN_REFERENCE = "more steps than the reference beyond both intervals"
+WITHIN_REFERENCE = "within the reference's interval"
+
+
+def reference_check(steps: pd.DataFrame) -> pd.Series:
+    """Per steps row, against the reference framework's (``catalog.PARITY_REFERENCE``) row
+    of the same model, rule, rate, global batch and target: flagged where it converged
+    faster beyond both intervals (module constants)."""
+    keys = ["model", "lr_rule", "lr_rate", "global_batch", "target_metric", "target_value"]
+    reference = {
+        tuple(row[k] for k in keys): row
+        for row in steps[steps["framework"].eq(catalog.PARITY_REFERENCE)].to_dict("records")
+    }
+    words = []
+    for row in steps.to_dict("records"):
+        ref = reference.get(tuple(row[k] for k in keys))
+        if row["framework"] == catalog.PARITY_REFERENCE:
+            words.append(REFERENCE_ROW)
+        elif ref is None or not (
+            math.isfinite(ref["steps_to_target"]) and math.isfinite(row["steps_to_target"])
+        ):
+            words.append(NO_REFERENCE)
+        elif row["steps_high"] < ref["steps_low"]:
+            words.append(FASTER_THAN_REFERENCE)
+        elif row["steps_low"] > ref["steps_high"]:
+            words.append(SLOWER_THAN_REFERENCE)
+        else:
+            words.append(WITHIN_REFERENCE)
+    return pd.Series(words, index=steps.index, dtype=object)
 
 
 def _with_winners(by_nodes: pd.DataFrame) -> pd.DataFrame:

@@ -182,3 +182,24 @@ def test_a_rate_without_runs_still_has_its_row():
     assert list(table["lr_rate"]) == [0.01, 0.02, 0.04]
     assert list(table["repeats"].fillna(0)) == [3, 0, 0]
     assert rate_choice.choose(table)[0] == 0.01
+
+
+def test_a_framework_faster_than_the_reference_beyond_both_intervals_is_flagged_not_crowned():
+    from dlscale.analysis import nodes_to_target
+
+    def row(framework, steps, low, high, rate=0.02):
+        return {"framework": framework, "model": "lenet", "lr_rule": "tuned", "lr_rate": rate,
+                "global_batch": 128, "target_metric": "top1", "target_value": 0.9,
+                "steps_to_target": steps, "steps_low": low, "steps_high": high}  # fmt: skip
+
+    steps = pd.DataFrame([
+        row("torch", 50, 40, 60), row("caffe", 30, 20, 35), row("tensorflow", 50, 45, 70),
+        row("bigdl", 90, 80, 100), row("caffe", 30, 20, 35, rate=0.04),
+    ])  # fmt: skip
+    assert list(nodes_to_target.reference_check(steps)) == [
+        nodes_to_target.REFERENCE_ROW,
+        nodes_to_target.FASTER_THAN_REFERENCE,
+        nodes_to_target.WITHIN_REFERENCE,
+        nodes_to_target.SLOWER_THAN_REFERENCE,
+        nodes_to_target.NO_REFERENCE,
+    ]
