@@ -26,6 +26,7 @@ from dlscale.analysis.findings import findings as findings_of
 from dlscale.analysis.nodes_to_target import nodes_to_target
 from dlscale.analysis.tables import add_roofline, load_study
 from dlscale.base import atomic
+from dlscale.base.untrusted import write_csv
 from dlscale.host import roofline
 from dlscale.outputs import AGGREGATE_FILES
 
@@ -107,20 +108,20 @@ def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]])
     if unknown:
         raise KeyError(f"unknown output(s) {', '.join(unknown)}; expected {', '.join(OUTPUT_FILES)}")
     writers = {
-        "runs_csv": lambda tmp: tables.runs.to_csv(tmp, index=False),
+        "runs_csv": lambda tmp: write_csv(tables.runs, tmp),
         "runs_parquet": lambda tmp: tables.runs.to_parquet(tmp, index=False),
         "iterations_parquet": lambda tmp: tables.iterations.to_parquet(
             tmp, index=False, row_group_size=ITERATION_ROW_GROUP
         ),
-        "cells_csv": lambda tmp: tables.cells.to_csv(tmp, index=False),
-        "findings_csv": lambda tmp: tables.findings.to_csv(tmp, index=False),
-        "claims_csv": lambda tmp: tables.claims.to_csv(tmp, index=False),
-        "evals_csv": lambda tmp: tables.evals.to_csv(tmp, index=False),
-        "time_to_target_csv": lambda tmp: tables.time_to_target.to_csv(tmp, index=False),
-        "target_runs_csv": lambda tmp: tables.target_runs.to_csv(tmp, index=False),
-        "steps_to_target_csv": lambda tmp: tables.steps_to_target.to_csv(tmp, index=False),
-        "batch_fit_csv": lambda tmp: tables.batch_fit.to_csv(tmp, index=False),
-        "nodes_to_target_csv": lambda tmp: tables.nodes_to_target.to_csv(tmp, index=False),
+        "cells_csv": lambda tmp: write_csv(tables.cells, tmp),
+        "findings_csv": lambda tmp: write_csv(tables.findings, tmp),
+        "claims_csv": lambda tmp: write_csv(tables.claims, tmp),
+        "evals_csv": lambda tmp: write_csv(tables.evals, tmp),
+        "time_to_target_csv": lambda tmp: write_csv(tables.time_to_target, tmp),
+        "target_runs_csv": lambda tmp: write_csv(tables.target_runs, tmp),
+        "steps_to_target_csv": lambda tmp: write_csv(tables.steps_to_target, tmp),
+        "batch_fit_csv": lambda tmp: write_csv(tables.batch_fit, tmp),
+        "nodes_to_target_csv": lambda tmp: write_csv(tables.nodes_to_target, tmp),
     }
     return atomic.replace_all({target: writers[name] for name, target in targets.items()})
 

@@ -33,6 +33,7 @@ import pandas as pd
 
 from dlscale import catalog
 from dlscale.base import atomic
+from dlscale.base.untrusted import write_csv
 from dlscale.events import read_events
 from dlscale.runspec import scheduled_rate
 from dlscale.thresholds import threshold
@@ -287,7 +288,7 @@ def parity_table(
 
 
 def write_table(table: pd.DataFrame, target: str | Path) -> Path:
-    return atomic.replace_with(target, lambda tmp: table.to_csv(tmp, index=False))
+    return atomic.replace_with(target, lambda tmp: write_csv(table, tmp))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

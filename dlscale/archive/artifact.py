@@ -53,8 +53,14 @@ from dlscale.outputs import AGGREGATE_FILES
 from dlscale.study import matrix as dlstudy
 from dlscale.study import validation
 
-FORMAT = "dlscale-artifact/1"
+#: /2: the manifest carries its seal (``MANIFEST_SEAL``); /1 archives have none.
+FORMAT = "dlscale-artifact/2"
 MANIFEST = "MANIFEST.json"
+#: The manifest's key holding the sha256 of the rest of it (``manifest_seal``): an edit of
+#: the provenance (host, platform, versions) that does not redo the seal fails verify's
+#: integrity check, as an edited data file does; one that redoes it is caught only by the
+#: publisher's digest of the archive (docs/verify.md, "What verify proves").
+MANIFEST_SEAL = "manifest_sha256"
 #: Needed for a study to be handed over: without them there is nothing to verify.
 REQUIRED = ("results/runs.csv", "results/findings.csv")
 #: Under results/: what is never archived (datasets and benchmarks are not the study's
@@ -238,6 +244,12 @@ def collect(
     return members, manifest
 
 
+def manifest_seal(manifest: dict[str, Any]) -> str:
+    """The sha256 of ``manifest`` without its seal, as canonical JSON (sorted keys, no spaces)."""
+    body = {key: value for key, value in manifest.items() if key != MANIFEST_SEAL}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def file_entries(members: dict[str, Path]) -> dict[str, dict[str, Any]]:
     return {
         name: {"sha256": sha256_file(path), "bytes": path.stat().st_size}
@@ -288,6 +300,7 @@ def make_artifact(
         envs_dir = Path(read_study_config(config_paths)["envs_dir"]) if config_paths else Path(".venvs")
     members, manifest = collect(results, config_paths, Path(envs_dir), out)
     manifest["files"] = file_entries(members)
+    manifest[MANIFEST_SEAL] = manifest_seal(manifest)
     top = out.name.removesuffix(".gz").removesuffix(".tgz").removesuffix(".tar")
     write_archive(out, top, members, manifest)
     digest = sha256_file(out)

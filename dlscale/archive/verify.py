@@ -1,6 +1,14 @@
 """Check a handed-over study: ``python -m dlscale.archive.verify ARCHIVE_OR_RESULTS_DIR``.
 
-Two checks, and every difference is reported by file name with what differs:
+Two results, always both printed (docs/verify.md, "What verify proves"):
+
+* integrity: the study is consistent with itself (the checks below);
+* authenticity: the archive is the one its publisher made, judged only against a digest
+  from the publisher (``--expect-sha256 HEX``, the ``ARCHIVE.sha256`` beside it;
+  ``dlscale.archive.origin``). Without one the verdict says "consistent, origin not
+  proven": a forger can make an archive consistent.
+
+The integrity checks, every difference reported by file name with what differs:
 
 1. Checksums (an archive from ``make artifact``, or a folder it was unpacked into): every
    file listed in ``MANIFEST.json`` must be there with its sha256 and size, nothing may
@@ -12,11 +20,17 @@ Two checks, and every difference is reported by file name with what differs:
    relative paths) and compared with the stored ones: the CSV tables (runs, findings, ...)
    cell by cell as text (the same formatting, so floats must match to the last digit),
    ``runs.parquet`` and ``iterations.parquet`` (the figures' data) value by value,
-   exactly. The scaling model's tables, the figures and the report are covered by the
-   checksums.
+   exactly. The scaling model's tables are covered by the checksums.
+3. What a reader sees (``dlscale.archive.published``): each study figure's embedded data
+   against its tables, and every file the report embeds against the study's own.
 
-Exit status 0 when everything matches, 1 when anything differs (each difference one line,
-``FILE: what``), 2 when the argument is not a study or is refused as hostile (one line on
+The manifest itself carries a seal (the sha256 of the rest of it), so that its provenance
+(host, platform, versions) is covered as the data are: an edit that does not redo the seal
+fails integrity, one that does is caught by the publisher's digest alone.
+
+Exit status 0 when everything matches (with or without proof of origin: the verdict says
+which), 1 when anything differs or the publisher's digest does not match (each difference
+one line, ``FILE: what``), 2 when the argument is not a study or is refused as hostile (one line on
 stderr, ``verify: refused: member 'NAME': the rule it broke``).
 
 Archives come from elsewhere and are hostile input (dlscale.archive.safety): every member's
@@ -42,17 +56,22 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dlscale.archive import safety
+from dlscale.archive import published, safety
 from dlscale.archive.artifact import (
     EXCLUDED_DIRS,
+    FORMAT,
     MANIFEST,
+    MANIFEST_SEAL,
     MAX_FILE_BYTES,
+    manifest_seal,
     read_study_config,
     sha256_file,
 )
 from dlscale.archive.codehash import analysis_code_sha256
+from dlscale.archive.origin import FAILED, NOT_PROVEN, VERDICT, Origin, check_origin
 from dlscale.archive.recompute import Report, check_tables, recorded_events_paths
 from dlscale.archive.safety import Limits, Member, Refused, check_tree, confined, member, safe_relative
+from dlscale.base.untrusted import shown
 from dlscale.study.matrix import expand_runs
 
 #: What an archive may unpack to unless the command line says otherwise (docs/verify.md):
@@ -62,6 +81,27 @@ DEFAULT_LIMITS = Limits(max_member_bytes=MAX_FILE_BYTES)
 
 class NotAStudy(ValueError):
     """The argument is neither an archive nor a folder with results."""
+
+
+class Verdict(Report):
+    """The integrity report (``Report``: its problems are integrity's) and the
+    authenticity result (``origin``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.origin = Origin(NOT_PROVEN, "not checked")
+
+    @property
+    def authentic_or_unproven(self) -> bool:
+        """No digest from the publisher contradicts the archive."""
+        return self.origin.status != FAILED
+
+    @property
+    def words(self) -> str:
+        """The verdict in words: "consistent, origin not proven" and the like."""
+        if not self.ok:
+            return "inconsistent: " + ", ".join(self.files())
+        return VERDICT[self.origin.status]
 
 
 @contextlib.contextmanager
@@ -174,6 +214,32 @@ def check_manifest(root: Path, manifest: dict[str, Any], report: Report) -> None
     for name in sorted(present - set(listed)):
         report.add(name, f"not listed in {MANIFEST} (added after the archive was made?)")
     report.checked.append(f"{len(listed)} checksums")
+    check_seal(manifest, report)
+
+
+def check_seal(manifest: dict[str, Any], report: Report) -> None:
+    """The manifest's own content (its provenance: host, platform, versions) against its
+    seal; a manifest of this format without one fails, an older one is noted."""
+    recorded = manifest.get(MANIFEST_SEAL)
+    if recorded is None:
+        if manifest.get("format") == FORMAT:
+            report.add(
+                MANIFEST, f"no {MANIFEST_SEAL} (its format {FORMAT!r} has one): edited after it was made?"
+            )
+        else:
+            report.notes.append(
+                f"{MANIFEST} has no seal (format {shown(manifest.get('format'))}, made before seals):"
+                " its provenance is checked by the publisher's digest alone"
+            )
+        return
+    if recorded != manifest_seal(manifest):
+        report.add(
+            MANIFEST,
+            f"its content differs from its seal ({MANIFEST_SEAL} {str(recorded)[:16]}...): edited after"
+            " it was made (provenance: host, platform, versions, or another field)",
+        )
+        return
+    report.checked.append("the manifest's seal")
 
 
 def check_study_runs(results: Path, run_ids: Sequence[str], report: Report, prefix: str = "results/") -> None:
@@ -189,10 +255,17 @@ def check_study_runs(results: Path, run_ids: Sequence[str], report: Report, pref
 # --- entry point ----------------------------------------------------------------------
 
 
-def verify(target: str | Path, config: str | Path | None = None, limits: Limits = DEFAULT_LIMITS) -> Report:
+def verify(
+    target: str | Path,
+    config: str | Path | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    expect_sha256: str | None = None,
+) -> Verdict:
     """Check an archive, an unpacked archive or a results folder; see the module doc.
     ``Refused`` for hostile input, ``NotAStudy`` for what is no study at all."""
-    report = Report()
+    report = Verdict()
+    if Path(target).exists():
+        report.origin = check_origin(Path(target), expect_sha256)
     with opened(target, limits) as (root, results):
         manifest_path = root / MANIFEST
         prefix = _rel(results, root) + "/" if results != root else ""
@@ -216,6 +289,8 @@ def verify(target: str | Path, config: str | Path | None = None, limits: Limits 
             study = read_study_config([Path(config)])
             check_study_runs(results, [run.run_id for run in expand_runs(study)], report, prefix)
         check_tables(results, report, prefix)
+        published.check_figures(results, report, prefix)
+        published.check_report(root, results, report, prefix)
     return report
 
 
@@ -246,6 +321,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("target", help="an archive (make artifact), an unpacked archive, or a results folder")
     parser.add_argument("--config", help="the study's config: check that every run of it has its events")
+    parser.add_argument(
+        "--expect-sha256",
+        metavar="HEX",
+        help="the archive's sha256 as its publisher gave it (make artifact prints it): proves its origin;"
+        " without it (or the publisher's ARCHIVE.sha256 beside the archive) the verdict is"
+        " 'consistent, origin not proven'",
+    )
     limits = parser.add_argument_group("limits on an archive (docs/verify.md)")
     default = DEFAULT_LIMITS
     limits.add_argument(
@@ -288,32 +370,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_members=args.max_members,
     )
     try:
-        report = verify(args.target, args.config, limits)
+        report = verify(args.target, args.config, limits, args.expect_sha256)
     except Refused as err:
         print(f"verify: refused: {_one_line(err)}", file=sys.stderr)
         return 2
     except NotAStudy as err:
         print(f"verify: {_one_line(err)}", file=sys.stderr)
         return 2
-    for note in report.notes:
-        print(f"note: {note}")
-    for line in report.lines():
+    for line in result_lines(str(args.target), report):
         print(line)
+    return 0 if report.ok and report.authentic_or_unproven else 1
+
+
+def result_lines(target: str, report: Verdict) -> list[str]:
+    """What verify prints, every line with the names from input escaped (``shown``: a
+    name holding a newline or a terminal escape prints as ``\\n``, ``\\x1b``): the notes,
+    the differences, then the integrity result, the authenticity result and the verdict."""
+    lines = [f"note: {note}" for note in report.notes] + report.lines()
+    name = shown(target)
     if report.ok:
-        print(
-            f"verify: OK: {args.target}: {', '.join(report.checked)}; every table matches its recomputation"
+        lines.append(
+            f"verify: integrity: OK: {name}: {', '.join(report.checked)}; every table matches its"
+            " recomputation and the figures and report show the tables"
         )
-        return 0
-    print(
-        f"verify: FAILED: {args.target}: {len(report.problems)} differences in {len(report.files())} files:"
-        f" {', '.join(report.files())}"
-    )
-    return 1
+    else:
+        lines.append(
+            f"verify: integrity: FAILED: {name}: {len(report.problems)} differences in"
+            f" {len(report.files())} files: {', '.join(report.files())}"
+        )
+    lines.append(f"verify: authenticity: {report.origin.status.upper()}: {report.origin.detail}")
+    ok = report.ok and report.authentic_or_unproven
+    lines.append(f"verify: {'OK' if ok else 'FAILED'}: {name}: {report.words}")
+    return [shown(line) for line in lines]
 
 
 def _one_line(err: Exception) -> str:
-    """A message on one line, whatever a name in it held."""
-    return str(err).replace("\r", "\\r").replace("\n", "\\n")
+    """A message on one line, whatever a name in it held (control characters escaped)."""
+    return shown(err)
 
 
 if __name__ == "__main__":
