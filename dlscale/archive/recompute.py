@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -24,7 +23,10 @@ from typing import Any
 from dlscale import runid
 from dlscale.archive.artifact import analysis_outputs
 from dlscale.archive.safety import Refused, confined, safe_relative
+from dlscale.base.foreign import read_json
 
+#: The host's matmul peak (results/host/matmul_peak.json) is a few hundred bytes.
+MAX_PEAK_BYTES = 1 << 20
 #: At most this many differences are listed per file (then how many more there are).
 MAX_PER_FILE = 12
 #: Where a run's events file is, relative to the results folder.
@@ -142,7 +144,7 @@ def recompute(
 ) -> dict[str, Path] | None:
     """Every table of the aggregate rule, made again from ``results``' events into ``out``."""
     from dlscale.analysis import aggregate
-    from dlscale.events import EventError, check_file
+    from dlscale.events import EventError, RefusedEvents, check_file
 
     prefix, run_ids = _events_order(results, name_prefix)
     if os.path.isabs(prefix):
@@ -158,6 +160,10 @@ def recompute(
         path = f"{prefix}runs/{run_id}/events.jsonl"
         try:
             check_file(results / "runs" / run_id / "events.jsonl")  # streamed: bounded memory
+        except RefusedEvents as err:  # hostile, not a broken run: the study is refused
+            raise _refused_events(
+                err, results / "runs" / run_id / "events.jsonl", name_prefix + "runs/" + run_id
+            ) from None
         except (EventError, ValueError, OSError) as err:
             where = str(err).replace(str(results / "runs"), f"{name_prefix}runs")
             report.add(
@@ -174,7 +180,7 @@ def recompute(
             # What the aggregate rule runs (scripts/aggregate.py), with the host's matmul
             # peak (rules/tune.smk) when the study measured one.
             peak_file = results / "host" / "matmul_peak.json"
-            peak = json.loads(peak_file.read_text()) if peak_file.is_file() else None
+            peak = read_json(peak_file, MAX_PEAK_BYTES) if peak_file.is_file() else None
             aggregate.write_outputs(aggregate.aggregate(paths, peak), tables)
     except Refused:
         raise
@@ -186,6 +192,15 @@ def recompute(
         return None
     report.checked.append(f"{len(paths)} runs recomputed")
     return tables
+
+
+def _refused_events(err: Exception, path: Path, label: str) -> Refused:
+    """An events file refused as hostile (``RefusedEvents``), named as in the study, with
+    its line where the message has one."""
+    text = str(err).removeprefix(str(path))
+    line, _, rule = text.lstrip(":").partition(": ")
+    where = f"file {label + '/events.jsonl'!r}"
+    return Refused(f"{where} line {line}", rule) if line.isdigit() else Refused(where, text.lstrip(": "))
 
 
 def _key(

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
 
+from dlscale.base.foreign import Refused  # one class for every refusal of foreign input
+
 #: Read and written in pieces of this size (never a whole member in memory).
 CHUNK = 1 << 20
 #: Header records one member may take (its ustar header, PAX records, GNU long names).
@@ -64,14 +66,6 @@ class Limits:
     max_member_bytes: int = 64 << 20
     #: Members (files and folders): each costs an inode and a header.
     max_members: int = 100_000
-
-
-class Refused(ValueError):
-    """Hostile or broken input: ``where`` (the member or file) broke ``rule``."""
-
-    def __init__(self, where: str, rule: str) -> None:
-        super().__init__(f"{where}: {rule}")
-        self.where, self.rule = where, rule
 
 
 @dataclass(frozen=True)
@@ -430,7 +424,14 @@ def check_tree(
     ``skip``, and with ``hidden`` False every name starting with a dot (a failed run's
     ``.work``, which may hold its ranks' sockets), are not looked at: they are what
     dlscale.archive.artifact leaves out, and verify does not read them. ``label`` prefixes the
-    names in messages."""
+    names in messages. ``top`` itself may not be a link (a study folder's ``results/``
+    linked elsewhere is not read). With ``hard_links`` False (an unpacked archive) no folder
+    may be empty: dlscale.archive.artifact archives files only, so an empty folder was added
+    after, where the manifest's unlisted-file check does not see it."""
+    mode = os.lstat(top).st_mode
+    if stat.S_ISLNK(mode):
+        where = f"file {label.rstrip('/') or str(top)!r}"
+        raise Refused(where, f"a symbolic link (to {os.readlink(top)!r}): a study holds none")
     for folder, dirs, files in os.walk(top):
         here = Path(folder)
         dirs[:] = [
@@ -456,3 +457,13 @@ def check_tree(
                 raise Refused(where, "a socket: a study holds regular files and folders only")
             if stat.S_ISREG(mode.st_mode) and not hard_links and mode.st_nlink > 1:
                 raise Refused(where, f"a file with {mode.st_nlink} hard links: an unpacked archive has none")
+            if stat.S_ISDIR(mode.st_mode) and not hard_links and _empty(path):
+                raise Refused(
+                    where,
+                    "an empty folder, listed nowhere: an archive holds files only (added after it was made?)",
+                )
+
+
+def _empty(folder: Path) -> bool:
+    with os.scandir(folder) as entries:
+        return next(entries, None) is None
