@@ -57,6 +57,7 @@ from dlscale.analysis.cells import NO_CLEAR_WINNER, QUESTIONS
 from dlscale.analysis.claims import CONTRADICTED, INCONCLUSIVE, REPRODUCED
 from dlscale.analysis.speedup import COMPARISON_GROUP
 from dlscale.base import atomic
+from dlscale.base.untrusted import shown, write_csv
 from dlscale.compare import page as compare_page
 from dlscale.compare.cells import (
     COMPARISON_COLUMNS,
@@ -289,7 +290,7 @@ def compare(
     keys = tuple(k for k in MATCH_KEYS if k not in ignore)
     studies = [load_study_results(t, label) for t, label in zip(targets, unique_labels(targets), strict=True)]
     pairs = [compare_pair(studies[0], other, keys, noise_floor) for other in studies[1:]]
-    diffs = differences(studies)
+    diffs = with_verdicts(differences(studies), studies)
     return Comparison(
         studies,
         _concat([p.comparison for p in pairs], COMPARISON_COLUMNS),
@@ -300,6 +301,17 @@ def compare(
         keys,
         {s.label: p.matched for s, p in zip(studies[1:], pairs, strict=True)},
     )
+
+
+#: The differences table's row that says, for every study, what verify proved of it.
+VERDICT_FACT = "verify verdict"
+
+
+def with_verdicts(diffs: pd.DataFrame, studies: Sequence[Study]) -> pd.DataFrame:
+    """``diffs`` with a first row, always there, holding each study's verify verdict
+    ("consistent, origin not proven" unless its publisher's digest proved it)."""
+    row = {"fact": VERDICT_FACT, "hardware": False, **{s.label: s.verified for s in studies}}
+    return pd.concat([pd.DataFrame([row], columns=diffs.columns), diffs], ignore_index=True)
 
 
 def _concat(frames: Sequence[pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
@@ -337,7 +349,7 @@ def write_comparison(result: Comparison, out: str | Path) -> list[Path]:
         "unmatched": result.unmatched,
     }
     writers: dict[Path, Any] = {
-        folder / OUTPUT_FILES[name]: (lambda tmp, t=table: t.to_csv(tmp, index=False))
+        folder / OUTPUT_FILES[name]: (lambda tmp, t=table: write_csv(t, tmp))
         for name, table in tables.items()
     }
     writers[folder / OUTPUT_FILES["page"]] = lambda tmp: Path(tmp).write_text(page, encoding="utf-8")
@@ -401,12 +413,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         written = write_comparison(result, args.out)
     except atomic.WriteError as err:
-        print(f"compare: {err}", file=sys.stderr)
+        print(f"compare: {one_line(err)}", file=sys.stderr)
         return 1
     for line in summary(result):
-        print(line)
+        print(shown(line))
     for path in written:
-        print(path)
+        print(shown(path))
     return 0
 
 

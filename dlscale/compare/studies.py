@@ -26,8 +26,12 @@ from dlscale.analysis import cells as cell_summary
 from dlscale.analysis import claims, findings
 from dlscale.archive import verify
 from dlscale.archive.safety import Refused
+from dlscale.base import untrusted
 
 # --- the tables' schema -------------------------------------------------------------------
+
+#: What compare says of a study it read without verify (a results folder, not an archive).
+NOT_VERIFIED = "not an archive: read as it is, origin not proven"
 
 #: The runs table's columns this comparison cannot do without (every dlscale version's
 #: runs.csv has them, the legacy one before cells and claims included).
@@ -92,7 +96,7 @@ class Study:
     claims: pd.DataFrame
     #: What the study ran with (``study_facts``): key -> value.
     facts: dict[str, str] = field(default_factory=dict)
-    verified: str = "not an archive: read as it is"
+    verified: str = NOT_VERIFIED
     schema: int = 2
 
 
@@ -126,7 +130,7 @@ def opened(target: str | Path) -> Iterator[tuple[Path, Path, str]]:
     path = Path(target)
     results, archived = results_folder(path)
     if not archived:
-        yield results.parent, results, "not an archive: read as it is"
+        yield results.parent, results, NOT_VERIFIED
         return
     try:
         report = verify.verify(path)
@@ -140,15 +144,18 @@ def opened(target: str | Path) -> Iterator[tuple[Path, Path, str]]:
             f"{path}: the archive fails verify ({len(report.problems)} difference(s) in"
             f" {', '.join(report.files()[:3])}; first: {first}): refused"
         )
+    if not report.authentic_or_unproven:
+        raise CompareError(f"{path}: verify: {report.origin.detail}: refused")
     with verify.opened(path) as (root, unpacked):
         if not (unpacked / "runs.csv").is_file():
             raise CompareError(f"{path}: a study without its runs table (results/runs.csv)")
-        yield root, unpacked, "verified: every checksum and table matches"
+        # What verify proved, in its words: integrity, and origin only with the publisher's digest.
+        yield root, unpacked, f"verified: {report.words} ({report.origin.detail})"
 
 
 def _read_csv(path: Path, name: str) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path, low_memory=False)
+    try:  # cells a writer quoted against formula injection (base.untrusted) read back whole
+        return untrusted.restored(pd.read_csv(path, low_memory=False))
     except (ValueError, OSError, UnicodeDecodeError) as err:  # pandas' ParserError is a ValueError
         raise CompareError(f"{name}: unreadable ({type(err).__name__}: {err})") from None
 
@@ -370,5 +377,5 @@ def check_distinct(targets: Sequence[str | Path]) -> None:
 
 
 def one_line(err: Exception) -> str:
-    """A message on one line, whatever a name in it held."""
-    return str(err).replace("\r", "\\r").replace("\n", "\\n")
+    """A message on one line, whatever a name in it held (control characters escaped)."""
+    return untrusted.shown(err)

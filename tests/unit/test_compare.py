@@ -250,7 +250,8 @@ def test_the_same_study_twice_shows_no_change(studies: dict[str, Path], tmp_path
     assert set(table["change"]) == {comparison.NO_CHANGE}
     assert np.allclose(table["ratio"], 1.0)
     assert pd.read_csv(out / "verdict_changes.csv").empty
-    assert pd.read_csv(out / "differences.csv").empty
+    # Only the row that says what verify proved of each study (it is always there).
+    assert pd.read_csv(out / "differences.csv")["fact"].tolist() == [comparison.VERDICT_FACT]
     assert pd.read_csv(out / "unmatched.csv").empty
     assert "20 cells matched (0 unmatched); 0 improved, 0 regressed" in stdout
 
@@ -431,7 +432,12 @@ def test_an_archive_is_verified_then_compared(archived, tmp_path: Path, capsys) 
     assert code == 0, err
     table = pd.read_csv(out / "comparison.csv")
     assert not table.empty and set(table["change"]) == {comparison.NO_CHANGE}
-    assert "verified: every checksum and table matches" in (out / "comparison.html").read_text()
+    # The archive's .sha256 (make artifact's) beside it proves its origin; the results
+    # folder compared with it is read as it is: both verdicts on the page and in differences.csv.
+    page = (out / "comparison.html").read_text()
+    assert "verified: consistent and authentic" in page and "origin not proven" in page
+    verdicts = pd.read_csv(out / "differences.csv").set_index("fact").loc[comparison.VERDICT_FACT]
+    assert sorted(verdicts.drop("hardware").str.split(" ").str[0]) == ["not", "verified:"], verdicts
 
 
 def test_an_archive_that_fails_verify_is_refused(archived, tmp_path: Path, capsys) -> None:
