@@ -9,6 +9,7 @@ events, ``dlscale.analysis.cells`` decides. Standard library only: runners' venv
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -113,3 +114,20 @@ def learned(name: str, value: float, dataset: str) -> bool | None:
     if metric(name).higher_is_better:
         return value >= 1.0 or LEARNED_TOPK.passes(value / chance)
     return LEARNED_MSE.passes(value / chance)
+
+
+#: How a run that stopped on a non-finite loss says so (``runners.common.NonFiniteLoss``):
+#: a diverged run, an outcome of its learning rate and batch, not a fault of the harness.
+#: The analysis counts it as diverged (``analysis.batch_scaling``); the workflow does not
+#: redo it (``study.jobs.failed_attempts``): the same seed and rate diverge again.
+_DIVERGED_REASON = re.compile(r"loss became (?:nan|inf|-inf)\b", re.IGNORECASE)
+
+
+def diverged_reason(value: float, iteration: int, rank: int) -> str:
+    """The failure reason of a run whose loss became ``value`` (NaN or infinite)."""
+    return f"loss became {value} at iteration {iteration} on rank {rank}"
+
+
+def says_diverged(reason: str | None) -> bool:
+    """Whether a run's failure reason says its loss became NaN or infinite."""
+    return bool(reason) and _DIVERGED_REASON.search(str(reason)) is not None

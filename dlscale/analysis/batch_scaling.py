@@ -26,7 +26,6 @@ count that trains fastest and the one that trains cheapest, by the verdicts' rul
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,8 +48,6 @@ FAILED = "failed"
 #: starts near ln(classes) and a reconstruction MSE near the data's variance, so a tenfold
 #: rise is no plateau or noise but a run that left its basin.
 LOSS_EXPLOSION_FACTOR = 10.0
-#: A run's failure reason that says its loss became NaN or inf (``runners.common.NonFiniteLoss``).
-_NONFINITE_REASON = re.compile(r"loss became (?:nan|inf|-inf)\b", re.IGNORECASE)
 
 #: The learning-rate columns every run records (run_start and runs.csv).
 #: What identifies a set-up apart from its node count and batch.
@@ -123,7 +120,7 @@ def divergence(losses: pd.DataFrame, reason: str | None = None) -> tuple[float, 
             )
     if found:
         return min(found, key=lambda f: f[0])
-    if reason and _NONFINITE_REASON.search(reason):
+    if quality.says_diverged(reason):
         return math.nan, reason
     return None
 

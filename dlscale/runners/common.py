@@ -174,7 +174,7 @@ class RunContext:
             **extra,
         )
         if loss is not None and not math.isfinite(loss):
-            raise NonFiniteLoss(f"loss became {loss} at iteration {iteration} on rank {self.rank}")
+            raise NonFiniteLoss(quality.diverged_reason(loss, iteration, self.rank))
         if self.rank == 0 and (iteration % 10 == 0 or iteration == self.total_iterations - 1):
             phase = "warm-up" if self.is_warmup(iteration) else "timed"
             loss_text = "n/a" if loss is None else f"{loss:.4f}"

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import os
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from dlscale import catalog, networks, runid
+from dlscale import catalog, networks, quality, runid
 from dlscale.runid import Run
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -63,11 +64,31 @@ def repeat_events(cell: Run, count: int) -> list[str]:
 
 def failed_attempts(directory: str | os.PathLike[str]) -> int:
     """How many failed attempts a run's folder has on record (dlscale.launch writes
-    ``attempts/failed-*.jsonl``); 0 before its first."""
+    ``attempts/failed-*.jsonl``); 0 before its first. An attempt that diverged (its loss
+    became NaN or infinite: ``quality.says_diverged``) is not counted: it is the outcome of
+    its rate and batch, recorded, and the same seed and rate would diverge again, so a new
+    one does not redo the run (delete its folder to retry it)."""
     attempts = os.path.join(directory, "attempts")
     if not os.path.isdir(attempts):
         return 0
-    return sum(1 for name in os.listdir(attempts) if name.startswith("failed-") and name.endswith(".jsonl"))
+    return sum(
+        1
+        for name in os.listdir(attempts)
+        if name.startswith("failed-")
+        and name.endswith(".jsonl")
+        and not _diverged(os.path.join(attempts, name))
+    )
+
+
+def _diverged(attempt: str) -> bool:
+    """Whether a failed attempt's record (its events, run_end last) says it diverged."""
+    try:
+        with open(attempt, "rb") as handle:
+            handle.seek(max(0, os.fstat(handle.fileno()).st_size - 65536))
+            last = handle.read().decode("utf-8", "replace").rstrip("\n").rsplit("\n", 1)[-1]
+        return quality.says_diverged(json.loads(last).get("reason"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 # --- data and environments ------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import re
 import shlex
 import sys
@@ -65,6 +66,22 @@ def test_failed_attempts_count_only_failed_records(tmp_path):
     for name in ("failed-1.jsonl", "failed-2.jsonl", "ok-3.jsonl", "failed-4.log"):
         (attempts / name).write_text("")
     assert jobs.failed_attempts(tmp_path) == 2
+
+
+def test_a_diverged_attempt_does_not_redo_the_run(tmp_path):
+    """A run whose loss became NaN is an outcome of its rate (the same seed diverges again):
+    a new diverged attempt leaves the count, and so the rule's parameter, as it was."""
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+
+    def attempt(name: str, reason: str) -> None:
+        end = {"event": "run_end", "status": "failed", "reason": reason, "time": 1.0}
+        (attempts / name).write_text('{"event": "run_start"}\n' + json.dumps(end) + "\n")
+
+    attempt("failed-1.jsonl", "rank 1 died (SIGKILL) at iteration 3 (logs: attempts/failed-1/)")
+    attempt("failed-2.jsonl", "loss became nan at iteration 57 on rank 0 (logs: attempts/failed-2/)")
+    attempt("failed-3.jsonl", "loss became -inf at iteration 9 on rank 1")
+    assert jobs.failed_attempts(tmp_path) == 1
 
 
 def test_dataset_dirs_keep_real_and_synthetic_imagenet_apart(study):
@@ -191,8 +208,9 @@ def test_one_list_of_outputs():
 
 @pytest.mark.parametrize("module", [jobs, outputs])
 def test_dag_time_modules_import_only_the_ground_floor(module):
-    """Snakemake imports these when it builds the DAG: no pandas, no framework, no layer above."""
-    ground_floor = {"dlscale.catalog", "dlscale.networks", "dlscale.outputs", "dlscale.runid"}
+    """Snakemake imports these when it builds the DAG: no pandas, no framework, no layer
+    above (quality: the standard library and catalog and thresholds, which are)."""
+    ground_floor = {"dlscale.catalog", "dlscale.networks", "dlscale.outputs", "dlscale.runid", "dlscale.quality"}
     imported = set()
     for node in ast.walk(ast.parse(Path(module.__file__).read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
