@@ -36,6 +36,7 @@ import pandas as pd
 
 from dlscale import thresholds
 from dlscale.base import atomic
+from dlscale.base.untrusted import shown, write_csv
 from dlscale.commbench import LIBRARIES, RAW_COLUMNS
 from dlscale.networks import HOST
 from dlscale.perfmodel.bootstrap import CellSampler
@@ -475,34 +476,43 @@ def main(argv: Sequence[str] | None = None) -> int:
             calibrations = read_calibration(args.calibration)
             if not fits_beside(args.calibration).exists():
                 print(
-                    f"replay: no {fits_beside(args.calibration)}: the library fits as {args.calibration}"
-                    " prints them (without hops and overlap)",
+                    shown(
+                        f"replay: no {fits_beside(args.calibration)}: the library fits as {args.calibration}"
+                        " prints them (without hops and overlap)"
+                    ),
                     file=sys.stderr,
                 )
             replicates = calibration_replicates(args.calibration, calibrations, args.bootstrap, args.seed)
         table = replay(systems, calibrations, replicates or (), str(args.calibration or ""))
     except (SystemFileError, OSError, KeyError, ValueError) as err:
-        print(f"replay: {err}", file=sys.stderr)
+        print(shown(f"replay: {err}"), file=sys.stderr)
         return 2
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        atomic.replace_with(out / "replay.csv", lambda tmp: table.to_csv(tmp, index=False))
-        atomic.replace_with(out / "replay_summary.csv", lambda tmp: summary(table).to_csv(tmp, index=False))
+        atomic.replace_with(out / "replay.csv", lambda tmp: write_csv(table, tmp))
+        atomic.replace_with(out / "replay_summary.csv", lambda tmp: write_csv(summary(table), tmp))
     except OSError as err:
-        print(f"replay: --out {out}: cannot write the tables there: {err.strerror or err}", file=sys.stderr)
+        print(
+            shown(f"replay: --out {out}: cannot write the tables there: {err.strerror or err}"),
+            file=sys.stderr,
+        )
         return 2
     for system in systems:
         if not points_to_check(system):
             print(
-                f"replay: {system.name}: measured at its anchor ({system.anchor} nodes) alone: nothing to check",
+                shown(
+                    f"replay: {system.name}: measured at its anchor ({system.anchor} nodes) alone: nothing to check"
+                ),
                 file=sys.stderr,
             )
     for row in summary(table).itertuples(index=False):
         print(
-            f"{row.pattern}: {row.systems} systems, {row.points} points, median |error| {row.median_abs_error:.3f},"
-            f" worst {row.max_abs_error:.3f} ({row.worst}); bar {row.median_target}/{row.max_target}:"
-            f" {'met' if row.meets else 'missed'}"
+            shown(
+                f"{row.pattern}: {row.systems} systems, {row.points} points, median |error| {row.median_abs_error:.3f},"
+                f" worst {row.max_abs_error:.3f} ({row.worst}); bar {row.median_target}/{row.max_target}:"
+                f" {'met' if row.meets else 'missed'}"
+            )
         )
     return 0
 
