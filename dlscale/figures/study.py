@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dlscale.base.untrusted import restored
 from dlscale.figures import charts, quality
 from dlscale.outputs import AGGREGATE_FILES, FIGURE_FORMATS, FIGURES
 
@@ -35,9 +36,10 @@ class StudyTables:
 
 
 def read_csv_table(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """A table written by the aggregation; an empty study writes a file with no columns."""
+    """A table written by the aggregation; an empty study writes a file with no columns.
+    Cells the writer quoted against formula injection (dlscale.base.untrusted) read back whole."""
     try:
-        return pd.read_csv(path)
+        return restored(pd.read_csv(path))
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
 
