@@ -78,6 +78,8 @@ CATEGORY_FINDINGS = "1. Findings"
 #: (dlscale.analysis.nodes_to_target; the projection: dlscale.perfmodel.nodes_projection):
 #: a finding of its own, shown right after the findings (the report sorts by name).
 CATEGORY_NODES = "1.1 How many nodes"
+#: Where the study's wall time goes, per framework (dlscale.analysis.wallsplit).
+CATEGORY_WALL = "1.2 Where the time goes"
 CATEGORY_RUNS = "5. All runs"
 CATEGORY_PERFMODEL = "6. Scaling model"
 CATEGORY_CAFFE_LAYERS = "7. Caffe per-layer time"
@@ -103,6 +105,7 @@ AGGREGATE_FILES: Mapping[str, str] = MappingProxyType(
         "steps_to_target_csv": "steps_to_target.csv",
         "batch_fit_csv": "batch_fit.csv",
         "nodes_to_target_csv": "nodes_to_target.csv",
+        "wall_split_csv": "wall_split.csv",
     }
 )
 #: The aggregation's tables the report shows: output name -> (caption under report/, category).
@@ -116,6 +119,7 @@ AGGREGATE_REPORTED: Mapping[str, tuple[str, str]] = MappingProxyType(
         "steps_to_target_csv": ("steps_to_target.rst", CATEGORY_NODES),
         "batch_fit_csv": ("batch_fit.rst", CATEGORY_NODES),
         "nodes_to_target_csv": ("nodes_to_target.rst", CATEGORY_NODES),
+        "wall_split_csv": ("wall_split.rst", CATEGORY_WALL),
     }
 )
 

@@ -25,6 +25,7 @@ from dlscale.analysis.evals import Target, parse_target
 from dlscale.analysis.findings import findings as findings_of
 from dlscale.analysis.nodes_to_target import nodes_to_target
 from dlscale.analysis.tables import add_roofline, load_study
+from dlscale.analysis.wallsplit import WallSplit
 from dlscale.base import atomic
 from dlscale.base.untrusted import write_csv
 from dlscale.host import roofline
@@ -67,6 +68,8 @@ class Tables:
     steps_to_target: pd.DataFrame = field(default_factory=pd.DataFrame)
     batch_fit: pd.DataFrame = field(default_factory=pd.DataFrame)
     nodes_to_target: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Where the study's time goes, per framework (dlscale.analysis.wallsplit).
+    wall_split: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def aggregate(
@@ -81,7 +84,8 @@ def aggregate(
     ``targets``: model -> quality target, over what the runs' specs carry (dlscale.analysis.evals);
     ``same_work_only``: time to target compares only set-ups that run the reference
     optimisation (dlscale.analysis.convergence)."""
-    runs, iterations, evals = load_study(sorted(paths, key=str), targets)
+    split = WallSplit()
+    runs, iterations, evals = load_study(sorted(paths, key=str), targets, on_run=split)
     runs = add_roofline(runs, peak)
     cells = cells_of(runs)
     nodes = nodes_to_target(runs, evals, iterations)
@@ -97,6 +101,7 @@ def aggregate(
         nodes.steps_to_target,
         nodes.batch_fit,
         nodes.nodes_to_target,
+        split.table(),
     )
 
 
@@ -122,6 +127,7 @@ def write_outputs(tables: Tables, targets: Mapping[str, str | os.PathLike[str]])
         "steps_to_target_csv": lambda tmp: write_csv(tables.steps_to_target, tmp),
         "batch_fit_csv": lambda tmp: write_csv(tables.batch_fit, tmp),
         "nodes_to_target_csv": lambda tmp: write_csv(tables.nodes_to_target, tmp),
+        "wall_split_csv": lambda tmp: write_csv(tables.wall_split, tmp),
     }
     return atomic.replace_all({target: writers[name] for name, target in targets.items()})
 
@@ -168,8 +174,26 @@ def summary(runs: pd.DataFrame) -> str:
     return text
 
 
+def parse_targets(texts: Sequence[str]) -> dict[str, Target]:
+    """``--target`` values as model -> target; ValueError for a model given twice (the
+    last would silently win)."""
+    targets: dict[str, Target] = {}
+    for text in texts:
+        model, target = parse_target(text)
+        if model in targets:
+            raise ValueError(f"--target {text!r}: {model} has a target already ({targets[model]}): give one")
+        targets[model] = target
+    return targets
+
+
+def _one_line(err: BaseException) -> str:
+    return (str(err) or type(err).__name__).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m dlscale.analysis RUNS_DIR --out DIR``: the aggregate rule, by hand."""
+    """``python -m dlscale.analysis RUNS_DIR --out DIR``: the aggregate rule, by hand. Bad
+    input (an events file that breaks the contract or is refused as hostile, a target given
+    twice) is one line on stderr and exit status 2."""
     parser = argparse.ArgumentParser(
         prog="python -m dlscale.analysis",
         description="Build runs.csv/.parquet, iterations.parquet, cells.csv, findings.csv and claims.csv "
@@ -199,14 +223,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        targets = dict(parse_target(text) for text in args.target)
-    except ValueError as err:
-        parser.error(str(err))
-    paths = find_events(args.runs_dir)
-    if not paths:
-        print(f"{args.runs_dir}: no events.jsonl found", file=sys.stderr)
+        targets = parse_targets(args.target)
+        if not Path(args.runs_dir).is_dir():
+            raise ValueError(f"{args.runs_dir}: not a folder (give the run folders, e.g. results/runs)")
+        paths = find_events(args.runs_dir)
+        if not paths:
+            raise ValueError(f"{args.runs_dir}: no events.jsonl found")
+        tables = aggregate(paths, roofline.read_peak(args.peak), targets, not args.allow_designed_differences)
+    except (ValueError, OSError) as err:  # EventError, foreign.Refused: FILE:LINE and the rule
+        print(f"python -m dlscale.analysis: {_one_line(err)}", file=sys.stderr)
         return 2
-    tables = aggregate(paths, roofline.read_peak(args.peak), targets, not args.allow_designed_differences)
     out = Path(args.out)
     try:
         written = write_outputs(tables, {name: out / filename for name, filename in OUTPUT_FILES.items()})

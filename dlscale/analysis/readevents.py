@@ -33,8 +33,10 @@ FLOAT_FIELDS = ("step_s", "compute_s", "comm_s", "input_s", "loss")
 @dataclass
 class RunEvents:
     """One events file as the tables read it: its run_start and run_end with their lines,
-    its eval events, how many other events lie between them, and one array per field of its
-    iteration events (with ``_line``, each event's line, and ``warmup``)."""
+    its eval events, how many other events lie between them, one array per field of its
+    iteration events (with ``_line``, each event's line, and ``warmup``), and rank 0's first
+    iteration event whole (``first_step``: its ``time`` and the start-up parts a runner
+    records there, read by ``dlscale.analysis.wallsplit``)."""
 
     path: str
     start: tuple[int, dict[str, Any]]
@@ -42,6 +44,7 @@ class RunEvents:
     evals: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     stray: int = 0
     columns: dict[str, np.ndarray] = field(default_factory=dict)
+    first_step: dict[str, Any] | None = None
 
     @property
     def iterations(self) -> int:
@@ -62,6 +65,7 @@ def read_run(path: str | os.PathLike[str]) -> RunEvents:
     first: tuple[int, dict[str, Any]] | None = None
     last: tuple[int, dict[str, Any]] | None = None
     evals: list[tuple[int, dict[str, Any]]] = []
+    first_step: dict[str, Any] | None = None
     stray = 0
     for line, event, is_last in scan(path):  # read to its end: scan checks the structure there
         if first is None:
@@ -85,6 +89,8 @@ def read_run(path: str | os.PathLike[str]) -> RunEvents:
             except OverflowError as err:
                 raise EventError(f"{path}:{line}: iteration event: {err}") from None
             warmup.append(event.get("warmup") is True)
+            if first_step is None and event["rank"] == 0:
+                first_step = event
     if first is None or last is None:  # scan has raised for these
         raise EventError(f"{path}:1: events file is empty")
     columns: dict[str, np.ndarray] = {}
@@ -93,4 +99,4 @@ def read_run(path: str | os.PathLike[str]) -> RunEvents:
     for name, values in floats.items():
         columns[name] = np.frombuffer(values, dtype="float64") if len(values) else np.empty(0, "float64")
     columns["warmup"] = np.frombuffer(warmup, dtype="int8").astype(bool) if len(warmup) else np.empty(0, bool)
-    return RunEvents(str(path), first, last, evals, stray, columns)
+    return RunEvents(str(path), first, last, evals, stray, columns, first_step)

@@ -70,7 +70,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -79,8 +79,14 @@ import pandas as pd
 from dlscale import catalog
 from dlscale.analysis import evals
 from dlscale.analysis.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
-from dlscale.analysis.eventchecks import check_iterations, check_run_start, check_schema, missing_reports
-from dlscale.analysis.readevents import read_run
+from dlscale.analysis.eventchecks import (
+    check_iterations,
+    check_run_measurements,
+    check_run_start,
+    check_schema,
+    missing_reports,
+)
+from dlscale.analysis.readevents import RunEvents, read_run
 from dlscale.analysis.runstats import decide_status, run_statistics
 from dlscale.analysis.speedup import add_speedup
 from dlscale.events import EventError
@@ -310,7 +316,9 @@ def load_events(paths: Iterable[str | os.PathLike[str]]) -> tuple[pd.DataFrame, 
 
 
 def load_study(
-    paths: Iterable[str | os.PathLike[str]], targets: Mapping[str, Target] | None = None
+    paths: Iterable[str | os.PathLike[str]],
+    targets: Mapping[str, Target] | None = None,
+    on_run: Callable[[RunEvents], None] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Read events files and return ``(runs, iterations, evals)``.
 
@@ -331,6 +339,9 @@ def load_study(
     module docstring). Two files with the same run id raise ``EventError`` naming both:
     they would be counted twice in every median. What a failing run can produce (a rank
     that reported no iteration N) makes the run's row failed, with that reason.
+
+    ``on_run`` sees each file as it was read and checked (``dlscale.analysis.wallsplit``
+    keeps its timeline), so that no table needs a second pass over the events.
     """
     records: list[dict[str, Any]] = []
     chunks: list[dict[str, np.ndarray]] = []
@@ -368,6 +379,8 @@ def load_study(
         )
         record["_evals"] = run_evals
         records.append(record)
+        if on_run is not None:
+            on_run(run)
         chunks.append(run.columns)
         counts.append(run.iterations)
 
@@ -395,6 +408,7 @@ def load_study(
 
     stats = run_statistics(iterations, len(records))
     runs = run_info.join(stats)
+    check_run_measurements(runs)
     runs["iteration_events"] = np.asarray(counts, dtype="int64")
     runs = decide_status(runs, MEASURED_COLUMNS)
     for name in ("learned", "reached_target"):  # true, false or unknown (None), never 0.0

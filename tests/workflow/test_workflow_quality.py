@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from helpers.wall_split import assert_adds_up
 from helpers.workflow import FOUR_FRAMEWORKS
 
 from dlscale import quality
+from dlscale.analysis.wallsplit import ALL
 
 pytestmark = pytest.mark.workflow
 
@@ -54,3 +56,20 @@ def test_a_model_at_learning_rate_zero_is_at_chance_and_in_no_finding(
     figure = (results / "figures" / "quality.html").read_text()
     assert "autoencoder" in figure and "torch/autoencoder/n1x1/b64/r0" in figure
     assert "quality.svg" in four_framework_report.read_text()
+
+
+def test_where_the_time_goes(four_framework_study, four_framework_report):
+    """wall_split.csv: a row per framework and the study's, each run counted once, the parts
+    adding up to the wall, BigDL's Spark daemons and TensorFlow's set-up measured apart."""
+    results = four_framework_study / "results"
+    runs = pd.read_csv(results / "runs.csv")
+    split = pd.read_csv(results / "wall_split.csv").set_index("framework")
+    assert list(split.index) == [*sorted(FOUR_FRAMEWORKS["frameworks"]), ALL]
+    assert split["runs"].drop(ALL).to_dict() == runs["framework"].value_counts().to_dict()
+    assert split.loc[ALL, "runs"] == len(runs)
+    assert split.loc[ALL, "wall_s"] == pytest.approx(runs["wall_s"].sum(), abs=0.05)
+    assert_adds_up(split)
+    assert (split[["timed_s", "warmup_s", "eval_s"]] > 0).all().all(), split
+    assert split.loc["bigdl", "startup_daemons_s"] > 0 and split.loc["bigdl", "startup_data_s"] > 0
+    assert split.loc["tensorflow", "startup_framework_s"] > 0
+    assert "wall_split.csv" in four_framework_report.read_text()
