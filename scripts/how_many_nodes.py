@@ -6,6 +6,7 @@ import logging
 
 from dlscale.base import atomic
 from dlscale.base.logsetup import log_to
+from dlscale.base.untrusted import write_csv
 from dlscale.figures import nodes
 from dlscale.figures.study import read_csv_table
 from dlscale.perfmodel.nodes_projection import project_to_target
@@ -21,8 +22,8 @@ try:
     )
     atomic.replace_all(
         {
-            snakemake.output.projection: lambda tmp: curves.to_csv(tmp, index=False),
-            snakemake.output.summary: lambda tmp: summary.to_csv(tmp, index=False),
+            snakemake.output.projection: lambda tmp: write_csv(curves, tmp),
+            snakemake.output.summary: lambda tmp: write_csv(summary, tmp),
         }
     )
     for row in summary.itertuples():

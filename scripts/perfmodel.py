@@ -21,6 +21,7 @@ import pandas as pd
 
 from dlscale.base import atomic
 from dlscale.base.logsetup import log_to
+from dlscale.base.untrusted import write_csv
 from dlscale.outputs import FIGURE_FORMATS, PERFMODEL_ALL_FIGURES
 from dlscale.perfmodel import figures, pipeline, replay
 
@@ -47,7 +48,7 @@ try:
     names = set(out.keys())
     for name, table in tables.csv().items():
         if name in names:
-            atomic.replace_with(getattr(out, name), lambda tmp, table=table: table.to_csv(tmp, index=False))
+            atomic.replace_with(getattr(out, name), lambda tmp, table=table: write_csv(table, tmp))
     paths = {
         name: {fmt: str(getattr(out, f"{name}_{fmt}")) for fmt in FIGURE_FORMATS if f"{name}_{fmt}" in names}
         for name in PERFMODEL_ALL_FIGURES
@@ -60,8 +61,8 @@ try:
 
     record = replay.replay(replay.load_systems(sorted(inputs.systems)))
     summary = replay.summary(record)
-    atomic.replace_with(out.replay, lambda tmp: record.to_csv(tmp, index=False))
-    atomic.replace_with(out.replay_summary, lambda tmp: summary.to_csv(tmp, index=False))
+    atomic.replace_with(out.replay, lambda tmp: write_csv(record, tmp))
+    atomic.replace_with(out.replay_summary, lambda tmp: write_csv(summary, tmp))
     replay_paths = {fmt: str(getattr(out, f"replay_figure_{fmt}")) for fmt in FIGURE_FORMATS}
     figures.make_replay_figure(replay_paths, record, summary, str(params.band_note))
     for row in summary.itertuples(index=False):

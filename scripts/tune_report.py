@@ -7,6 +7,7 @@ import pandas as pd
 
 from dlscale.base import atomic
 from dlscale.base.logsetup import log_to
+from dlscale.base.untrusted import write_csv
 from dlscale.tune import choice
 
 log_to(snakemake.log[0])
@@ -18,7 +19,7 @@ try:
         with open(path, encoding="utf-8") as handle:
             records.append(json.load(handle))
     table = pd.DataFrame(choice.choice_table(records), columns=choice.TABLE_COLUMNS)
-    atomic.replace_with(snakemake.output.table, lambda tmp: table.to_csv(tmp, index=False))
+    atomic.replace_with(snakemake.output.table, lambda tmp: write_csv(table, tmp))
     log.info("wrote %s (%d settings)", snakemake.output.table, len(table))
 except Exception:
     log.exception("tuning table failed")
