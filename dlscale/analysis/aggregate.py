@@ -27,7 +27,7 @@ from dlscale.analysis.nodes_to_target import nodes_to_target
 from dlscale.analysis.tables import add_roofline, load_study
 from dlscale.analysis.wallsplit import WallSplit
 from dlscale.base import atomic
-from dlscale.base.untrusted import write_csv
+from dlscale.base.untrusted import shown, write_csv
 from dlscale.host import roofline
 from dlscale.outputs import AGGREGATE_FILES
 
@@ -187,7 +187,7 @@ def parse_targets(texts: Sequence[str]) -> dict[str, Target]:
 
 
 def _one_line(err: BaseException) -> str:
-    return (str(err) or type(err).__name__).replace("\r", "\\r").replace("\n", "\\n")
+    return shown(str(err) or type(err).__name__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -237,13 +237,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         written = write_outputs(tables, {name: out / filename for name, filename in OUTPUT_FILES.items()})
     except atomic.WriteError as err:  # a full disk: one line naming the file, not pandas' traceback
-        print(f"python -m dlscale.analysis: {err}", file=sys.stderr)
+        print(f"python -m dlscale.analysis: {_one_line(err)}", file=sys.stderr)
         return 1
-    print(summary(tables.runs))
+    print(shown(summary(tables.runs)))
     for row in tables.runs[tables.runs["status"].eq("failed")].itertuples():
-        print(f"failed run {row.run_id}: {row.reason}", file=sys.stderr)
+        print(shown(f"failed run {row.run_id}: {row.reason}"), file=sys.stderr)
     for path in written:
-        print(path)
+        print(shown(path))
     return 0
 
 
