@@ -181,7 +181,10 @@ def parse_targets(texts: Sequence[str]) -> dict[str, Target]:
     for text in texts:
         model, target = parse_target(text)
         if model in targets:
-            raise ValueError(f"--target {text!r}: {model} has a target already ({targets[model]}): give one")
+            raise ValueError(
+                f"--target {text!r}: {model} has a target already"
+                f" ({targets[model].metric}:{targets[model].value:g}): give one a model"
+            )
         targets[model] = target
     return targets
 

@@ -58,7 +58,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from dlscale.base import atomic
+from dlscale.base import atomic, foreign
 from dlscale.host import contention
 from dlscale.thresholds import threshold as _threshold
 
@@ -272,11 +272,19 @@ def flag_of(fraction: float, threads: Any, peak: Mapping[str, Any] | None) -> st
     return None
 
 
+#: A peak file is a few hundred bytes (one number per thread count).
+MAX_PEAK_BYTES = 1 << 20
+
+
 def read_peak(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
+    """The host's measured peak (``matmul_peak.json``), read as foreign input (a file from
+    a copied study): a regular file of JSON, ``foreign.Refused`` naming it otherwise."""
     if path is None:
         return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    peak = foreign.read_json(path, MAX_PEAK_BYTES)
+    if not isinstance(peak, dict):
+        raise foreign.Refused(foreign.file_label(path), f"not a JSON object but a JSON {type(peak).__name__}")
+    return peak
 
 
 def main(argv: Sequence[str] | None = None) -> int:
