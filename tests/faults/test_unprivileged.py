@@ -11,6 +11,7 @@ sockets of the run's processes. The decision itself is tested with an injected p
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -338,3 +339,162 @@ def test_without_user_namespaces_tensorflow_and_mpi_are_refused(shared, framewor
     assert f"refusing to run {framework} on the host's network" in end["reason"] and what in end["reason"]
     assert "To run it" in end["reason"]
     assert "[launch] FAILED" in (events.parent / "run.log").read_text()
+
+
+# -- a study through the workflow as nobody ---------------------------------------------------
+
+#: A tiny torch-only study: 1 model, 1 node, a few iterations (a hang guard, not a timing:
+#: ~40 s here, most of it Snakemake's start-up and the MNIST shards).
+NOBODY_STUDY = {
+    "frameworks": ["torch"],
+    "models": ["lenet"],
+    "nodes": [1],
+    "iterations": {"lenet": 5},
+    "warmup": 1,
+    "repeats": 1,
+}
+STUDY_TIMEOUT_S = 600
+#: The folders anyone may write to: the only places nobody could leave a file outside its own.
+WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def nobody_venv(into: Path, framework: str) -> Path:
+    """A venv of the system python whose site-packages chain to ``framework``'s venv (read,
+    never written: root owns it): nobody cannot run that venv's own python when it lives
+    under /root (pyenv), but can the system one of the same version."""
+    system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if not system.exists():
+        pytest.skip(f"no {system} for nobody")
+    subprocess.run([str(system), "-m", "venv", "--without-pip", str(into)], check=True, timeout=60)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    source = REPO / ".venvs" / framework / "lib" / version / "site-packages"
+    (into / "lib" / version / "site-packages" / "dlscale-shared.pth").write_text(
+        f"import site; site.addsitedir({str(source)!r})\n"
+    )
+    return into / "bin" / "python"
+
+
+def owned_by_nobody() -> set[str]:
+    """Entries nobody owns in the world-writable folders, and one level into those of them
+    that anyone may write to (where else could nobody create a file)."""
+    found = set()
+    for top in WORLD_WRITABLE:
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_uid == 65534:
+                found.add(entry.path)
+            elif entry.is_dir(follow_symlinks=False) and info.st_mode & 0o002:
+                try:
+                    found.update(
+                        sub.path
+                        for sub in os.scandir(entry.path)
+                        if sub.stat(follow_symlinks=False).st_uid == 65534
+                    )
+                except OSError:
+                    continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def nobody_home(mnist_idx) -> Iterator[Path]:
+    """A world-writable folder under /tmp: nobody's HOME, the study's working directory, MNIST's
+    idx files it reads, and a workflow venv and an envs_dir of venvs that nobody can run,
+    chained to the project's own (read-only, root-owned)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root (to become nobody with setpriv)")
+    from dlscale.envs import env_marker
+
+    root = Path(tempfile.mkdtemp(prefix="dlscale-nobody-", dir="/tmp"))
+    try:
+        root.chmod(0o1777)
+        shutil.copytree(mnist_idx, root / "mnist")
+        nobody_venv(root / "workflow", "workflow")
+        (root / "envs").mkdir()
+        nobody_venv(root / "envs" / "torch", "torch")
+        marker = env_marker(REPO / ".venvs", "torch")
+        if not marker.exists():
+            pytest.skip("the torch venv is not built (tests/helpers/paths.py builds it)")
+        shutil.copy(marker, root / "envs" / "torch" / marker.name)
+        for path in [root / "mnist", *root.rglob("*")]:
+            if not path.is_symlink():
+                path.chmod(0o755 if path.is_dir() else (path.stat().st_mode | 0o444))
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def snakemake_as_nobody(
+    home: Path, name: str, study: dict, envs: Path, extra_env: dict[str, str] | None = None
+):
+    """Snakemake as nobody on ``study`` in ``home/name`` (HOME: ``home/name/home``), the
+    local profile, asking for the runs table; its whole process group ended on the way out."""
+    workdir = home / name
+    (workdir / "home").mkdir(parents=True)
+    for path in (workdir, workdir / "home"):
+        path.chmod(0o777)
+    config = {**study, "envs_dir": str(envs), "data": {"mnist": {"source": str(home / "mnist")}}}
+    (workdir / "study.yaml").write_text(json.dumps(config))
+    env = {"PATH": os.environ["PATH"], "HOME": str(workdir / "home"), "LANG": "C.UTF-8", **(extra_env or {})}
+    cmd = [
+        *NOBODY, str(home / "workflow" / "bin" / "python"), "-m", "snakemake", "results/runs.csv",
+        "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--profile", str(REPO / "profiles" / "local"), "--configfile", str(workdir / "study.yaml"),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=STUDY_TIMEOUT_S)
+    finally:
+        try:
+            os.killpg(proc.pid, 9)  # anything of the group still there (none when it ended well)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return proc.returncode, out, workdir
+
+
+def test_a_study_runs_through_the_workflow_as_nobody(nobody_home):
+    """A torch-only study (1 model, 1 node) through Snakemake as nobody, with the project's
+    venvs read-only: the run is ok, and nobody wrote nothing outside the study's folder."""
+    before = owned_by_nobody()
+    code, out, workdir = snakemake_as_nobody(nobody_home, "study", NOBODY_STUDY, nobody_home / "envs")
+    assert code == 0, out[-5000:]
+    events_file = next((workdir / "results" / "runs" / "torch" / "lenet" / "n1x1").glob("b*/r0/events.jsonl"))
+    assert events_file.stat().st_uid == 65534  # nobody's run
+    assert read_events(events_file)[-1]["status"] == "ok"
+    with open(workdir / "results" / "runs.csv", newline="") as table:
+        rows = list(csv.DictReader(table))
+    assert [(row["status"], row["timed_iterations"]) for row in rows] == [("ok", "5")], rows
+    outside = owned_by_nobody() - before
+    inside = {str(nobody_home)}
+    assert {path for path in outside if not any(path.startswith(p) for p in inside)} == set()
+
+
+def test_without_a_wheel_source_nobody_is_stopped_before_any_job(nobody_home):
+    """nobody, no torch venv yet, pip told of no wheel source at all (no config file, no
+    index: pip answers from nothing, no network): the invocation fails before any job with
+    one missing piece, naming the setting."""
+    empty = nobody_home / "no-envs"
+    empty.mkdir()
+    empty.chmod(0o777)
+    no_source = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
+    code, out, workdir = snakemake_as_nobody(nobody_home, "no-wheels", NOBODY_STUDY, empty, no_source)
+    assert code != 0
+    assert "this study cannot run here yet; missing:" in out, out[-3000:]
+    pieces = [line for line in out.splitlines() if line.startswith("  - ")]
+    assert len(pieces) == 1 and "PIP_FIND_LINKS" in pieces[0] and "torch==" in pieces[0], pieces
+    assert list(empty.iterdir()) == [] and not (workdir / "results" / "logs").exists()
