@@ -8,6 +8,7 @@ Imported when Snakemake builds the DAG, so it stays light: no framework, no pand
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -133,7 +134,7 @@ def run_spec(
         input=study["input"],
         input_workers=study["input_workers"],
         lr_rule=_with_rate(lr_rule_of(study, run.model), lr_rate, run),
-        **quality_fields(study, run.model),
+        **quality_fields(study, run.model, run.batch * run.world_size),
     )
 
 
@@ -232,13 +233,23 @@ def parity_reference_spec(study: dict[str, Any], run: Run, lr_rate: float | None
 DEFAULT_MAX_ITERATIONS_FACTOR = 10
 
 
-def quality_fields(study: dict[str, Any], model: str) -> dict[str, Any]:
-    """The spec's evaluation fields for ``model``: left at their defaults (and out of the
+#: Evaluations before the expected steps to target, where ``eval_spacing`` names none: ten
+#: put the quantisation bracket at a tenth of the steps, below the spread of steps over
+#: repeats measured on LeNet (docs/how-many-nodes.md: 50 [40, 50] at batch 128).
+DEFAULT_EVALUATIONS_TO_TARGET = 10
+
+
+def quality_fields(study: dict[str, Any], model: str, global_batch: int | None = None) -> dict[str, Any]:
+    """The spec's evaluation fields for ``model`` (at ``global_batch``, where the study
+    spaces evaluations per run: ``eval_spacing``): left at their defaults (and out of the
     spec's JSON and hash) unless the study evaluates during training or sets a target."""
     fields: dict[str, Any] = {}
     if study.get("init", "framework") != "framework":
         fields["init"] = study["init"]
-    if study.get("eval_every"):
+    spacing = (study.get("eval_spacing") or {}).get(model)
+    if spacing is not None and global_batch is not None:
+        fields["eval_every"] = eval_every_at(study, model, global_batch)
+    elif study.get("eval_every"):
         fields["eval_every"] = study["eval_every"]
     target = (study.get("quality_target") or {}).get(model)
     if target is not None:
@@ -247,6 +258,24 @@ def quality_fields(study: dict[str, Any], model: str) -> dict[str, Any]:
             model, DEFAULT_MAX_ITERATIONS_FACTOR * study["iterations"][model]
         )
     return fields
+
+
+def expected_steps_at(study: dict[str, Any], model: str, global_batch: int) -> float:
+    """``eval_spacing``'s expected steps to target at ``global_batch``: the steps at the
+    rule's base batch under the rule's ideal scaling (the schema's description says why)."""
+    expected = float(study["eval_spacing"][model]["expected_steps"])
+    rule = lr_rule_of(study, model)
+    if rule is None or rule["rule"] == "fixed":
+        return expected
+    ratio = global_batch / rule["base_batch"]
+    return expected / (math.sqrt(ratio) if rule["rule"] == "sqrt" else ratio)
+
+
+def eval_every_at(study: dict[str, Any], model: str, global_batch: int) -> int:
+    """A run's evaluation spacing under ``eval_spacing``: its expected steps over the
+    evaluations wanted before them, at least 1."""
+    evaluations = study["eval_spacing"][model].get("evaluations", DEFAULT_EVALUATIONS_TO_TARGET)
+    return max(1, math.floor(expected_steps_at(study, model, global_batch) / evaluations))
 
 
 def requested_node_hours(study: dict[str, Any], runs: list[Run]) -> float:

@@ -341,10 +341,11 @@ def _check_quality(study: dict[str, Any]) -> None:
                 f"config key 'quality_target.{model}.value': {target['value']!r} is above 1"
                 f" ({target['metric']} is a share of the held-out samples)"
             )
-        if not study.get("eval_every"):
+        if not study.get("eval_every") and model not in (study.get("eval_spacing") or {}):
             raise ConfigError(
                 f"config key 'eval_every': 0 with a quality_target for {model}: set how many"
-                " iterations apart the runs evaluate (time to target is read off those evaluations)"
+                f" iterations apart the runs evaluate, or eval_spacing.{model} (time to target is read"
+                " off those evaluations)"
             )
         if model in study["models"] and study["datasets"][model] == "imagenet":
             source = study["data"]["imagenet"]["source"]
@@ -362,6 +363,12 @@ def _check_quality(study: dict[str, Any]) -> None:
                     f" (models: {', '.join(initweights.LAYOUTS)})"
                 )
     _check_tuned_rate(study)
+    for model in study.get("eval_spacing") or {}:
+        if model not in (study.get("quality_target") or {}):
+            raise ConfigError(
+                f"config key 'eval_spacing.{model}': {model} has no quality_target"
+                " (the spacing is counted in evaluations before the target)"
+            )
     for model in study.get("max_iterations") or {}:
         if model not in (study.get("quality_target") or {}):
             raise ConfigError(

@@ -203,3 +203,34 @@ def test_a_framework_faster_than_the_reference_beyond_both_intervals_is_flagged_
         nodes_to_target.SLOWER_THAN_REFERENCE,
         nodes_to_target.NO_REFERENCE,
     ]
+
+
+# -- evaluation spacing per run ------------------------------------------------------------
+
+
+def test_eval_spacing_resolves_every_node_count_alike_under_the_rule():
+    study = study_of(
+        lr_scaling={"rule": "linear", "warmup_iterations": 5},
+        eval_spacing={"lenet": {"expected_steps": 130, "evaluations": 10}},
+        eval_every=0,
+    )
+    every = {
+        r.nodes: matrix.run_spec(study, r).eval_every
+        for r in matrix.expand_runs(study)
+        if r.framework == "torch"
+    }
+    # 130 steps at batch 64, 65 at 128, 32.5 at 256 under the linear rule's ideal scaling.
+    assert every == {1: 13, 2: 6, 4: 3}
+    sqrt = study_of(lr_scaling={"rule": "sqrt"}, eval_spacing={"lenet": {"expected_steps": 100}})
+    assert matrix.eval_every_at(sqrt, "lenet", 256) == 5  # 100 / sqrt(4) / 10 (the default)
+    fixed = study_of(lr_scaling={"rule": "fixed"}, eval_spacing={"lenet": {"expected_steps": 5}})
+    assert matrix.eval_every_at(fixed, "lenet", 256) == 1  # never below one step
+
+
+def test_eval_spacing_needs_a_target_and_stands_in_for_eval_every():
+    with pytest.raises(validation.ConfigError, match=r"eval_spacing\.lenet': lenet has no quality_target"):
+        study_of(
+            quality_target={}, lr_scaling={"rule": "linear"}, eval_spacing={"lenet": {"expected_steps": 9}}
+        )
+    with pytest.raises(validation.ConfigError, match="eval_every': 0 with a quality_target"):
+        study_of(eval_every=0)
