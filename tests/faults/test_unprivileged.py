@@ -7,6 +7,9 @@ loopback (torch, BigDL) and refuses TensorFlow and MPI, which listen on every in
 The real tests run the launcher as ``nobody`` (``setpriv``), on files it can read under a
 world-readable folder of /tmp, and read the host's /proc/net/tcp{,6} for the listening
 sockets of the run's processes. The decision itself is tested with an injected probe.
+
+A user without root (issue 45): a small study runs through the whole workflow as nobody,
+and one without the torch wheel's source stops before any job, naming the setting.
 """
 
 from __future__ import annotations
