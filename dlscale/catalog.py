@@ -131,6 +131,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(
                 ),
             ),
             Framework("caffe", "Caffe", {"caffe": RING}, venv_import="mpi4py", extra_inputs=("caffe",)),
+            # psum of the gradients inside a jitted step over gloo: an all-reduce, as torch's.
+            Framework("jax", "JAX", {"jax": RING}, venv_import="jax"),
         )
     }
 )

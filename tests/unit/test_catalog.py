@@ -29,6 +29,12 @@ from dlscale.study.validation import ConfigError, load_schema, validate_config
 #: (checked by parsing: importing it needs the framework's venv).
 LIGHT_MODULES = ("launcher", "settings")
 TRAINER_MODULE = "train"
+#: What a light module must not import: every framework's own module, from the catalog.
+HEAVY_MODULES = tuple(
+    dict.fromkeys(
+        m for fw in catalog.FRAMEWORKS.values() for m in (fw.name, fw.venv_import.split(".")[0], "pyspark")
+    )
+)
 
 
 @pytest.mark.parametrize("framework", catalog.FRAMEWORK_NAMES)
@@ -66,7 +72,7 @@ def test_every_launcher_and_settings_module_keeps_the_contract_without_its_frame
         f"    mod = importlib.import_module('dlscale.runners.{framework}.' + name)\n"
         "    found[name] = {k: list(inspect.signature(v).parameters) for k, v in vars(mod).items()\n"
         "                   if inspect.isfunction(v) and v.__module__ == mod.__name__}\n"
-        "heavy = [m for m in ('torch', 'tensorflow', 'caffe', 'bigdl', 'pyspark') if m in sys.modules]\n"
+        f"heavy = [m for m in {HEAVY_MODULES!r} if m in sys.modules]\n"
         "print(json.dumps({'functions': found, 'heavy': heavy}))\n"
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
