@@ -88,6 +88,10 @@ CATEGORY_TUNING = "8. Tuning: each framework at its best"
 #: The comparison with another study (config key compare_with; dlscale.compare.comparison).
 CATEGORY_COMPARE = "9. Compared with another study"
 
+#: The file at the top of a study's archive that lists every other (dlscale.archive.artifact):
+#: what marks a folder as an unpacked archive, for verify, compare and the config check.
+ARCHIVE_MANIFEST = "MANIFEST.json"
+
 #: The aggregation's tables (rule aggregate's outputs, dlscale.analysis.aggregate's
 #: ``OUTPUT_FILES``, what the archive hands over and verify recomputes): output name -> file
 #: name under results/, in the order the aggregation writes them.

@@ -49,13 +49,13 @@ from dlscale import catalog, envs
 from dlscale.archive.codehash import analysis_code, analysis_code_sha256
 from dlscale.base import atomic
 from dlscale.catalog import CONFIG_SCHEMA, REPO_DIR
-from dlscale.outputs import AGGREGATE_FILES
+from dlscale.outputs import AGGREGATE_FILES, ARCHIVE_MANIFEST
 from dlscale.study import matrix as dlstudy
 from dlscale.study import validation
 
 #: /2: the manifest carries its seal (``MANIFEST_SEAL``); /1 archives have none.
 FORMAT = "dlscale-artifact/2"
-MANIFEST = "MANIFEST.json"
+MANIFEST = ARCHIVE_MANIFEST
 #: The manifest's key holding the sha256 of the rest of it (``manifest_seal``): an edit of
 #: the provenance (host, platform, versions) that does not redo the seal fails verify's
 #: integrity check, as an edited data file does; one that redoes it is caught only by the
