@@ -67,6 +67,14 @@ BENCH_REPEATS ?= 5
 bench: $(VENV)/.installed
 	nice -n 10 $(PY) -m benchmarks --repeats $(BENCH_REPEATS)
 
+## fresh-check: a fresh start as far as this machine allows: a clean clone of HEAD, every cache
+## empty (DLSCALE_CACHE, pip, uv, the venvs), then `make demo` there, timed; says what it could
+## not check (system packages already here, pip's configuration, the user). Not part of `test`:
+## a whole demo, 15-50 minutes. make fresh-check [DRY=1: the plan only] [KEEP=1]
+.PHONY: fresh-check
+fresh-check:
+	bash scripts/fresh-check.sh $(if $(DRY),--dry) $(if $(KEEP),--keep)
+
 ## compare-check: does python -m dlscale.compare find one changed setting, and only it, on this
 ## machine? Three small studies (BASE, an independent SAME, CHANGED) run interleaved, then
 ## compared -> results/compare-check/summary.md (about 8 minutes on 2 cores).

@@ -58,7 +58,7 @@ def test_every_script_installs_from_the_list_and_every_need_is_used():
     """Each ``system-packages.sh NAME`` a script calls names a listed need, and each need
     is installed by some script (a need nothing installs is a stale README line)."""
     scripts = "\n".join(p.read_text() for p in (REPO_DIR / "scripts").glob("*.sh") if p != READER)
-    used = set(re.findall(r'system-packages\.sh"? ([a-z0-9-]+)', scripts))
+    used = set(re.findall(r'system-packages\.sh"? ([a-z0-9][a-z0-9-]*)', scripts))
     assert used == set(needs()), used ^ set(needs())
 
 
@@ -66,6 +66,11 @@ def test_every_script_installs_from_the_list_and_every_need_is_used():
 def test_the_reader_prints_a_needs_debian_packages(name):
     out = subprocess.run(["bash", str(READER), name], capture_output=True, text=True, check=True)
     assert out.stdout.split() == needs()[name][0]
+
+
+def test_the_reader_prints_every_needs_packages_with_all():
+    out = subprocess.run(["bash", str(READER), "--all"], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [p for debian, _ in needs().values() for p in debian]
 
 
 def test_the_reader_refuses_an_unknown_need():
