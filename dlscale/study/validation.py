@@ -22,6 +22,7 @@ from dlscale.base import strictyaml
 from dlscale.data import initweights
 from dlscale.host import netns
 from dlscale.runspec import LR_RULE_NAMES, TUNED_RULE
+from dlscale.study import configpaths
 from dlscale.study.matrix import (
     IMPLEMENTED_FRAMEWORKS,
     global_batch_of,
@@ -447,6 +448,10 @@ def _check_semantics(study: dict[str, Any], base_dir: Path) -> None:
     _check_data_source(study, base_dir)
     _check_pooled_studies(study, base_dir)
     _check_compare_with(study, base_dir)
+    try:  # every path key for what it must be (a study, the user's folder, a dataset)
+        configpaths.check_paths(study, base_dir)
+    except configpaths.PathError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _check_compare_with(study: dict[str, Any], base_dir: Path) -> None:
