@@ -169,11 +169,10 @@ def _check_roofline(values: dict[str, float | None], at: str) -> None:
 
 
 def check_bounded_ints(value: Any, where: str, key: Sequence[str] = ()) -> None:
-    """Every integer in a loaded document within ``MAX_EXACT_INT`` (a YAML ``10**400`` that
-    ``float()`` overflows on is refused naming its key)."""
+    """Every integer value in a loaded document within ``MAX_EXACT_INT`` (a YAML ``10**400``
+    that ``float()`` overflows on is refused naming its key; keys are the schema's to check)."""
     if isinstance(value, dict):
         for name, inner in value.items():
-            check_bounded_ints(name, where, key)
             check_bounded_ints(inner, where, (*key, str(name)))
     elif isinstance(value, list):
         for index, inner in enumerate(value):

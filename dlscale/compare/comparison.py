@@ -80,6 +80,7 @@ from dlscale.compare.studies import (
     CompareError,
     Study,
     check_distinct,
+    check_out,
     differences,
     hardware_differs,
     load_study_results,
@@ -406,6 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        check_out(args.out, [args.base, *args.new])
         result = compare([args.base, *args.new], args.ignore_key, args.noise_floor)
     except CompareError as err:
         print(f"compare: {one_line(err)}", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,11 +23,17 @@ from typing import Any
 
 import pandas as pd
 
+from dlscale import plausible
 from dlscale.analysis import cells as cell_summary
 from dlscale.analysis import claims, findings
 from dlscale.archive import verify
-from dlscale.archive.safety import Refused
-from dlscale.base import untrusted
+from dlscale.archive.artifact import EXCLUDED_DIRS, MAX_FILE_BYTES
+from dlscale.archive.safety import Refused, check_tree
+from dlscale.base import foreign, untrusted
+from dlscale.events import MAX_LINE_CHARS
+
+#: The host's matmul peak (results/host/matmul_peak.json) is a few hundred bytes.
+MAX_PEAK_BYTES = 1 << 20
 
 # --- the tables' schema -------------------------------------------------------------------
 
@@ -130,6 +137,12 @@ def opened(target: str | Path) -> Iterator[tuple[Path, Path, str]]:
     path = Path(target)
     results, archived = results_folder(path)
     if not archived:
+        # Held to verify's rules where it reads (no link, FIFO, device or socket; a linked
+        # results/ is not followed); its runs table is checked row by row (read_runs).
+        try:
+            check_tree(results, "results/", skip=EXCLUDED_DIRS, hidden=False)
+        except Refused as err:
+            raise CompareError(f"{path}: refused: {err}") from None
         yield results.parent, results, NOT_VERIFIED
         return
     try:
@@ -154,8 +167,18 @@ def opened(target: str | Path) -> Iterator[tuple[Path, Path, str]]:
 
 
 def _read_csv(path: Path, name: str) -> pd.DataFrame:
+    """A table of the study, read strictly (``base.foreign``: a regular file of at most
+    ``MAX_FILE_BYTES``, UTF-8); a runs table is checked row by row first
+    (``dlscale.plausible.check_runs_table``: unique run ids, integer cell keys, finite and
+    physically possible measurements)."""
+    try:
+        text = foreign.read_text(path, MAX_FILE_BYTES, name)
+        if path.name == "runs.csv":
+            plausible.check_runs_table(text, name)
+    except Refused as err:
+        raise CompareError(f"refused: {err}") from None
     try:  # cells a writer quoted against formula injection (base.untrusted) read back whole
-        return untrusted.restored(pd.read_csv(path, low_memory=False))
+        return untrusted.restored(pd.read_csv(io.StringIO(text), low_memory=False))
     except (ValueError, OSError, UnicodeDecodeError) as err:  # pandas' ParserError is a ValueError
         raise CompareError(f"{name}: unreadable ({type(err).__name__}: {err})") from None
 
@@ -225,9 +248,17 @@ def _run_starts(results: Path) -> Iterator[dict[str, Any]]:
         if count >= MAX_RUN_STARTS or "tune" in parts or any(p.startswith(".") for p in parts):
             continue
         try:
-            with open(path, encoding="utf-8") as handle:
-                start = json.loads(handle.readline(1 << 20))
+            with foreign.open_text(path, None) as handle:
+                line = handle.readline(MAX_LINE_CHARS)
+        except Refused as err:  # a FIFO or a link: never waited on, never followed
+            raise CompareError(f"refused: {err}") from None
         except (OSError, ValueError):
+            continue
+        try:
+            start = foreign.loads_json(line, f"file {str(path)!r} line 1")
+        except Refused as err:
+            if "nested deeper" in err.rule:
+                raise CompareError(f"refused: {err}") from None
             continue
         if isinstance(start, dict) and start.get("event") == "run_start":
             yield start
@@ -301,7 +332,7 @@ def study_facts(root: Path, results: Path, runs: pd.DataFrame) -> dict[str, str]
     peak = results / "host" / "matmul_peak.json"  # the tuning stage's measurement (dlscale.host.roofline)
     if peak.is_file():
         with contextlib.suppress(ValueError, OSError, AttributeError, TypeError):
-            record = json.loads(peak.read_text(encoding="utf-8"))
+            record = foreign.read_json(peak, MAX_PEAK_BYTES)
             if record.get("cores") is not None:
                 facts["cpu_cores"] = str(record["cores"])
             if isinstance(record.get("peak_flops"), dict):
@@ -374,6 +405,26 @@ def check_distinct(targets: Sequence[str | Path]) -> None:
                 f"{target}: the same study as {seen[resolved]} (both are {resolved}): compare two different studies"
             )
         seen[resolved] = str(target)
+
+
+def check_out(out: str | Path, targets: Sequence[str | Path]) -> None:
+    """``CompareError`` when the output folder lies inside a study compared: the comparison
+    would change that study (an unpacked archive then fails verify, a results folder gains
+    files its analysis did not make)."""
+    for target in targets:
+        path = Path(target)
+        if not path.is_dir():
+            continue
+        try:
+            results, _ = results_folder(path)
+        except CompareError:
+            continue
+        root = path if (path / verify.MANIFEST).is_file() else results.parent
+        if foreign.inside(out, root):
+            raise CompareError(
+                f"--out {out}: inside the study {target} ({root.resolve()}): writing there would change it;"
+                " give a folder outside every study compared"
+            )
 
 
 def one_line(err: Exception) -> str:

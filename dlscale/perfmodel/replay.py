@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from dlscale import thresholds
-from dlscale.base import atomic
+from dlscale.base import atomic, foreign
 from dlscale.base.untrusted import shown, write_csv
 from dlscale.commbench import LIBRARIES, RAW_COLUMNS
 from dlscale.networks import HOST
@@ -88,6 +88,11 @@ def network_calibration(setup: str) -> Calibration:
 # --- a study's calibration, read back -----------------------------------------------------------
 
 
+#: A study's calibration tables are a few kB (one row per set-up, fit or commbench cell);
+#: a file far larger is not one (and is not parsed).
+MAX_TABLE_BYTES = 64 << 20
+
+
 class CalibrationFileError(ValueError):
     """A study's table that cannot calibrate the replay; the message names the file and what is wrong."""
 
@@ -99,7 +104,10 @@ def read_study_table(
     with every column of ``columns``: a table from another tool, or cut short, is never
     read as a calibration."""
     try:
-        table = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=dtype)
+        with foreign.open_regular(path, MAX_TABLE_BYTES, str(path)) as handle:
+            table = pd.read_csv(handle, keep_default_na=False, na_values=[""], dtype=dtype)
+    except foreign.Refused as err:
+        raise CalibrationFileError(str(err)) from None
     except pd.errors.EmptyDataError:
         raise CalibrationFileError(f"{path}: empty, not {what}") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as err:

@@ -8,6 +8,12 @@ types; this module then refuses what a schema cannot say (a strategy the framewo
 not have, parameter servers of a ring, a ``num_ps`` map that misses a measured count, an
 anchor with neither a throughput nor ``compute_step_s``). Every error names the file and
 the key, so a published record that cannot be replayed says why.
+
+A system file is foreign input (``dlscale.base.foreign``): a regular file (no FIFO, link or
+folder) of at most ``MAX_FILE_BYTES``, UTF-8, nested no deeper than YAML's bound, every
+integer within ``dlscale.plausible.MAX_EXACT_INT``, and every number within the physical
+bounds of ``dlscale.plausible`` (a throughput no step of ``MIN_STEP_S`` allows, a bandwidth
+of 1e-300 Gbit/s, 10**9 parameter servers are refused, naming the key).
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dlscale import catalog
-from dlscale.base import strictyaml
+from dlscale import catalog, plausible
+from dlscale.base import foreign, strictyaml
 from dlscale.networks import GBIT, PRESETS, NetworkPreset
 from dlscale.perfmodel.comm import Gradient
 from dlscale.perfmodel.patterns import PS, RING, SETUP_PATTERN
@@ -106,16 +112,25 @@ def load(path: str | Path) -> System:
     """A system file, validated (``SystemFileError`` naming the file and the key)."""
     path = Path(path)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise SystemFileError(f"{path}: {path.stat().st_size} bytes, not a system file")
-        data = strictyaml.load(path.read_text(encoding="utf-8"), str(path))
-    except OSError as err:
-        raise SystemFileError(f"{path}: cannot be read: {err.strerror or err}") from None
+        data = strictyaml.load(foreign.read_text(path, MAX_FILE_BYTES, str(path)), str(path))
+    except foreign.Refused as err:
+        raise SystemFileError(str(err)) from None
     except strictyaml.RefusedYAML as err:
-        raise SystemFileError(f"{path}: {err}") from None
+        raise SystemFileError(f"{path}: {_yaml_message(err)}") from None
     except yaml.YAMLError as err:
-        raise SystemFileError(f"{path}: not YAML: {err}") from None
+        raise SystemFileError(f"{path}: not YAML: {_yaml_message(err)}") from None
+    except ValueError as err:  # an integer of more than 4,300 digits
+        raise SystemFileError(f"{path}: {err}") from None
     return parse(data, str(path))
+
+
+def _yaml_message(err: yaml.YAMLError) -> str:
+    """A YAML error on one line: what is wrong and where (PyYAML's own has a snippet)."""
+    if isinstance(err, yaml.MarkedYAMLError):
+        mark = err.problem_mark or err.context_mark
+        what = "; ".join(str(part) for part in (err.context, err.problem) if part)
+        return f"{what} (line {mark.line + 1}, column {mark.column + 1})" if mark else what
+    return " ".join(str(err).split())
 
 
 def parse(data: Any, where: str = "<system>") -> System:
@@ -132,6 +147,10 @@ def parse(data: Any, where: str = "<system>") -> System:
     )
     if errors:
         raise SystemFileError(f"{where}: {_message(errors[0])}")
+    try:  # the node counts are checked by the schema; a value of 10**400 overflows a float
+        plausible.check_bounded_ints(data, where)
+    except foreign.Refused as err:
+        raise SystemFileError(str(err)) from None
     framework = data["framework"]
     setup = _setup(framework, data.get("strategy"), where)
     pattern = SETUP_PATTERN[setup]
@@ -145,6 +164,7 @@ def parse(data: Any, where: str = "<system>") -> System:
         )
     model = data.get("model")
     parameters = int(data["parameters"]) if model is None else catalog.PARAMETERS[model]
+    _check_plausible(data, measured, parameters, where)
     return System(
         name=data["name"],
         source=data["source"],
@@ -169,6 +189,68 @@ def parse(data: Any, where: str = "<system>") -> System:
             data.get("largest_variable_parameters"), pattern, parameters, where
         ),
     )
+
+
+#: The widest number a gradient is synchronised in is float64's 8 bytes; twice that is room.
+MAX_BYTES_PER_PARAMETER = 16.0
+
+
+def _check_plausible(
+    data: Mapping[str, Any], measured: Mapping[int, float | None], parameters: int, where: str
+) -> None:
+    """What a schema's types let through but no system can measure (``dlscale.plausible``):
+    a gradient of more than ``MAX_PARAMETERS``, a throughput that needs a step shorter than
+    ``MIN_STEP_S``, a network outside its bandwidth and latency bounds, more parameter
+    servers than parameters or than ``MAX_NODES``."""
+    bounds = plausible
+    if parameters > bounds.MAX_PARAMETERS:
+        raise SystemFileError(
+            f"{where}: key 'parameters': {parameters:,} is more than the {bounds.MAX_PARAMETERS:.0e} any model has"
+            " (dlscale.plausible.MAX_PARAMETERS)"
+        )
+    width = float(data.get("bytes_per_parameter", 4))
+    if width > MAX_BYTES_PER_PARAMETER:
+        raise SystemFileError(
+            f"{where}: key 'bytes_per_parameter': {width:g} is wider than any number a gradient is sent in"
+            f" (at most {MAX_BYTES_PER_PARAMETER:g})"
+        )
+    batch = int(data["batch_per_node"])
+    for nodes, value in measured.items():
+        ceiling = nodes * batch / bounds.MIN_STEP_S
+        if value is not None and value > ceiling:
+            raise SystemFileError(
+                f"{where}: key 'measured.{nodes}': {value:g} samples/s would need a step shorter than"
+                f" {bounds.MIN_STEP_S:g} s ({nodes} x {batch} samples a step; dlscale.plausible.MIN_STEP_S)"
+            )
+    compute = data.get("compute_step_s")
+    if compute is not None and compute < bounds.MIN_STEP_S:
+        raise SystemFileError(
+            f"{where}: key 'compute_step_s': {compute:g} s is shorter than any training step"
+            f" ({bounds.MIN_STEP_S:g} s, dlscale.plausible.MIN_STEP_S)"
+        )
+    network = data["network"]
+    if isinstance(network, Mapping):
+        for key in ("bandwidth_gbit", "effective_bandwidth_gbit"):
+            value = network.get(key)
+            if value is not None and not bounds.MIN_BANDWIDTH_GBIT <= value <= bounds.MAX_BANDWIDTH_GBIT:
+                raise SystemFileError(
+                    f"{where}: key 'network.{key}': {value:g} Gbit/s is outside"
+                    f" {bounds.MIN_BANDWIDTH_GBIT:g} to {bounds.MAX_BANDWIDTH_GBIT:g} (dlscale.plausible)"
+                )
+        if network["latency_s"] > bounds.MAX_LATENCY_S:
+            raise SystemFileError(
+                f"{where}: key 'network.latency_s': {network['latency_s']:g} s is longer than any network's"
+                f" ({bounds.MAX_LATENCY_S:g} s, dlscale.plausible.MAX_LATENCY_S)"
+            )
+    servers = data.get("num_ps")
+    counts = servers.values() if isinstance(servers, Mapping) else [servers]
+    for count in counts:
+        if isinstance(count, int) and count > min(parameters, bounds.MAX_NODES):
+            raise SystemFileError(
+                f"{where}: key 'num_ps': {count:,} parameter servers, more than"
+                f" {'the gradient has parameters' if parameters < bounds.MAX_NODES else 'any machine has nodes'}"
+                f" ({min(parameters, bounds.MAX_NODES):,})"
+            )
 
 
 def _largest_variable(value: int | None, pattern: str, parameters: int, where: str) -> int | None:
@@ -279,7 +361,12 @@ def _strict_integer(checker: Any, instance: Any) -> bool:
 
 def _finite_number(checker: Any, instance: Any) -> bool:
     """A number is a finite int or float (not ``.inf``/``.nan``, not a bool)."""
-    return isinstance(instance, int | float) and not isinstance(instance, bool) and math.isfinite(instance)
+    if not isinstance(instance, int | float) or isinstance(instance, bool):
+        return False
+    try:
+        return math.isfinite(instance)
+    except OverflowError:  # an integer beyond a float
+        return False
 
 
 _VALIDATOR = jsonschema.validators.extend(
