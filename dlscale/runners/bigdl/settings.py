@@ -39,6 +39,16 @@ VERBOSE_VARS = ("MKL_VERBOSE", "MKLDNN_VERBOSE", "DNNL_VERBOSE", "ONEDNN_VERBOSE
 MANAGED_VARS = ("MKL_DEBUG_CPU_TYPE", "OMP_NUM_THREADS", "KMP_AFFINITY", "KMP_BLOCKTIME", *VERBOSE_VARS)
 
 
+#: Models BigDL's mkldnn engine cannot run -> why. Its graph conversion wraps every layer it
+#: has no primitive for in a ``BlasWrapper``, which needs the layer's output-shape inference;
+#: ``nn.Sigmoid`` has none, so the AutoEncoder's first forward pass on an executor fails with
+#: ``InvalidOperationException: Haven't been implemented yet. Do not use it with Keras Layer``
+#: (BlasWrapper.inferOutputFormats -> InferShape.computeOutputShape).
+MKLDNN_REFUSES: dict[str, str] = {
+    "autoencoder": "its nn.Sigmoid layers have no output-shape inference, which mkldnn's BlasWrapper needs",
+}
+
+
 class BigDLSettingsError(ValueError):
     """A combination of BigDL options that BigDL cannot run; the message names the options."""
 
@@ -64,10 +74,17 @@ def engine_settings(spec: RunSpec) -> EngineSettings:
     """The run's settings from its options (defaults where the spec has none).
 
     Raises BigDLSettingsError for per_executor with mklblas: BigDL's mklblas engine always
-    trains one replica per core (``Engine.isMultiModels``), so the setting could not be had.
+    trains one replica per core (``Engine.isMultiModels``), so the setting could not be had;
+    and for mkldnn with a model it cannot run (``MKLDNN_REFUSES``), before any JVM starts
+    instead of a stack trace from the executors.
     """
     opts = spec.options
     engine = opts.get("engine") or "mklblas"
+    if engine == "mkldnn" and spec.model in MKLDNN_REFUSES:
+        raise BigDLSettingsError(
+            f"bigdl.engine=mkldnn cannot run the {spec.model}: {MKLDNN_REFUSES[spec.model]}"
+            " (use bigdl.engine=mklblas for it)"
+        )
     cores = spec.ranks_per_node * spec.threads_per_rank
     split = opts.get("batch_split") or ("per_core" if engine == "mklblas" else "per_executor")
     if engine == "mklblas" and split == "per_executor" and cores > 1:
