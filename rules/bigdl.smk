@@ -5,8 +5,9 @@ JAVA_MARKER = EXTRA_INPUTS["java"]
 
 
 rule java:
-    """A Java runtime for Spark/BigDL: checked, and installed with apt only where missing
-    (openjdk-17-jre-headless, scripts/ensure-java.sh). The marker records `java -version`.
+    """A Java runtime for Spark/BigDL: checked, and installed only where missing: with apt
+    as root (openjdk-17-jre-headless), else the JDK from PyPI of envs/java.lock into the
+    machine cache (scripts/ensure-java.sh). The marker records the chosen `java -version`.
     """
     output:
         marker=JAVA_MARKER,
@@ -17,7 +18,6 @@ rule java:
         "../envs/bigdl.yaml"
     params:
         script=str(dlenvs.JAVA_SCRIPT),
+        python=workflow_python(),
     shell:
-        # The Java the runner takes: java on PATH, else JAVA_HOME's (a user's without root).
-        'bash {params.script:q} > {log:q} 2>&1 && "$(command -v java || echo "$JAVA_HOME/bin/java")"'
-        " -version 2> {output.marker:q}"
+        "bash {params.script:q} {params.python:q} {output.marker:q} > {log:q} 2>&1"

