@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,7 +120,7 @@ def results_folder(target: Path) -> tuple[Path, bool]:
     if (target.parent / verify.MANIFEST).is_file() and target.name == "results":
         return target, True
     for results in (target, target / "results"):
-        if (results / "runs.csv").is_file():
+        if os.path.lexists(results / "runs.csv"):  # a FIFO or a link there is refused by opened
             return results, False
     for results in (target, target / "results"):
         if (results / "runs").is_dir() or (results / "cells.csv").is_file():
