@@ -5,6 +5,7 @@ import logging
 
 from dlscale.base import atomic
 from dlscale.base.logsetup import log_to
+from dlscale.base.untrusted import write_csv
 from dlscale.tune import rate_choice
 
 log_to(snakemake.log[0])
@@ -16,7 +17,7 @@ try:
         with open(path, encoding="utf-8") as handle:
             choices.append(json.load(handle))
     table = rate_choice.sweep_table(choices)
-    atomic.replace_with(snakemake.output.table, lambda tmp: table.to_csv(tmp, index=False))
+    atomic.replace_with(snakemake.output.table, lambda tmp: write_csv(table, tmp))
     log.info("wrote %s: %d rates of %d choices", snakemake.output.table, len(table), len(choices))
 except Exception:
     log.exception("learning-rate table failed")
