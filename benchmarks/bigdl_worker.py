@@ -2,9 +2,12 @@
 arguments and output: benchmarks.worker_cli).
 
 BigDL's plainest training loop on the runner's model, batch and loss: a SparkContext, BigDL's
-engine, the same model (``dlscale.runners.bigdl.models``), the same samples
-(``dlscale.runners.bigdl.data.training_rdd``, one partition per executor), the same SGD,
-and ``Optimizer.create(...).optimize()`` for warm-up + timed iterations, in one of two
+engine with the runner's settings (``dlscale.runners.bigdl.settings``: engine, threads, batch
+split, as JVM properties and variables), the same model (``dlscale.runners.bigdl.models``,
+with the shared initialisation where the spec has it), the same samples
+(``dlscale.runners.bigdl.data.training_rdd``, one partition per executor), the runner's SGD
+(``dlscale.runners.bigdl.train.sgd``: its rate rule and warm-up ramp), and
+``Optimizer.create(...).optimize()`` for warm-up + timed iterations, in one of two
 deployments (``--deployment``):
 
 * ``local``: ``local[C]`` (driver and executor in one JVM, no master or worker; C = the
@@ -64,6 +67,7 @@ def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
     """A local-mode SparkConf with the runner's log4j2 file and JVM flags (no cluster)."""
     from bigdl.dllib.utils.common import create_spark_conf
 
+    from dlscale.runners.bigdl import settings as bigdl_settings
     from dlscale.runners.bigdl.train import LOG4J2, executor_memory
 
     cores = spec.ranks_per_node * spec.threads_per_rank
@@ -75,6 +79,7 @@ def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
         "-Dbigdl.utils.LoggerFilter.disable=true",
         f"-Djava.io.tmpdir={tmp}",
         "-XX:-UsePerfData",
+        *bigdl_settings.java_options(bigdl_settings.engine_settings(spec)),  # the runner's engine
     ]
     conf = create_spark_conf().setMaster(f"local[{cores}]").setAppName(f"dlscale bench bare {spec.model}")
     settings = {
@@ -183,15 +188,20 @@ def optimize_until_logged(sc: Any, optimizer: Any, log_path: Path, total: int) -
 
 
 def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, Any]:
-    from bigdl.dllib.optim.optimizer import SGD, MaxIteration, Optimizer
+    from bigdl.dllib.optim.optimizer import MaxIteration, Optimizer
     from bigdl.dllib.utils.common import init_engine
     from pyspark import SparkContext
 
     from dlscale.parse import bigdl as bigdl_log
+    from dlscale.runners.bigdl import settings as bigdl_settings
     from dlscale.runners.bigdl.data import training_rdd
     from dlscale.runners.bigdl.models import build_model, criterion
+    from dlscale.runners.bigdl.train import apply_environment, sgd, shared_init
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # Spark's Python workers: this venv, as the runner's
+    # The runner's engine settings (a model the engine cannot run is refused here, as there),
+    # their variables in this process before any JVM starts, as the runner's driver has them.
+    apply_environment(bigdl_settings.engine_settings(spec))
     name, batch, total = spec.model, spec.global_batch, spec.total_iterations
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-bigdl-") as tmp:
         work = Path(tmp)
@@ -226,11 +236,13 @@ def bare(spec: RunSpec, data: Path, deployment: str = "local") -> dict[str, Any]
                 )
                 model = build_model(name)
                 model.set_seed(spec.seed)
+                if spec.init == "shared":
+                    shared_init(model, spec)
                 optimizer = Optimizer.create(
                     model=model,
                     training_set=rdd,
                     criterion=criterion(name),
-                    optim_method=SGD(learningrate=spec.learning_rate, momentum=spec.momentum, dampening=0.0),
+                    optim_method=sgd(spec),
                     end_trigger=MaxIteration(total),
                     batch_size=batch,
                 )

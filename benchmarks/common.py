@@ -34,6 +34,8 @@ from benchmarks import worker_cli
 from benchmarks.timing import finite_median
 from dlscale import catalog, commbench
 from dlscale.base import atomic, process
+from dlscale.options import option_default
+from dlscale.runners.bigdl import settings as bigdl_settings
 from dlscale.runners.common import thread_environment
 from dlscale.runspec import RunSpec
 
@@ -218,7 +220,23 @@ def bench_spec(
     study = studies[model]
     run = matrix.Run(framework, model, nodes, 1, matrix.batch_per_rank(study, model, nodes), 0)
     warmup, timed = iterations or bench_iterations(model)
-    return dataclasses.replace(matrix.run_spec(study, run), warmup=warmup, iterations=timed)
+    spec = dataclasses.replace(matrix.run_spec(study, run), warmup=warmup, iterations=timed)
+    return dataclasses.replace(spec, options=runnable_options(spec))
+
+
+def runnable_options(spec: RunSpec) -> dict[str, Any]:
+    """The spec's framework options, but an engine its runner cannot run the model with
+    replaced by the framework's default: BigDL's mkldnn has no AutoEncoder
+    (``dlscale.runners.bigdl.settings.MKLDNN_REFUSES``; the runner refuses the run), so that
+    cell runs BigDL's own default engine, mklblas, in every arm (its rows say which)."""
+    options = dict(spec.options)
+    if (
+        spec.framework == "bigdl"
+        and options.get("engine") == "mkldnn"
+        and spec.model in bigdl_settings.MKLDNN_REFUSES
+    ):
+        options["engine"] = option_default("bigdl", "engine")
+    return options
 
 
 # --- workers --------------------------------------------------------------------------------------

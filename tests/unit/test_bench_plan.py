@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from benchmarks import startup
-from benchmarks.common import bench_init, bench_spec, bench_studies, default_config
+from benchmarks.common import bench_init, bench_spec, bench_studies, default_config, worker_command
 from benchmarks.registry import FRAMEWORKS
 from dlscale import catalog
 from dlscale.data import initweights
+from dlscale.launch.runner import runner_launcher
+from dlscale.runners.bigdl import settings as bigdl_settings
 from dlscale.runspec import RunSpec
 from dlscale.study import matrix, validation
 
@@ -43,6 +45,34 @@ def test_every_cell_of_make_bench_is_planned() -> None:
     assert len(planned) == len(trained) * len(catalog.MODEL_NAMES)
     # Every framework the default study runs has its benchmarks, and they cover every model.
     assert set(default_config()["frameworks"]) <= set(FRAMEWORKS)
+
+
+def test_all_sixteen_harness_cells_plan_a_run_their_runner_accepts() -> None:
+    """Every framework x model cell of the harness table (4 x 4): a spec the study builds,
+    whose runner's settings accept it (a run the runner would refuse, like BigDL's mkldnn
+    engine with the AutoEncoder, is a failed cell: the error is in ``settings``), and whose
+    BigDL engine is the study's wherever the runner can run the model with it."""
+    models = list(catalog.MODEL_NAMES)
+    studies = bench_studies(models)
+    trained = [name for name, entry in FRAMEWORKS.items() if entry.training is not None]
+    cells = {}
+    for framework in trained:
+        for model in models:
+            spec = bench_spec(studies, framework, model)
+            settings = runner_launcher(framework).settings(spec)
+            assert "error" not in settings, (framework, model, settings)
+            cells[framework, model] = spec
+    assert len(cells) == 16 and set(default_config()["frameworks"]) == set(trained)
+    study_engine = bench_spec(studies, "bigdl", "lenet").options["engine"]
+    for model in models:
+        engine = cells["bigdl", model].options["engine"]
+        refused = study_engine == "mkldnn" and model in bigdl_settings.MKLDNN_REFUSES
+        assert engine == ("mklblas" if refused else study_engine), model
+    assert "autoencoder" in bigdl_settings.MKLDNN_REFUSES  # the cell that failed in both arms
+    # The bare arms are given the same spec (and so the same engine) as the runner arm.
+    argv = worker_command("python", "bigdl", "bare", spec=cells["bigdl", "autoencoder"], data=Path("d"))
+    given = RunSpec.from_json(argv[argv.index("--spec-json") + 1])
+    assert given == cells["bigdl", "autoencoder"]
 
 
 def test_the_benchmarks_take_the_studys_settings() -> None:
