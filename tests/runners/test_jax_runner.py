@@ -1,0 +1,209 @@
+"""The JAX runner, for real: its models, its events, parity with the torch reference, a
+wrong collective caught, and a coordinator that cannot be reached.
+
+Three runs are shared by the tests (module fixtures, about 10 s each on 2 cores): LeNet on
+1 rank of 64 and on 2 ranks of 32 from the shared weights (``init: shared``, seed 1234, no
+warm-up: the torch reference run of ``tests/data/parity/torch-lenet.json``), and the same
+2-rank run with rank 1's gradient doubled before the all-reduce from iteration 3 on
+(``DLSCALE_JAX_FAULT``: what a collective returning wrong values on one rank, jax-ml/jax
+#40830, does to a run). The parity check compares each with the reference's recorded
+losses; the faulty one must fail it, naming JAX and iteration 4 (the first loss after
+the first wrong update). SIGTERM, SIGKILL, time limits and a master name that does not
+resolve are the fault suite's (tests/faults/test_faults.py runs every implemented
+framework, JAX included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from helpers.jax_runs import launch, spec
+from helpers.paths import REPO, framework_python
+
+from dlscale import catalog
+from dlscale.analysis import parity, tables
+from dlscale.base.sysutil import free_port
+from dlscale.data import initweights
+from dlscale.data.shards import GlobalBatchSlices, ShardSet
+from dlscale.events import read_events
+
+#: The torch reference run's recorded losses (tests/test_torch_parity.py keeps them).
+REFERENCE = json.loads((REPO / "tests" / "data" / "parity" / "torch-lenet.json").read_text())
+SHARED = {"iterations": 20, "warmup": 0, "lr": 0.01, "seed": 1234, "init": "shared"}
+ONCE = ("--contended-retries", "0")  # every attempt computes the same losses
+FAULT = {"DLSCALE_JAX_FAULT": "scale-gradient:1:3"}
+
+
+@pytest.fixture(scope="module")
+def jax_py():
+    return framework_python("jax")
+
+
+def run_ok(python, data, root, env=None, **settings):
+    """Launch ``spec(**settings)`` (it must end ok); its events path and events."""
+    run_spec = spec(**settings)
+    events_path = root / "events.jsonl"
+    proc = launch(python, run_spec, data, events_path, env=env, args=ONCE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = read_events(events_path)
+    assert events[-1]["status"] == "ok", events[-1]
+    return events_path, events
+
+
+@pytest.fixture(scope="module")
+def one_rank(jax_py, mnist_shards, tmp_path_factory):
+    return run_ok(jax_py, mnist_shards, tmp_path_factory.mktemp("jax-1"), batch=64, **SHARED)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(jax_py, mnist_shards, tmp_path_factory):
+    return run_ok(jax_py, mnist_shards, tmp_path_factory.mktemp("jax-2"), nodes=2, batch=32, **SHARED)
+
+
+@pytest.fixture(scope="module")
+def two_ranks_wrong_collective(jax_py, mnist_shards, tmp_path_factory):
+    root = tmp_path_factory.mktemp("jax-2-fault")
+    return run_ok(jax_py, mnist_shards, root, env=FAULT, nodes=2, batch=32, **SHARED)
+
+
+def reference_run() -> parity.ParityRun:
+    """The torch reference (1 rank of 64, fixed rate 0.01) as the parity check reads a run."""
+    return parity.ParityRun(
+        run_id="torch/lenet/n1x1/b64/r0",
+        framework="torch",
+        setup="torch",
+        model="lenet",
+        nodes=1,
+        ranks_per_node=1,
+        world_size=1,
+        global_batch=REFERENCE["global_batch"],
+        seed=REFERENCE["seed"],
+        losses=tuple(REFERENCE["losses"]),
+        init_sha256=REFERENCE["init_sha256"],
+        schedule=(REFERENCE["learning_rate"],) * 2 + (0,),
+        rates=(REFERENCE["learning_rate"],) * len(REFERENCE["losses"]),
+    )
+
+
+def parity_row(events_path):
+    table = parity.check([reference_run(), parity.read_run(events_path)])
+    return table.set_index("framework").loc["jax"]
+
+
+def test_parameter_counts_match_the_catalog(jax_py):
+    probe = (
+        "import json\nfrom dlscale.runners.jax.models import MODELS, parameter_count\n"
+        "print(json.dumps({m: parameter_count(m) for m in MODELS}))"
+    )
+    proc = subprocess.run([str(jax_py), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(counts) == set(catalog.MNIST_MODELS)
+    assert counts == {m: catalog.PARAMETERS[m] for m in counts}
+
+
+def test_one_rank_events_are_valid_and_match_the_reference(one_rank):
+    path, events = one_rank
+    runs, iterations = tables.load_events([path])  # every event checked against its schema
+    assert runs.loc[0, "status"] == "ok" and len(iterations) == 20
+    start = events[0]
+    assert start["versions"]["jax"] == start["versions"]["jaxlib"] == "0.10.2"
+    assert start["settings"]["XLA_FLAGS"] == "--xla_cpu_multi_thread_eigen=true"
+    assert start["measured"]["compile_s"] > 0  # compiled before the first timed step
+    steps = [e for e in events if e["event"] == "iteration"]
+    assert steps[0]["init_sha256"] == initweights.digest(initweights.initial_weights("lenet", 1234))
+    assert all(e["comm_s"] == 0 and e["step_s"] >= e["compute_s"] > 0 for e in steps)
+    assert [e["lr"] for e in steps] == [0.01] * 20
+    (last_eval,) = [e for e in events if e["event"] == "eval"]
+    assert last_eval["metric"] == "top1" and last_eval["samples"] == 10_000 and last_eval["value"] > 0.5
+    row = parity_row(path)
+    assert row["passes"] and row["init_matches"], row["reason"]
+
+
+def test_two_ranks_compute_what_one_does(two_ranks):
+    path, events = two_ranks
+    start = events[0]
+    assert start["world_size"] == 2 and start["hosts"][0] != start["hosts"][1]
+    steps = [e for e in events if e["event"] == "iteration"]
+    assert len(steps) == 2 * 20
+    for e in steps:
+        assert e["comm_s"] > 0 and e["compute_s"] > 0 and e["step_s"] >= e["compute_s"] + e["comm_s"] - 1e-9
+        assert e["comm_bytes"] == catalog.PARAMETERS["lenet"] * 4
+    row = parity_row(path)
+    assert row["passes"], row["reason"]
+    assert "warnings" not in events[-1] or not events[-1]["warnings"]
+
+
+def test_a_wrong_collective_fails_the_parity_check_naming_jax_and_the_iteration(
+    two_ranks_wrong_collective,
+):
+    path, events = two_ranks_wrong_collective
+    assert any("fault injected" in w for w in events[-1]["warnings"])  # the run says so
+    row = parity_row(path)
+    assert not row["passes"] and row["first_failed_iteration"] == 4
+    assert row["reason"].startswith("jax differs from torch at iteration 4"), row["reason"]
+
+
+def test_a_rank_that_cannot_reach_its_coordinator_fails_in_time_naming_it(jax_py, mnist_shards, tmp_path):
+    """Rank 1 of 2 alone: nothing listens at the master's port. It must end itself (its own
+    rank_end, not JAX's abort) within the start-up timeout, naming the coordinator."""
+    port, startup_s = free_port(), 10
+    run_spec = spec(nodes=2, batch=32, options={"startup_timeout_s": startup_s})
+    env = {
+        **os.environ,
+        "DLSCALE_RANK": "1", "DLSCALE_WORLD_SIZE": "2", "DLSCALE_LOCAL_RANK": "0",
+        "DLSCALE_NODE_RANK": "1", "DLSCALE_NNODES": "2", "DLSCALE_HOST": "test/node1",
+        "DLSCALE_MASTER_ADDR": "127.0.0.1", "DLSCALE_MASTER_PORT": str(port),
+        "DLSCALE_NODE_ADDR": "127.0.0.1", "JAX_PLATFORMS": "cpu",
+    }  # fmt: skip
+    argv = [str(jax_py), "-m", "dlscale.runners.jax", "--spec-json", json.dumps(run_spec)]
+    argv += ["--data", str(mnist_shards), "--work-dir", str(tmp_path)]
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = proc.communicate(timeout=startup_s + 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, output[-3000:]
+    end = [json.loads(line) for line in (tmp_path / "rank1.jsonl").read_text().splitlines()][-1]
+    assert end["event"] == "rank_end" and end["status"] == "failed"
+    assert f"rank 0 (coordinator, 127.0.0.1:{port}) unreachable from rank 1" in end["reason"]
+    assert f"start-up timeout of {startup_s} s" in end["reason"]
+    assert startup_s <= elapsed < startup_s + 30, elapsed
+
+
+def autoencoder_first_loss(data, seed: int, batch: int) -> float:
+    """The AutoEncoder's loss on the first global batch from the shared weights, in numpy
+    (the canonical layout: y = x W^T + b), as the torch reference defines it."""
+    shards = ShardSet(data)
+    index = next(GlobalBatchSlices(shards.num_samples, batch, 1, 0, seed))
+    x = shards.take(index)[0].reshape(batch, -1).astype(np.float64) / 255.0
+    weights = initweights.initial_weights("autoencoder", seed)
+    y = x
+    for layer in range(8):
+        part = f"{'enc' if layer < 4 else 'dec'}{layer % 4 + 1}"
+        y = y @ weights[f"{part}.weight"].T.astype(np.float64) + weights[f"{part}.bias"]
+        if layer % 4 != 3:
+            y = 1.0 / (1.0 + np.exp(-y))
+    return float(np.mean(np.maximum(y, 0) - y * x + np.log1p(np.exp(-np.abs(y)))))
+
+
+def test_autoencoder_starts_from_the_shared_loss_and_evaluates_its_reconstruction(
+    jax_py, mnist_shards, tmp_path
+):
+    settings = {**SHARED, "iterations": 3}
+    path, events = run_ok(jax_py, mnist_shards, tmp_path, model="autoencoder", batch=64, **settings)
+    tables.load_events([path])
+    losses = [e["loss"] for e in events if e["event"] == "iteration"]
+    assert losses[0] == pytest.approx(autoencoder_first_loss(mnist_shards, 1234, 64), rel=1e-5)
+    assert losses[-1] < losses[0]
+    (last_eval,) = [e for e in events if e["event"] == "eval"]
+    assert last_eval["metric"] == "mse" and last_eval["samples"] == 10_000 and 0 < last_eval["value"] < 0.25
