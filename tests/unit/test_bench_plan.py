@@ -48,7 +48,8 @@ def test_every_cell_of_make_bench_is_planned() -> None:
 
 
 def test_all_sixteen_harness_cells_plan_a_run_their_runner_accepts() -> None:
-    """Every framework x model cell of the harness table (4 x 4): a spec the study builds,
+    """Every framework x model cell of the harness table (4 x 4 for the study's
+    frameworks): a spec the study builds,
     whose runner's settings accept it (a run the runner would refuse, like BigDL's mkldnn
     engine with the AutoEncoder, is a failed cell: the error is in ``settings``), and whose
     BigDL engine is the study's wherever the runner can run the model with it."""
@@ -62,7 +63,10 @@ def test_all_sixteen_harness_cells_plan_a_run_their_runner_accepts() -> None:
             settings = runner_launcher(framework).settings(spec)
             assert "error" not in settings, (framework, model, settings)
             cells[framework, model] = spec
-    assert len(cells) == 16 and set(default_config()["frameworks"]) == set(trained)
+    # The 16 of the study's four frameworks at least (a framework's bench module adds its own).
+    assert (
+        set(default_config()["frameworks"]) <= set(trained) and len(cells) == len(trained) * len(models) >= 16
+    )
     study_engine = bench_spec(studies, "bigdl", "lenet").options["engine"]
     for model in models:
         engine = cells["bigdl", model].options["engine"]
