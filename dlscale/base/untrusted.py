@@ -68,25 +68,22 @@ def _text_columns(frame: Any) -> list[Any]:
 
 def neutralised(frame: Any) -> Any:
     """A copy of a pandas DataFrame with ``csv_cell`` applied to every text column's cells
-    (the frame every CSV writer of the project writes)."""
-    columns = _text_columns(frame)
-    if not columns:
-        return frame
+    and to the header (a column may be named after a study's folder): the frame every CSV
+    writer of the project writes."""
     out = frame.copy()
-    for column in columns:
+    for column in _text_columns(frame):
         out[column] = out[column].map(csv_cell)
+    out.columns = [csv_cell(column) for column in frame.columns]
     return out
 
 
 def restored(frame: Any) -> Any:
     """A pandas DataFrame read from a CSV written through ``neutralised``, with every text
-    cell back to its original (``restore_cell``)."""
-    columns = _text_columns(frame)
-    if not columns:
-        return frame
+    cell and column name back to its original (``restore_cell``)."""
     out = frame.copy()
-    for column in columns:
+    for column in _text_columns(frame):
         out[column] = out[column].map(restore_cell)
+    out.columns = [restore_cell(column) for column in frame.columns]
     return out
 
 
