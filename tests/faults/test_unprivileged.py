@@ -439,11 +439,11 @@ def snakemake_as_nobody(
     """Snakemake as nobody on ``study`` in ``home/name`` (HOME: ``home/name/home``), the
     local profile, asking for the runs table; its whole process group ended on the way out."""
     workdir = home / name
-    (workdir / "home").mkdir(parents=True)
-    for path in (workdir, workdir / "home"):
-        path.chmod(0o777)
     config = {**study, "envs_dir": str(envs), "data": {"mnist": {"source": str(home / "mnist")}}}
+    (workdir / "home").mkdir(parents=True)
     (workdir / "study.yaml").write_text(json.dumps(config))
+    for path in (workdir, workdir / "home", workdir / "study.yaml"):
+        os.chown(path, 65534, 65534)  # nobody's own folders, as a user's are
     env = {"PATH": os.environ["PATH"], "HOME": str(workdir / "home"), "LANG": "C.UTF-8", **(extra_env or {})}
     cmd = [
         *NOBODY, str(home / "workflow" / "bin" / "python"), "-m", "snakemake", "results/runs.csv",
@@ -492,8 +492,8 @@ def test_without_a_wheel_source_nobody_is_stopped_before_any_job(nobody_home):
     index: pip answers from nothing, no network): the invocation fails before any job with
     one missing piece, naming the setting."""
     empty = nobody_home / "no-envs"
-    empty.mkdir()
-    empty.chmod(0o777)
+    empty.mkdir(mode=0o755)
+    os.chown(empty, 65534, 65534)  # nobody's own (a folder anyone may write is refused)
     no_source = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
     code, out, workdir = snakemake_as_nobody(nobody_home, "no-wheels", NOBODY_STUDY, empty, no_source)
     assert code != 0
