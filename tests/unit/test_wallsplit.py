@@ -12,7 +12,7 @@ import pytest
 from helpers.events import run_start
 from helpers.wall_split import assert_adds_up
 
-from dlscale.analysis import aggregate
+from dlscale.analysis import aggregate, snakelog
 from dlscale.analysis.readevents import read_run
 from dlscale.analysis.wallsplit import ALL, STARTUP_PARTS, WALL_SPLIT_COLUMNS, run_times, wall_split
 from dlscale.events import write_atomic
@@ -177,3 +177,51 @@ def test_the_aggregation_writes_the_table_and_its_parts_add_up(tmp_path):
     assert table.loc["torch", "gap_s"] == pytest.approx(10.0)  # 1020 -> 1030
     assert table.loc[ALL, "total_s"] == pytest.approx(40.0)
     assert_adds_up(table)
+
+
+SNAKEMAKE_LOG = """\
+Building DAG of jobs...
+[Fri Dec  4 15:06:16 2026]
+Job 56: Making BLAS openblas available to Caffe (once per machine)
+Reason: Missing output files: x
+[Fri Dec  4 15:06:18 2026]
+Finished jobid: 56 (Rule: caffe_blas)
+[Fri Dec  4 15:06:20 2026]
+rule train:
+    output: results/runs/torch/lenet/n1x1/b64/r0/events.jsonl
+    jobid: 7
+[Fri Dec  4 15:06:21 2026]
+localrule tune_run:
+    jobid: 8
+[Fri Dec  4 15:06:30 2026]
+Finished jobid: 7 (Rule: train)
+[Fri Dec  4 15:06:34 2026]
+Finished jobid: 8 (Rule: tune_run)
+[Fri Dec  4 15:06:35 2026]
+localrule all:
+    jobid: 0
+[Fri Dec  4 15:06:35 2026]
+Finished jobid: 0 (Rule: all)
+"""
+
+
+def test_snakemakes_log_says_what_ran_between_the_runs(tmp_path):
+    done = snakelog.jobs(SNAKEMAKE_LOG.splitlines())
+    assert [(job.jobid, job.rule, job.end - job.start) for job in done] == [
+        (56, "caffe_blas", 2.0),
+        (7, "train", 10.0),
+        (8, "tune_run", 13.0),
+        (0, "all", 0.0),
+    ]
+    table = snakelog.time_split(done).set_index("rule")
+    assert table.loc["tune_run", "outside_runs_s"] == 4.0  # 15:06:30 to :34, no run beside it
+    assert table.loc["runs", "busy_s"] == 10.0
+    assert table.loc["other jobs", "busy_s"] == 6.0  # caffe_blas 2 + tune_run's 4 alone
+    assert table.loc["no job", "busy_s"] == 2.0  # 15:06:18 to :20
+    assert table.loc["invocation", "busy_s"] == 18.0 == 10.0 + 6.0 + 2.0
+    log = tmp_path / "run.snakemake.log"
+    log.write_text(SNAKEMAKE_LOG, encoding="utf-8")
+    assert snakelog.main([str(log)]) == 0
+    empty = tmp_path / "empty.log"
+    empty.write_text("Building DAG of jobs...\n", encoding="utf-8")
+    assert snakelog.main([str(empty)]) == 2
