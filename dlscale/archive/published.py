@@ -66,7 +66,7 @@ def check_figures(results: Path, report: Report, prefix: str = "results/") -> No
             report.add(where, f"its embedded data cannot be read back: {type(err).__name__}: {err}")
             continue
         report.add_many(where, [f"the figure disagrees with its tables: {problem}" for problem in problems])
-    report.checked.append(f"{len(present)} figures against their tables")
+    report.checked.append(f"{len(present)} figure(s) against their tables")
 
 
 def embedded_results(text: str, where: str) -> dict[str, Any] | None:
