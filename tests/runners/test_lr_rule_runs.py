@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import bigdl_runs, caffe_runs, tensorflow_runs, torch_runs
+from helpers import bigdl_runs, caffe_runs, jax_runs, tensorflow_runs, torch_runs
 from helpers.paths import caffe_python, framework_python
 
 from dlscale.analysis import parity
@@ -31,7 +31,13 @@ COMMON = {"model": "lenet", "iterations": 10, "warmup": 0, "lr": 0.01}
 SHARED = {"init": "shared", "seed": 1234}
 RAMP = [0.01, 0.0125, 0.015, 0.0175, 0.02, 0.02, 0.02, 0.02, 0.02, 0.02]
 
-HELPERS = {"torch": torch_runs, "tensorflow": tensorflow_runs, "caffe": caffe_runs, "bigdl": bigdl_runs}
+HELPERS = {
+    "torch": torch_runs,
+    "tensorflow": tensorflow_runs,
+    "caffe": caffe_runs,
+    "bigdl": bigdl_runs,
+    "jax": jax_runs,
+}
 
 
 def run_spec(framework: str, nodes: int, batch: int, rule: dict | None = RULE) -> dict:
@@ -75,7 +81,7 @@ def test_the_reference_follows_the_rule_and_the_rule_changes_what_it_computes(
     assert not against["passes"] and against["first_failed_iteration"] == 2, against["reason"]
 
 
-@pytest.mark.parametrize("framework", ["torch", "tensorflow", "caffe", "bigdl"])
+@pytest.mark.parametrize("framework", list(HELPERS))
 def test_two_nodes_under_the_rule_match_the_reference(framework, reference, mnist_shards, tmp_path):
     two = launched(framework, run_spec(framework, 2, 32), mnist_shards, tmp_path)
     assert two.rates == pytest.approx(RAMP, rel=parity.RATE_RTOL), f"{framework} recorded {two.rates}"
