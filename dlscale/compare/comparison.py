@@ -113,10 +113,11 @@ def compare_pair(
     mine, theirs = study_cells(base.runs, keys, base.label), study_cells(new.runs, keys, new.label)
     common = [k for k in mine if k in theirs]
     if not common:
+        empty = [_why_no_cells(s) for s, cells in ((base, mine), (new, theirs)) if not cells]
         raise CompareError(
             f"no cell in common between {base.label} ({base.source}, {len(mine)} cells) and {new.label}"
-            f" ({new.source}, {len(theirs)} cells): they ran different cells"
-            f" (matched on {', '.join(keys)})"
+            f" ({new.source}, {len(theirs)} cells): "
+            + ("; ".join(empty) if empty else f"they ran different cells (matched on {', '.join(keys)})")
         )
     rows = []
     for key in common:
@@ -159,6 +160,14 @@ def compare_pair(
         verdict_changes(base, new),
         len(common),
     )
+
+
+def _why_no_cells(study: Study) -> str:
+    """Why a study has no cell to compare: its runs' statuses (a cell is made of ok,
+    uncontended runs)."""
+    statuses = study.runs["status"].astype(str).value_counts() if "status" in study.runs else {}
+    found = ", ".join(f"{count} {status!r}" for status, count in statuses.items()) or "no runs"
+    return f"{study.label} has no ok, uncontended run with a throughput (statuses: {found})"
 
 
 def _baseline_key(key: tuple[Any, ...], keys: Sequence[str], nodes: float) -> tuple[Any, ...]:

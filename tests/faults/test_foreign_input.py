@@ -216,7 +216,8 @@ def test_compare_refuses_a_runs_table_it_cannot_trust(base: Path, tmp_path: Path
 
 def test_compare_refuses_files_that_are_not_files(base: Path, tmp_path: Path) -> None:
     """Finding 4 (a FIFO hung compare; a linked events file was read), 6 (200,000 nested
-    '[' in a run_start) and 10 (--out inside BASE; a study whose results/ is a link)."""
+    '[' in a run_start) and 10 (--out inside BASE; a study whose results/ is a link; "no
+    cell in common" saying that the runs' statuses are why)."""
 
     def case(name: str, harm: Callable[[Path], Any], *expected: str, where: Path | None = None):
         def run() -> str | None:
@@ -259,6 +260,13 @@ def test_compare_refuses_files_that_are_not_files(base: Path, tmp_path: Path) ->
                 "nested", nested, "nested deeper than 64", "events.jsonl"
             ),
             "--out inside BASE": out_inside_base,
+            "every run failed: 'no cell in common' says why": case(
+                "failed",
+                lambda s: edited_runs(s, set_cell("status", "failed")),
+                "no cell in common",
+                "has no ok, uncontended run",
+                "6 'failed'",
+            ),
         },
     )
 
