@@ -10,7 +10,8 @@ from dlscale.tune import rates as dlrates
 
 def lr_choice_file(model, global_batch):
     """The choice file of a tuned (model, global batch): read as is once it exists; before,
-    Snakemake's incomplete-checkpoint signal (as tune_choice_file, rules/helpers/tune.smk)."""
+    Snakemake's incomplete-checkpoint signal (as tune_choice_file, rules/helpers/tune.smk).
+    """
     path = dlrates.choice_path(model, global_batch)
     if os.path.exists(path):
         return path
@@ -29,21 +30,30 @@ def lr_rate_of(model, global_batch):
 
 def lr_choice_inputs(run):
     """The choice a run of a tuned model waits for (ancient: a choice redone with the same
-    rate redoes no run; one that changes the rate changes the run's spec, and that redoes it)."""
+    rate redoes no run; one that changes the rate changes the run's spec, and that redoes it).
+    """
     if not dlstudy.is_tuned_rate(STUDY, run.model):
         return {}
-    return {"lr_choice": ancient(dlrates.choice_path(run.model, run.batch * run.world_size))}
+    return {
+        "lr_choice": ancient(dlrates.choice_path(run.model, run.batch * run.world_size))
+    }
 
 
 def _sweep_spec(wildcards):
     try:
         spec = dlrates.sweep_spec(
-            STUDY, wildcards.model, int(wildcards.batch), wildcards.rate, int(wildcards.repeat)
+            STUDY,
+            wildcards.model,
+            int(wildcards.batch),
+            wildcards.rate,
+            int(wildcards.repeat),
         )
     except dlrates.RateError as err:
         raise WorkflowError(str(err)) from None
     if spec.run_id != run_of(wildcards).run_id:
-        raise WorkflowError(f"{run_of(wildcards).run_id} is no learning-rate sweep run (they are {spec.run_id})")
+        raise WorkflowError(
+            f"{run_of(wildcards).run_id} is no learning-rate sweep run (they are {spec.run_id})"
+        )
     return spec
 
 
@@ -67,7 +77,9 @@ def lr_choice_factors(wildcards):
     """rate -> factor of the linear rule's rate (JSON: a params change redoes the choice)."""
     model, batch = wildcards.model, int(wildcards.global_batch)
     linear = dlrates.linear_rate(STUDY, model, batch)
-    return json.dumps({repr(f * linear): f for f in dlrates.sweep_factors(STUDY, model)})
+    return json.dumps(
+        {repr(f * linear): f for f in dlrates.sweep_factors(STUDY, model)}
+    )
 
 
 def lr_tuning_files():
