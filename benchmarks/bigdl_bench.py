@@ -106,12 +106,7 @@ def training(job: TrainingJob) -> list[dict[str, Any]]:
         "startup_timeout_s": max(job.spec.options["startup_timeout_s"], STARTUP_TIMEOUT_S),
     }
     spec = dataclasses.replace(job.spec, warmup=warmup, iterations=iterations, options=options)
-    base = {
-        "model": spec.model,
-        "batch": spec.global_batch,
-        "threads": spec.threads_per_rank,
-        "engine": spec.options.get("engine"),  # every arm's (benchmarks.common.runnable_options)
-    }
+    base = {"model": spec.model, "batch": spec.global_batch, "threads": spec.threads_per_rank}
     rows: list[dict[str, Any]] = []
     repeats = job.repeats  # BENCH.max_repeats: 1 of an ImageNet-sized model unless uncapped
     with tempfile.TemporaryDirectory(prefix="dlscale-bench-bigdl-") as tmp:

@@ -37,7 +37,7 @@ from dlscale.thresholds import threshold
 #: The harness's pass rule: runner / bare throughput at least its value (``HARNESS.passes``).
 HARNESS = threshold("harness_ratio")
 RAW_COLUMNS = (
-    "framework", "model", "batch", "threads", "repeat", "arm",
+    "framework", "model", "batch", "threads", "engine", "repeat", "arm",
     "samples_per_s", "samples_per_cpu_s", "samples_per_cpu_q_s", "self_timed_samples_per_s", "peak_flops", "peak_flops_cpu",
     "step_s", "compute_s", "comm_s", "startup_s", "to_first_step_s", "warmup_s", "median_step_s", "wall_s",
     "failure", "warning",
@@ -70,7 +70,9 @@ def measure(
             limit = timeout_s if spec.mnist_sized else timeout_s * IMAGENET_TIMEOUT_FACTOR
             job = TrainingJob(python, spec, data[spec.dataset], mine_repeats, limit)
             try:
-                found = [{"framework": entry.name, **row} for row in entry.training(job)]
+                # The engine every arm ran (BigDL's; benchmarks.common.runnable_options).
+                engine = {"engine": spec.options.get("engine")}
+                found = [{"framework": entry.name, **engine, **row} for row in entry.training(job)]
             except BenchError as err:  # recorded with its reason; the other cells still run
                 log(f"training {entry.name}/{model} failed: {err}")
                 reason = " ".join(str(err).split())[:300]
