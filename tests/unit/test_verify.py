@@ -85,8 +85,15 @@ def test_the_archive_holds_the_study_and_verifies(archive: Path, capsys):
         assert key in provenance, key
     assert provenance["environments"]["torch"]["lock_sha256"]
 
+    assert manifest[artifact.MANIFEST_SEAL] == artifact.manifest_seal(manifest)
+
+    # make artifact's .sha256 beside it: the publisher's digest, so its origin is proven.
     assert verify.main([str(archive)]) == 0
-    assert "verify: OK" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3].startswith("verify: integrity: OK: ") and "the manifest's seal" in out[-3]
+    assert out[-2].startswith("verify: authenticity: PROVEN: ") and out[-1].endswith(
+        ": consistent and authentic"
+    )
 
 
 def test_an_unpacked_archive_verifies(unpacked: Path):
