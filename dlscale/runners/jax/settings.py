@@ -1,8 +1,10 @@
 """The JAX runner's tunable CPU settings: their names, the variables that carry them, the record.
 
-XLA's CPU backend sizes its thread pools from the CPUs the process may run on, with no
-thread-count option of its own; what JAX documents for CPU threading is XLA's
-``--xla_cpu_multi_thread_eigen`` (Eigen's matrix kernels on the intra-op pool, or one
+XLA's CPU client sizes its intra-op thread pool from the variable ``NPROC`` where set, else
+from the CPUs the process may run on (``DefaultThreadPoolSize`` in XLA's CPU client; JAX
+has no thread-count option), so every rank gets ``NPROC`` = the run's threads per rank, as
+torch's ``set_num_threads``. What JAX documents for CPU threading besides is XLA's
+``--xla_cpu_multi_thread_eigen`` (Eigen's matrix kernels split over that pool, or one
 thread each), set through ``XLA_FLAGS`` before jaxlib starts: option ``multi_thread_eigen``
 (tuned). The cross-process collectives are gloo's TCP ones (``collectives``: the only
 implementation that works here; JAX's other, MPI, needs an MPI library the venv lacks).
@@ -24,7 +26,7 @@ def xla_flags(spec: RunSpec) -> str:
 
 def env(spec: RunSpec) -> dict[str, str]:
     """The variables that carry the settings to every rank."""
-    return {"XLA_FLAGS": xla_flags(spec), "JAX_PLATFORMS": "cpu"}
+    return {"XLA_FLAGS": xla_flags(spec), "NPROC": str(spec.threads_per_rank), "JAX_PLATFORMS": "cpu"}
 
 
 def describe(spec: RunSpec) -> dict[str, Any]:
@@ -34,5 +36,5 @@ def describe(spec: RunSpec) -> dict[str, Any]:
         "multi_thread_eigen": bool(spec.options["multi_thread_eigen"]),
         "XLA_FLAGS": xla_flags(spec),
         "collectives": spec.options["collectives"],
-        "intra_op_threads": spec.threads_per_rank,
+        "intra_op_threads": spec.threads_per_rank,  # NPROC: XLA's intra-op pool
     }
