@@ -43,6 +43,9 @@ class Framework:
     #: The module whose import proves the framework's venv works on a node (the first its
     #: runner needs; Caffe's is mpi4py, its runs' transport): ``dlscale.host.sitecheck``'s venv check.
     venv_import: str
+    #: The communication library of each set-up (``setups``' keys), as its micro-benchmark
+    #: rows name it (``dlscale.commbench``; the scaling model fits each library's costs).
+    libraries: Mapping[str, str]
     #: What a run needs besides its venv and data, by the name of the rule output in
     #: rules/envs.smk's EXTRA_INPUTS (``caffe``: the Caffe build; ``java``: a Java runtime for Spark).
     #: The training rule passes each to the launcher as ``DLSCALE_<NAME>_MARKER``.
@@ -104,13 +107,14 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(
     {
         fw.name: fw
         for fw in (
-            Framework("torch", "PyTorch", {"torch": RING}, venv_import="torch"),
+            Framework("torch", "PyTorch", {"torch": RING}, venv_import="torch", libraries={"torch": "gloo"}),
             Framework(
                 "tensorflow",
                 "TensorFlow",
                 # MultiWorkerMirroredStrategy with CommunicationImplementation.RING; ps mode.
                 {"tensorflow": RING, "tensorflow-ps": PS},
                 venv_import="tensorflow",
+                libraries={"tensorflow": "tf-ring", "tensorflow-ps": "tf-ps"},
                 differences=MappingProxyType(
                     {
                         "tensorflow-ps": "asynchronous updates: parameter servers apply each worker's gradient as it arrives"
@@ -122,6 +126,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(
                 "BigDL",
                 {"bigdl": BIGDL},
                 venv_import="bigdl.dllib",
+                libraries={"bigdl": "spark"},
                 extra_inputs=("java",),
                 differences=MappingProxyType(
                     {
@@ -130,9 +135,16 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType(
                     }
                 ),
             ),
-            Framework("caffe", "Caffe", {"caffe": RING}, venv_import="mpi4py", extra_inputs=("caffe",)),
+            Framework(
+                "caffe",
+                "Caffe",
+                {"caffe": RING},
+                venv_import="mpi4py",
+                libraries={"caffe": "mpi"},
+                extra_inputs=("caffe",),
+            ),
             # psum of the gradients inside a jitted step over gloo: an all-reduce, as torch's.
-            Framework("jax", "JAX", {"jax": RING}, venv_import="jax"),
+            Framework("jax", "JAX", {"jax": RING}, venv_import="jax", libraries={"jax": "jax-gloo"}),
         )
     }
 )
@@ -164,6 +176,10 @@ PARITY_ITERATIONS = 20
 #: Set-ups whose optimisation differs from the reference by design -> what differs.
 DIFFERENCES: Mapping[str, str] = MappingProxyType(
     {setup: text for fw in FRAMEWORKS.values() for setup, text in fw.differences.items()}
+)
+#: Every set-up -> its communication library (``Framework.libraries``).
+SETUP_LIBRARIES: Mapping[str, str] = MappingProxyType(
+    {setup: library for fw in FRAMEWORKS.values() for setup, library in fw.libraries.items()}
 )
 #: Every set-up the scaling model knows -> its synchronisation pattern.
 SETUP_PATTERNS: Mapping[str, str] = MappingProxyType(

@@ -21,12 +21,16 @@ module         library and operation                        runs in
                (BigDL's per-iteration round trip) against
                the number of executors; a block exchange
                (shuffle) of S bytes per executor
+``jax``        a ``psum`` of one flat float32 array in a    the jax venv
+               jitted ``shard_map`` over gloo (the JAX
+               runner's all-reduce, its barrier before)
 ``tcp``        a plain TCP ping-pong: the network itself,   any venv (standard library)
                the reference
 =============  ==========================================  ===============================
 
 One module per framework, named after it (``dlscale.catalog`` is the list of frameworks;
-``module_of`` maps a name to its module, and a test checks that every framework has one).
+``module_of`` maps a name to its module, and a test checks that every framework has one;
+the library each set-up's rows name is the catalog's, ``Framework.libraries``).
 Each module is a driver and its ranks in one: ``python -m dlscale.commbench.<name>
 --network host --worlds 2 4 --sizes ... --out FILE.csv`` makes the namespaces, starts the
 ranks (the same module with ``--rank``), and writes one CSV row per timed operation
@@ -39,6 +43,8 @@ This package's ``__init__`` is standard library only: the rules import it at DAG
 """
 
 from __future__ import annotations
+
+from dlscale import catalog
 
 #: One row per timed operation.
 RAW_COLUMNS: tuple[str, ...] = (
@@ -60,16 +66,9 @@ RAW_COLUMNS: tuple[str, ...] = (
 #: Reference benchmark that is not a framework: the raw network.
 TCP = "tcp"
 
-#: The communication library of each set-up (``dlscale.catalog.SETUP_PATTERNS``' keys: a
-#: framework, or a framework and its strategy); tests/runners/test_commbench.py checks that every
-#: set-up of the catalog has one.
-LIBRARIES: dict[str, str] = {
-    "torch": "gloo",
-    "tensorflow": "tf-ring",
-    "tensorflow-ps": "tf-ps",
-    "caffe": "mpi",
-    "bigdl": "spark",
-}
+#: The communication library of each set-up (``dlscale.catalog.SETUP_LIBRARIES``, keyed as
+#: ``SETUP_PATTERNS``); tests/runners/test_commbench.py checks every module's rows name it.
+LIBRARIES: dict[str, str] = dict(catalog.SETUP_LIBRARIES)
 
 #: The default sweep: small enough for the default study (~90 s on 2 cores in all).
 DEFAULT_SIZES: tuple[int, ...] = (1 << 10, 1 << 16, 1 << 22)

@@ -103,6 +103,29 @@ def test_gloo_all_reduce_on_two_ranks(tmp_path: Path, torch_py: Path) -> None:
     assert set(table["library"]) == {"gloo"} and set(table["world"]) == {2} and len(table) == 2
 
 
+def test_jax_psum_on_two_ranks_over_gloo(tmp_path: Path) -> None:
+    """JAX's all-reduce as its runner does it (a jitted shard_map psum, over gloo), on the
+    emulated network where there is one: each rank in its own namespace, on its address."""
+    network = "emulated-1gbe" if netns.unavailable(shaping=True) is None else "host"
+    jax_py = framework_python("jax")
+    table = run_bench(
+        jax_py,
+        "jax",
+        tmp_path / "jax.csv",
+        "--network",
+        network,
+        "--worlds",
+        "2",
+        "--sizes",
+        "4096",
+        "4194304",
+    )
+    assert set(table["library"]) == {commbench.LIBRARIES["jax"]} and set(table["world"]) == {2}
+    assert len(table) == 4 and (table["seconds"] > 0).all()
+    if network != "host":  # 4 MiB each way through a 1 Gbit/s link: tens of milliseconds
+        assert table.loc[table["nbytes"] == 4194304, "seconds"].median() > 0.02
+
+
 def test_spark_jobs_and_shuffles_on_two_executors(tmp_path: Path) -> None:
     """BigDL's path (Spark standalone with authentication, as the runner starts it): a job
     round trip and a shuffle per executor count. It ran in no test before, and broke

@@ -48,6 +48,7 @@ def test_every_framework_has_its_runner_folder_env_file_and_options(framework):
     assert options["type"] == "object" and options.get("additionalProperties") is False
     assert set(fw.setups) and set(fw.setups.values()) <= set(catalog.PATTERNS)
     assert framework in fw.setups, "the framework's default set-up is named after it"
+    assert set(fw.libraries) == set(fw.setups), "every set-up names its communication library"
 
 
 def test_the_contract_names_every_file_the_runners_share():

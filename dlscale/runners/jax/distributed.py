@@ -71,25 +71,50 @@ def connect(ctx: RunContext, jax: Any) -> dict[str, float]:
     """Join the run's JAX processes (before any other JAX call); return what it took."""
     where = ctx.placement
     options = ctx.spec.options
-    startup_s = int(options["startup_timeout_s"])
-    coordinator = f"{where.master_addr}:{where.master_port}"
+    return join(
+        jax,
+        where.master_addr,
+        where.master_port,
+        where.world_size,
+        where.rank,
+        own_address(ctx),
+        collectives=options["collectives"],
+        startup_s=int(options["startup_timeout_s"]),
+        heartbeat_s=int(options["timeout_s"]),
+    )
+
+
+def join(
+    jax: Any,
+    master: str,
+    port: int,
+    world: int,
+    rank: int,
+    address: str,
+    *,
+    collectives: str = "gloo",
+    startup_s: int = 180,
+    heartbeat_s: int = 300,
+) -> dict[str, float]:
+    """``jax.distributed.initialize`` with the coordinator on ``master:port`` (rank 0 binds
+    it there), gloo on ``address``, and a bounded start-up; return what each part took.
+    The runner and the communication benchmark (``dlscale.commbench.jax``) meet this way."""
+    coordinator = f"{master}:{port}"
     took: dict[str, float] = {}
-    if where.rank != 0:
-        took["coordinator_dial_s"] = dial_coordinator(
-            where.master_addr, where.master_port, where.rank, startup_s
-        )
-    jax.config.update("jax_cpu_collectives_implementation", options["collectives"])
+    if rank != 0:
+        took["coordinator_dial_s"] = dial_coordinator(master, port, rank, startup_s)
+    jax.config.update("jax_cpu_collectives_implementation", collectives)
     started = time.perf_counter()
     jax.distributed.initialize(
         coordinator_address=coordinator,
-        num_processes=where.world_size,
-        process_id=where.rank,
-        coordinator_bind_address=coordinator if where.rank == 0 else None,
+        num_processes=world,
+        process_id=rank,
+        coordinator_bind_address=coordinator if rank == 0 else None,
         initialization_timeout=startup_s,
-        heartbeat_timeout_seconds=int(options["timeout_s"]),
+        heartbeat_timeout_seconds=heartbeat_s,
         shutdown_timeout_seconds=30,
     )
-    _use_gloo_on(jax, own_address(ctx))
+    _use_gloo_on(jax, address)
     took["distributed_init_s"] = time.perf_counter() - started
     return took
 
