@@ -23,7 +23,7 @@ import pandas as pd
 
 from dlscale.events import EVENT_SCHEMAS, EventError
 from dlscale.networks import HOST
-from dlscale.plausible import MIN_STEP_S
+from dlscale.plausible import MAX_COMPUTE_OVER_STEP, MIN_STEP_S
 from dlscale.runid import RUN_ID_PATTERN, Run
 
 
@@ -140,14 +140,7 @@ def check_iterations(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Ser
         & (first["samples"].to_numpy() == glob[first.index])
         & (glob[first.index] != batch[first.index])
     )
-    step = iterations["step_s"].to_numpy()
-    fleeting = (step > 0) & (step < MIN_STEP_S)
-    if fleeting.any():
-        at = int(np.flatnonzero(fleeting)[0])
-        raise EventError(
-            f"{_where(iterations, run_info, at)}: step_s={step[at]!r} is below {MIN_STEP_S:g} s, shorter"
-            " than any training step (dlscale.plausible.MIN_STEP_S)"
-        )
+    _check_times(iterations, run_info)
     global_shape = shape.to_numpy()[iterations["_run"].to_numpy()]
     bad = np.where(global_shape, (rank != 0) | (samples != glob), samples != batch)
     if bad.any():
@@ -171,16 +164,29 @@ def check_iterations(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Ser
     return shape
 
 
-def check_run_measurements(runs: pd.DataFrame) -> None:
-    """A run's median compute no longer than its median step (compute is part of the step;
-    the runners measure it inside it): one that is longer would clip its exposed
-    communication to 0 and win "best communication". EventError naming the file."""
-    longer = runs["compute_s"].to_numpy() > runs["step_s"].to_numpy() * (1 + 1e-9)
+def _check_times(iterations: pd.DataFrame, run_info: pd.DataFrame) -> None:
+    """Each iteration event's times as a clock can measure them (``dlscale.plausible``): a
+    step shorter than ``MIN_STEP_S`` is no training step (0, a timer too coarse to see it,
+    gets no throughput instead), and compute, timed inside the step by the same rank, may
+    pass it by a clock's jitter (exposed communication is then clipped at 0) but not reach
+    ``MAX_COMPUTE_OVER_STEP`` times it, which would win "best communication" from nothing.
+    EventError naming ``FILE:LINE`` of the first such event."""
+    step = iterations["step_s"].to_numpy()
+    compute = iterations["compute_s"].to_numpy()
+    fleeting = (step > 0) & (step < MIN_STEP_S)
+    if fleeting.any():
+        at = int(np.flatnonzero(fleeting)[0])
+        raise EventError(
+            f"{_where(iterations, run_info, at)}: step_s={step[at]!r} is below {MIN_STEP_S:g} s, shorter"
+            " than any training step (dlscale.plausible.MIN_STEP_S)"
+        )
+    longer = (step > 0) & (compute > step * MAX_COMPUTE_OVER_STEP)
     if longer.any():
         at = int(np.flatnonzero(longer)[0])
         raise EventError(
-            f"{runs['events_path'].iat[at]}: the run's median compute_s {runs['compute_s'].iat[at]:g} s is longer"
-            f" than its median step_s {runs['step_s'].iat[at]:g} s, which it is part of"
+            f"{_where(iterations, run_info, at)}: compute_s={compute[at]!r} is more than"
+            f" {MAX_COMPUTE_OVER_STEP:g} x the step_s={step[at]!r} it is timed inside"
+            " (dlscale.plausible.MAX_COMPUTE_OVER_STEP)"
         )
 
 

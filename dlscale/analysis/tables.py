@@ -79,13 +79,7 @@ import pandas as pd
 from dlscale import catalog
 from dlscale.analysis import evals
 from dlscale.analysis.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
-from dlscale.analysis.eventchecks import (
-    check_iterations,
-    check_run_measurements,
-    check_run_start,
-    check_schema,
-    missing_reports,
-)
+from dlscale.analysis.eventchecks import check_iterations, check_run_start, check_schema, missing_reports
 from dlscale.analysis.readevents import RunEvents, read_run
 from dlscale.analysis.runstats import decide_status, run_statistics
 from dlscale.analysis.speedup import add_speedup
@@ -408,7 +402,6 @@ def load_study(
 
     stats = run_statistics(iterations, len(records))
     runs = run_info.join(stats)
-    check_run_measurements(runs)
     runs["iteration_events"] = np.asarray(counts, dtype="int64")
     runs = decide_status(runs, MEASURED_COLUMNS)
     for name in ("learned", "reached_target"):  # true, false or unknown (None), never 0.0

@@ -615,12 +615,16 @@ def run_events(draw: st.DrawFn) -> tuple[int, list[dict[str, Any]]]:
     events = []
     for index in range(count):
         for rank in range(1 if alone else ranks):
-            compute = draw(st.one_of(st.none(), times))
+            step = draw(times)
+            # compute is timed inside the step: up to a clock's jitter past it (clipped), never
+            # twice it (dlscale.plausible.MAX_COMPUTE_OVER_STEP refuses such an event)
+            jitter = st.floats(min_value=0.0, max_value=1.5)
+            compute = draw(st.one_of(st.none(), jitter.map(lambda share, step=step: share * step)))
             events.append(
                 iteration(
                     rank,
                     index,
-                    draw(times),
+                    step,
                     compute,
                     None,
                     samples=64 * ranks if alone else 64,
