@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
+from dlscale import catalog
 from dlscale.networks import HOST
 from dlscale.perfmodel.patterns import (
     contention,
@@ -228,13 +229,18 @@ def fit_curves(fits: Fits, points: int = 40) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["library", "op", "network", "world", "nbytes", "seconds"])
 
 
-#: The operations fitted per library (``dlscale.commbench``'s rows).
+#: The operations fitted for a library, by the synchronisation pattern of the set-ups that
+#: use it (``dlscale.commbench``'s rows): a ring's all-reduce, parameter servers' pull and
+#: push, BigDL's per-iteration Spark job and its block exchange.
+PATTERN_OPS: Mapping[str, tuple[str, ...]] = {
+    catalog.RING: ("allreduce",),
+    catalog.PS: ("pushpull",),
+    catalog.BIGDL: ("job", "shuffle"),
+}
+#: The operations fitted per library: every set-up's library (the catalog's), and the raw
+#: network's ping-pong.
 LIBRARY_OPS: Mapping[str, tuple[str, ...]] = {
-    "gloo": ("allreduce",),
-    "tf-ring": ("allreduce",),
-    "tf-ps": ("pushpull",),
-    "mpi": ("allreduce",),
-    "spark": ("job", "shuffle"),
+    **{lib: PATTERN_OPS[catalog.SETUP_PATTERNS[setup]] for setup, lib in catalog.SETUP_LIBRARIES.items()},
     "tcp": ("pingpong",),
 }
 

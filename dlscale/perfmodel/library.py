@@ -87,7 +87,7 @@ def emulated_parts(
         link = dataclasses.replace(link, alpha_s=link.alpha_s * scale)
         if row.op == "pingpong":
             host = fits.get(("tcp", "pingpong", HOST))
-        elif row.op == "allreduce" and row.library in ("gloo", "tf-ring", "mpi"):
+        elif row.op == "allreduce" and "allreduce" in LIBRARY_OPS.get(row.library, ()):
             host = fits.get((row.library, "allreduce", HOST))
         elif row.op == "pushpull" and row.world == most_workers.get(row.network):
             host = fits.get(("tf-ps", "pushpull", HOST))
