@@ -70,6 +70,9 @@ def choose(rates: pd.DataFrame) -> tuple[float, str]:
     ).sort_values(["steps_to_target", "_high", "_distance", "lr_rate"], kind="stable")
     best = order.iloc[0]
     why = f"fewest median steps to target: {best['steps_to_target']:g} [{best['steps_low']:g}, {best['steps_high']:g}]"
+    if len(rates) > 1 and best["factor"] in (rates["factor"].min(), rates["factor"].max()):
+        edge = "largest" if best["factor"] == rates["factor"].max() else "smallest"
+        why += f"; the sweep's {edge} rate: a wider sweep may find a better one"
     tied = order.iloc[1:]
     tied = tied[tied["steps_to_target"].eq(best["steps_to_target"])]
     if len(tied):
@@ -82,8 +85,11 @@ def choice(
 ) -> dict[str, Any]:
     """The choice of one (model, global batch) from its sweep's events files: every rate's
     row (``SWEEP_COLUMNS``) and the chosen rate."""
-    runs, iterations, evals = load_study(sorted(paths, key=str))
-    outcomes = batch_scaling.run_outcomes(runs, evals, iterations)
+    # One file at a time: the sweep's runs at different rates share their run ids (the
+    # rate is their folder's), which one study's tables refuse as a run counted twice.
+    outcomes = pd.concat(
+        [batch_scaling.run_outcomes(*_tables(path)) for path in sorted(paths, key=str)], ignore_index=True
+    )
     wrong = outcomes[~outcomes["model"].eq(model) | ~outcomes["global_batch"].eq(global_batch)]
     if len(wrong):
         raise ValueError(
@@ -108,6 +114,12 @@ def choice(
             for row in table.to_dict("records")
         ],
     }
+
+
+def _tables(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(runs, evals, iterations) of one events file, as ``run_outcomes`` takes them."""
+    runs, iterations, evals = load_study([path])
+    return runs, evals, iterations
 
 
 def write_choice(path: str | os.PathLike[str], made: Mapping[str, Any]) -> None:

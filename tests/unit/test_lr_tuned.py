@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 import pytest
-from helpers.paths import SCHEMA
+from helpers.paths import REPO, SCHEMA
 
 from dlscale.runspec import RunSpec, SpecError
 from dlscale.study import matrix, validation
@@ -153,6 +153,7 @@ def chosen(per_rate):
 def test_the_rate_with_the_fewest_median_steps_is_chosen():
     rate, why = chosen({0.01: [90, 90, 100], 0.02: [60, 50, 60], 0.04: [40, 40, 50]})
     assert rate == 0.04 and "fewest median steps to target: 40" in why
+    assert "the sweep's largest rate: a wider sweep may find a better one" in why
 
 
 def test_a_rate_that_diverged_once_is_never_chosen_however_fast():
@@ -234,3 +235,16 @@ def test_eval_spacing_needs_a_target_and_stands_in_for_eval_every():
         )
     with pytest.raises(validation.ConfigError, match="eval_every': 0 with a quality_target"):
         study_of(eval_every=0)
+
+
+def test_the_choice_reads_a_sweeps_events_whose_rates_share_run_ids():
+    """Two real sweep runs (torch LeNet, batch 64, 0.5x and 1x the base rate 0.01, seed
+    1234, 2026-12-04): one run id in two rate folders, each read on its own."""
+    sweep = REPO / "tests/data/lr_tuning"
+    paths = sorted(sweep.rglob("events.jsonl"))
+    made = rate_choice.choice(paths, "lenet", 64, {0.005: 0.5, 0.01: 1.0})
+    by_rate = {row["lr_rate"]: row for row in made["rates"]}
+    assert (by_rate[0.005]["steps_to_target"], by_rate[0.01]["steps_to_target"]) == (90.0, 70.0)
+    assert made["chosen_rate"] == 0.01 and by_rate[0.01]["chosen"] and not by_rate[0.005]["chosen"]
+    with pytest.raises(ValueError, match="no run of lenet at global batch 128"):
+        rate_choice.choice(paths, "lenet", 128, {0.01: 1.0})
