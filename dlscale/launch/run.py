@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,20 @@ REPO = Path(__file__).resolve().parents[2]
 #: few seconds to minutes, while a host that is busy all the time should not hold a study
 #: forever.
 CONTENDED_RETRIES = 2
+#: Overrides CONTENDED_RETRIES for every run of an invocation (Snakemake passes its
+#: environment to the jobs): 0 on a host known to be shared, where a study measures steps
+#: to target rather than seconds and a redo would only repeat the same steps.
+CONTENDED_RETRIES_VARIABLE = "DLSCALE_CONTENDED_RETRIES"
+
+
+def contended_retries_default(environ: Mapping[str, str] = os.environ) -> int:
+    """CONTENDED_RETRIES, or the environment's ``DLSCALE_CONTENDED_RETRIES`` (an integer >= 0)."""
+    value = environ.get(CONTENDED_RETRIES_VARIABLE)
+    if value is None or value == "":
+        return CONTENDED_RETRIES
+    if not value.isdigit():
+        raise SystemExit(f"{CONTENDED_RETRIES_VARIABLE}={value!r} is not an integer >= 0")
+    return int(value)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,8 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--contended-retries",
         type=int,
-        default=CONTENDED_RETRIES,
-        help="times a run whose host was busy with other work is redone before it is recorded as is",
+        default=contended_retries_default(),
+        help="times a run whose host was busy with other work is redone before it is recorded as is"
+        f" (default {CONTENDED_RETRIES}, or ${CONTENDED_RETRIES_VARIABLE})",
     )
     args = parser.parse_args(argv)
     if args.run_log is None:
