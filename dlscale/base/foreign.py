@@ -74,8 +74,7 @@ def check_regular(path: str | os.PathLike[str], where: str | None = None) -> os.
     why = _kind(found.st_mode)
     if why:
         if stat.S_ISLNK(found.st_mode):
-            with_target = f" (to {os.readlink(path)!r})"
-            why = why.replace("where", f"{with_target} where", 1)
+            why = why.replace("where", f"(to {os.readlink(path)!r}) where", 1)
         raise Refused(where, why)
     return found
 
