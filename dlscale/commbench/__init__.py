@@ -29,7 +29,8 @@ module         library and operation                        runs in
 =============  ==========================================  ===============================
 
 One module per framework, named after it (``dlscale.catalog`` is the list of frameworks;
-``module_of`` maps a name to its module, and a test checks that every framework has one;
+``module_of`` maps a name to its module, ``has_module`` says whether a framework has one:
+a framework without one is calibrated on its host runs instead;
 the library each set-up's rows name is the catalog's, ``Framework.libraries``).
 Each module is a driver and its ranks in one: ``python -m dlscale.commbench.<name>
 --network host --worlds 2 4 --sizes ... --out FILE.csv`` makes the namespaces, starts the
@@ -43,6 +44,8 @@ This package's ``__init__`` is standard library only: the rules import it at DAG
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 from dlscale import catalog
 
@@ -82,6 +85,13 @@ DEFAULT_MAX_OP_S = 2.0
 def module_of(framework: str) -> str:
     """The benchmark module of a framework (or ``tcp``): ``dlscale.commbench.<name>``."""
     return f"{__name__}.{framework}"
+
+
+def has_module(framework: str) -> bool:
+    """Whether a framework has its benchmark module. Optional: a framework without one is
+    calibrated on its host runs (the calibration table's ``source`` says so), so a new
+    catalog entry needs none."""
+    return importlib.util.find_spec(module_of(framework)) is not None
 
 
 def log_sizes(low: int, high: int, per_octave: float = 0.5) -> list[int]:

@@ -7,8 +7,13 @@ from dlscale import networks as dlnetworks
 
 #: The study's micro-benchmark settings (defaults in the schema's ``commbench``).
 COMMBENCH = STUDY["commbench"]
-#: The study's frameworks in the catalog's order, and the raw TCP reference.
-COMMBENCH_NAMES = jobs.commbench_names(STUDY, dlcommbench.TCP)
+#: The study's frameworks that have a benchmark module, in the catalog's order, and the raw
+#: TCP reference (a framework without one is calibrated on its host runs).
+COMMBENCH_NAMES = [
+    name
+    for name in jobs.commbench_names(STUDY, dlcommbench.TCP)
+    if dlcommbench.has_module(name)
+]
 
 
 def commbench_files():
