@@ -367,15 +367,28 @@ def iter_numbered(
             is_last = pending is None
             if not line.endswith("\n") and strict:
                 raise EventError(f"{path}:{number}: line is cut off (no newline): the file is truncated")
-            if foreign.json_depth_exceeds(line):
+            try:
+                event = json.loads(line)
+            except RecursionError:  # the decoder's own bound (about 1,000 levels)
+                event = None
+            except ValueError as err:  # JSONDecodeError, an integer of 4,300+ digits
+                if not strict and is_last:
+                    return
+                raise EventError(f"{path}:{number}: {err}") from None
+            # An iteration event (nearly every line) keeps only its numbers (readevents); any
+            # other event is kept whole and read by recursive code (jsonschema, the tables),
+            # so its nesting is bounded (one count per line, a regex pass a level past it).
+            if event is None or (
+                not (isinstance(event, dict) and event.get("event") == "iteration")
+                and foreign.json_depth_exceeds(line)
+            ):
                 raise RefusedEvents(
                     f"{path}:{number}: JSON nested deeper than {foreign.MAX_JSON_DEPTH} levels"
                     " (dlscale.base.foreign.MAX_JSON_DEPTH): no run writes that"
                 )
             try:
-                event = json.loads(line)
                 yield number, validate_event(event)
-            except ValueError as err:  # JSONDecodeError, EventError, an integer of 4,300+ digits
+            except EventError as err:
                 if not strict and is_last:
                     return
                 raise EventError(f"{path}:{number}: {err}") from None

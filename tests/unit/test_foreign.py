@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale import plausible
+from dlscale import events, plausible
 from dlscale.base import foreign, strictyaml
 
 HEADER = "run_id,framework,model,nodes,ranks_per_node,world_size,batch_per_rank,status,step_s,compute_s,throughput,flops_per_sample"
@@ -92,3 +92,21 @@ def test_integers_beyond_a_float_are_refused_naming_their_key() -> None:
     plausible.check_bounded_ints({"a": [1, 2**53], "b": {"c": 3.5}}, "f")
     with pytest.raises(foreign.Refused, match=r"key 'b\.c\.1': an integer of 401 digits"):
         plausible.check_bounded_ints({"a": 1, "b": {"c": [0, 10**400]}}, "f")
+
+
+def test_an_events_line_kept_whole_is_held_to_the_depth_bound(tmp_path: Path) -> None:
+    """An iteration event keeps only its numbers: a deep extra field there is read (the
+    decoder's own bound stops 200,000 levels); a run_end, kept whole, may not nest past 64."""
+    deep = "[" * 100 + "]" * 100
+    base = {"event": "iteration", "rank": 0, "iteration": 0, "samples": 64, "step_s": 0.1,
+            "compute_s": None, "comm_s": None, "loss": None, "time": 1.0}  # fmt: skip
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(base)[:-1] + f', "x": {deep}}}\n')
+    assert [event["x"] is not None for _, event in events.iter_numbered(path)] == [True]
+    path.write_text(json.dumps(base)[:-1] + f', "x": {"[" * 200_000 + "]" * 200_000}}}\n')
+    with pytest.raises(events.RefusedEvents, match=r"events.jsonl:1: JSON nested deeper than 64"):
+        list(events.iter_numbered(path))
+    end = {"event": "run_end", "status": "ok", "reason": None, "time": 2.0}
+    path.write_text(json.dumps(base) + "\n" + json.dumps(end)[:-1] + f', "x": {deep}}}\n')
+    with pytest.raises(events.RefusedEvents, match=r"events.jsonl:2: JSON nested deeper than 64"):
+        list(events.iter_numbered(path))
