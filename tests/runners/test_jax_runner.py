@@ -22,18 +22,16 @@ import time
 
 import numpy as np
 import pytest
-from helpers.jax_runs import launch, spec
-from helpers.paths import REPO, framework_python
+from helpers.jax_runs import launch, parity_row, spec
+from helpers.paths import framework_python
 
 from dlscale import catalog
-from dlscale.analysis import parity, tables
+from dlscale.analysis import tables
 from dlscale.base.sysutil import free_port
 from dlscale.data import initweights
 from dlscale.data.shards import GlobalBatchSlices, ShardSet
 from dlscale.events import read_events
 
-#: The torch reference run's recorded losses (tests/test_torch_parity.py keeps them).
-REFERENCE = json.loads((REPO / "tests" / "data" / "parity" / "torch-lenet.json").read_text())
 SHARED = {"iterations": 20, "warmup": 0, "lr": 0.01, "seed": 1234, "init": "shared"}
 ONCE = ("--contended-retries", "0")  # every attempt computes the same losses
 FAULT = {"DLSCALE_JAX_FAULT": "scale-gradient:1:3"}
@@ -69,30 +67,6 @@ def two_ranks(jax_py, mnist_shards, tmp_path_factory):
 def two_ranks_wrong_collective(jax_py, mnist_shards, tmp_path_factory):
     root = tmp_path_factory.mktemp("jax-2-fault")
     return run_ok(jax_py, mnist_shards, root, env=FAULT, nodes=2, batch=32, **SHARED)
-
-
-def reference_run() -> parity.ParityRun:
-    """The torch reference (1 rank of 64, fixed rate 0.01) as the parity check reads a run."""
-    return parity.ParityRun(
-        run_id="torch/lenet/n1x1/b64/r0",
-        framework="torch",
-        setup="torch",
-        model="lenet",
-        nodes=1,
-        ranks_per_node=1,
-        world_size=1,
-        global_batch=REFERENCE["global_batch"],
-        seed=REFERENCE["seed"],
-        losses=tuple(REFERENCE["losses"]),
-        init_sha256=REFERENCE["init_sha256"],
-        schedule=(REFERENCE["learning_rate"],) * 2 + (0,),
-        rates=(REFERENCE["learning_rate"],) * len(REFERENCE["losses"]),
-    )
-
-
-def parity_row(events_path):
-    table = parity.check([reference_run(), parity.read_run(events_path)])
-    return table.set_index("framework").loc["jax"]
 
 
 def test_parameter_counts_match_the_catalog(jax_py):
