@@ -214,7 +214,15 @@ def test_compare_refuses_a_runs_table_it_cannot_trust(base: Path, tmp_path: Path
     )
 
 
-def test_compare_refuses_files_that_are_not_files(base: Path, tmp_path: Path) -> None:
+def unpacked(study: Path, into: Path) -> Path:
+    """``study`` packed as `make artifact` packs it, then unpacked into ``into``: its top folder."""
+    with tarfile.open(make_archive(study)) as tar:
+        tar.extractall(into, filter="data")
+    (top,) = [p for p in into.iterdir() if p.is_dir()]
+    return top
+
+
+def test_compare_refuses_files_that_are_not_files(base: Path, verify_study: Path, tmp_path: Path) -> None:
     """Finding 4 (a FIFO hung compare; a linked events file was read), 6 (200,000 nested
     '[' in a run_start) and 10 (--out inside BASE; a study whose results/ is a link; "no
     cell in common" saying that the runs' statuses are why)."""
@@ -244,6 +252,11 @@ def test_compare_refuses_files_that_are_not_files(base: Path, tmp_path: Path) ->
         new = copied(base, tmp_path, "other")
         return refused(comparison.main, [base, new, "--out", out], "--out", "inside the study", out=out)
 
+    def out_inside_unpacked_base() -> str | None:
+        archived = unpacked(copied(verify_study, tmp_path, "to-pack"), tmp_path / "unpacked-base")
+        out = archived / "comparison"
+        return refused(comparison.main, [archived, base, "--out", out], "--out", "inside the study", out=out)
+
     judge(
         "compare: files that are not files, nesting, --out inside a study (issue 46: 4, 6, 10)",
         "compare",
@@ -260,6 +273,7 @@ def test_compare_refuses_files_that_are_not_files(base: Path, tmp_path: Path) ->
                 "nested", nested, "nested deeper than 64", "events.jsonl"
             ),
             "--out inside BASE": out_inside_base,
+            "--out inside an unpacked archive's BASE": out_inside_unpacked_base,
             "every run failed: 'no cell in common' says why": case(
                 "failed",
                 lambda s: edited_runs(s, set_cell("status", "failed")),
@@ -425,11 +439,7 @@ def test_verify_refuses_what_it_used_to_follow_or_crash_on(verify_study: Path, t
         return refused(verify.main, [study], "results", "a symbolic link")
 
     def empty_folder() -> str | None:
-        archive = make_archive(copied(verify_study, tmp_path, "packed"))
-        unpacked = tmp_path / "unpacked"
-        with tarfile.open(archive) as tar:
-            tar.extractall(unpacked, filter="data")
-        (top,) = [p for p in unpacked.iterdir() if p.is_dir()]
+        top = unpacked(copied(verify_study, tmp_path, "packed"), tmp_path / "unpacked")
         (top / "results" / "unlisted").mkdir()
         return refused(verify.main, [top], "results/unlisted", "an empty folder")
 
