@@ -104,7 +104,9 @@ def train(ctx: RunContext) -> None:
     started = time.perf_counter()
     shape = (spec.batch, *batches.images.shape[1:])  # a batch of zeros: the sequence is untouched
     zeros = np.zeros(shape, np.float32)
-    x0, y0 = (jax.device_put(a, device) for a in (zeros, batches.target(zeros, np.zeros(spec.batch, np.int64))))
+    x0, y0 = (
+        jax.device_put(a, device) for a in (zeros, batches.target(zeros, np.zeros(spec.batch, np.int64)))
+    )
     grad_step = jax.jit(gradient).lower(params, x0, y0).compile()
     _, g0 = grad_step(params, x0, y0)
     lr0 = np.float32(spec.learning_rate_at(0))
