@@ -90,11 +90,12 @@ def train(ctx: RunContext) -> None:
     loss_of_logits = loss_function(spec.model, jnp, jax)
     momentum = np.float32(spec.momentum)
 
-    def forward(p: Any, x: Any) -> Any:
-        return apply(layout.unflatten(p), x)
+    def forward(p: Any, x: Any) -> Any:  # inference: no dropout
+        return apply(layout.unflatten(p), x, None)
 
-    def gradient(p: Any, x: Any, y: Any) -> tuple[Any, Any]:
-        loss, grad = jax.value_and_grad(lambda q: loss_of_logits(forward(q, x), y))(p)
+    def gradient(p: Any, x: Any, y: Any, step: Any) -> tuple[Any, Any]:
+        key = jax.random.fold_in(jax.random.key(spec.seed + ctx.rank), step)  # dropout's (AlexNet)
+        loss, grad = jax.value_and_grad(lambda q: loss_of_logits(apply(layout.unflatten(q), x, key), y))(p)
         return loss, grad.reshape(1, -1)
 
     def update(p: Any, v: Any, g: Any, lr: Any) -> tuple[Any, Any]:
@@ -107,8 +108,8 @@ def train(ctx: RunContext) -> None:
     x0, y0 = (
         jax.device_put(a, device) for a in (zeros, batches.target(zeros, np.zeros(spec.batch, np.int64)))
     )
-    grad_step = jax.jit(gradient).lower(params, x0, y0).compile()
-    _, g0 = grad_step(params, x0, y0)
+    grad_step = jax.jit(gradient).lower(params, x0, y0, np.int32(0)).compile()
+    _, g0 = grad_step(params, x0, y0, np.int32(0))
     lr0 = np.float32(spec.learning_rate_at(0))
     update_step = jax.jit(update).lower(params, velocity, g0, lr0).compile()
     measured["compile_s"] = time.perf_counter() - started
@@ -134,7 +135,7 @@ def train(ctx: RunContext) -> None:
         input_s = time.perf_counter() - waited  # outside step_s: the step starts with its batch
         lr = spec.learning_rate_at(iteration)
         t0 = time.perf_counter()
-        loss, grad = grad_step(params, x, y)
+        loss, grad = grad_step(params, x, y, np.int32(iteration))
         grad.block_until_ready()
         t1 = time.perf_counter()
         if collectives is not None:
