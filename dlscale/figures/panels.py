@@ -106,7 +106,9 @@ def rendered_panels(spec: dict[str, Any]) -> list[Panel]:
     without facets), with the rows its marks were drawn from."""
     marked = _with_row_ids(spec)
     datasets = marked.get("datasets", {})
-    scene = vl_convert.vegalite_to_scenegraph(marked)["scenegraph"]
+    # No data from anywhere but the spec: a figure from elsewhere (verify reads them back)
+    # could name a URL, which Vega would fetch (vl-convert allows every URL by default).
+    scene = vl_convert.vegalite_to_scenegraph(marked, allowed_base_urls=[])["scenegraph"]
     panels = [panel for frame in _items(scene) for panel in _panels(frame, {}, datasets=datasets)]
     if not panels:
         panels = [Panel({}, _drawn_rows(scene, datasets))]

@@ -273,6 +273,60 @@ def test_a_figure_or_report_that_disagrees_with_the_tables_fails_integrity_namin
     assert not wrong, (wrong, lines[-8:])
 
 
+@contextlib.contextmanager
+def loopback_http(folder: Path) -> Iterator[tuple[int, Path]]:
+    """``python -m http.server`` on a free loopback port serving the empty ``folder`` (every
+    request a 404), in its own process (vl-convert holds the GIL while it fetches: a server
+    thread here would never answer); ``(port, its request log)``; ended by PID on the way out."""
+    folder.mkdir()
+    log = folder.parent / "http.log"
+    with open(log, "w") as sink:
+        server = subprocess.Popen(
+            [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", str(folder)],
+            stdout=subprocess.PIPE, stderr=sink, text=True, start_new_session=True,
+        )  # fmt: skip
+    try:
+        first = server.stdout.readline() if server.stdout else ""
+        port = int(first.split(" port ")[1].split()[0])
+        yield port, log
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        if server.stdout:
+            server.stdout.close()
+
+
+def test_a_figure_naming_a_url_is_not_fetched(study: Path, tmp_path: Path) -> None:
+    """A figure from elsewhere whose data is a URL: Vega would fetch it (a beacon, or a
+    request from inside the receiver's network); verify reads back the spec's own data only."""
+    figure = study / "results" / "figures" / "throughput.html"
+    text = figure.read_text()
+    start = text.index("const spec = ") + len("const spec = ")
+    spec, end = json.JSONDecoder().raw_decode(text, start)
+    started = time.perf_counter()
+    with loopback_http(tmp_path / "served") as (port, log):
+        spec["data"] = {"url": f"http://127.0.0.1:{port}/beacon.csv"}
+        figure.write_text(text[:start] + json.dumps(spec) + text[end:])
+        proc = verify(tmp_path, study / "results")
+    fetched = "beacon.csv" in log.read_text()
+    line = next(
+        (x for x in proc.stdout.splitlines() if x.startswith("results/figures/throughput.html: ")), ""
+    )
+    ok = proc.returncode == 1 and not fetched and "External data url not allowed" in line
+    row(
+        "figure whose data is a URL (not fetched)",
+        "rejected cleanly" if ok else "wrong result",
+        time.perf_counter() - started,
+        line if ok else f"fetched={fetched} {proc.stdout[-600:]}",
+        proc.returncode,
+    )
+    assert ok, (fetched, proc.stdout[-1500:])
+
+
 def test_the_manifests_provenance_is_covered_by_its_seal(published: tuple[Path, str], tmp_path: Path) -> None:
     started = time.perf_counter()
     with tarfile.open(published[0]) as tar:
