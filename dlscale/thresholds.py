@@ -133,6 +133,13 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
                 "parity check: a shared-init run's first losses against the reference framework's, relative,"
                 " in multiples of the float32 rounding of the loss's sum",
             ),
+            _at_most(
+                "parity_rate_budget",
+                0.2,
+                "summed learning rate",
+                "parity check: losses are compared while the reference's learning rates summed over the"
+                " steps before them stay within this (where parity_eps_factor was measured)",
+            ),
             _at_least(
                 "learned_topk_factor",
                 2.0,

@@ -189,6 +189,26 @@ def test_a_reference_on_another_schedule_is_no_reference(tmp_path):
     )
 
 
+def test_losses_are_compared_while_the_summed_rate_stays_within_the_measured_budget(tmp_path):
+    """A rule that climbs to 0.1: rounding grows with how far the weights travel, so the
+    losses are compared while the rates before them sum to at most 0.2 (docs/thresholds.md);
+    a late difference there is not a failure, an early one is, and the rates are checked at
+    every step."""
+    climb = {**LINEAR, "lr_rate": 0.1, "lr_warmup_iterations": 2}
+    rates = [0.01, 0.055] + [0.1] * 8  # summed before step t: 0, .01, .065, .165, .265 ...
+    late = [*LOSSES[:5], *(loss * 1.01 for loss in LOSSES[5:])]
+    write_run(tmp_path, "torch", LOSSES, rates, batch=128, lr=climb)
+    write_run(tmp_path, "caffe", late, rates, nodes=2, lr=climb)
+    row = checked(tmp_path).loc["caffe"]
+    assert row["passes"] and row["iterations"] == 4, row["reason"]
+    assert "whose preceding rates sum to at most 0.2" in row["reason"]
+    write_run(tmp_path, "tensorflow", [LOSSES[0], LOSSES[1] * 1.01, *LOSSES[2:]], rates, nodes=2, lr=climb)
+    assert checked(tmp_path).loc["tensorflow"]["first_failed_iteration"] == 1
+    # A rate the rule does not give is caught after the budget too.
+    write_run(tmp_path, "bigdl", LOSSES, [*rates[:8], 0.05, 0.1], nodes=2, lr=climb)
+    assert "iteration 8 ran at 0.05" in checked(tmp_path).loc["bigdl"]["reason"]
+
+
 # -- the parity check's references at every node count ------------------------------------
 
 
