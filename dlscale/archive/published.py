@@ -18,7 +18,12 @@ passed verify. So:
   failed.
 
 Names read from the study are hostile input: the report's paths are held to
-``dlscale.archive.safety``'s rules (never followed out of the study).
+``dlscale.archive.safety``'s rules (never followed out of the study). So is a figure's
+spec, which Vega executes: before it is rendered, its data must come from its own
+``datasets`` only (no URL, which Vega would fetch, no generator such as a ``sequence`` of
+millions of rows, which ran V8 out of memory and killed verify with a C stack trace), at
+most ``MAX_FIGURE_ROWS`` rows, and no transform parameter that multiplies rows
+(``steps``, ``maxbins``) over ``MAX_FIGURE_STEPS`` (docs/verify.md).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 from dlscale.archive.recompute import Report
 from dlscale.archive.safety import Refused, confined
 from dlscale.figures import shown
+from dlscale.figures.panels import spec_of_html
 from dlscale.figures.study import read_results
 
 #: Where Snakemake's report embeds its results: ``var results = {path: {..., data_uri}}``.
@@ -43,6 +49,13 @@ REPORT = "report.html"
 RESULTS = "results/"
 #: Where the figures are, under the results folder.
 FIGURES_DIR = "figures"
+#: Most data rows a figure from elsewhere may embed: the demo's largest has 898 (loss.html,
+#: 2026-12-04); 100,000 render in 2.6 s and 0.5 GB here, 3,000,000 ran V8 out of memory.
+MAX_FIGURE_ROWS = 100_000
+#: Most steps or bins one transform may ask for (none of the study's figures uses either).
+MAX_FIGURE_STEPS = 10_000
+#: What a data definition in a figure may hold: a reference to one of its own datasets.
+_DATA_KEYS = frozenset({"name"})
 
 
 def check_figures(results: Path, report: Report, prefix: str = "results/") -> None:
@@ -61,12 +74,46 @@ def check_figures(results: Path, report: Report, prefix: str = "results/") -> No
     for name in present:
         where = f"{prefix}{FIGURES_DIR}/{name}.html"
         try:
+            unsafe = unsafe_spec(spec_of_html(results / FIGURES_DIR / f"{name}.html"))
+            if unsafe:
+                report.add(where, f"not read back: {unsafe}")
+                continue
             problems = shown.check_figures(tables, results / FIGURES_DIR, [name])
         except Exception as err:  # noqa: BLE001 - a figure that cannot be read back is the finding
             report.add(where, f"its embedded data cannot be read back: {type(err).__name__}: {err}")
             continue
         report.add_many(where, [f"the figure disagrees with its tables: {problem}" for problem in problems])
     report.checked.append(f"{len(present)} figure(s) against their tables")
+
+
+def unsafe_spec(spec: Any) -> str | None:
+    """Why Vega must not run ``spec`` (a figure from elsewhere), None when it may: data
+    from anything but its own datasets, too many rows, a transform asking for too many
+    steps or bins (see the module doc)."""
+    if not isinstance(spec, dict):
+        return f"its spec is a JSON {type(spec).__name__}, not an object"
+    datasets = spec.get("datasets") or {}
+    if not isinstance(datasets, dict) or not all(isinstance(rows, list) for rows in datasets.values()):
+        return "its datasets are not lists of rows"
+    rows = sum(len(rows) for rows in datasets.values())
+    if rows > MAX_FIGURE_ROWS:
+        return f"{rows:,} data rows, over the {MAX_FIGURE_ROWS:,} a figure may embed"
+    stack: list[tuple[str, Any]] = [(key, value) for key, value in spec.items() if key != "datasets"]
+    while stack:
+        key, node = stack.pop()
+        if key == "data" and isinstance(node, dict):
+            extra = sorted(set(node) - _DATA_KEYS)
+            if extra or node.get("name") not in datasets:
+                return f"its data {extra or node.get('name')!r} is not one of its own datasets (a URL or generator?)"
+        if key == "sequence" or (key == "keyvals" and isinstance(node, dict)):
+            return f"a {key!r} generator (rows made by Vega, not embedded)"
+        if key in ("steps", "maxbins") and isinstance(node, (int, float)) and node > MAX_FIGURE_STEPS:
+            return f"{key} {node:g}, over {MAX_FIGURE_STEPS:,}"
+        if isinstance(node, dict):
+            stack.extend(node.items())
+        elif isinstance(node, list):
+            stack.extend((key, value) for value in node)
+    return None
 
 
 def embedded_results(text: str, where: str) -> dict[str, Any] | None:

@@ -74,3 +74,19 @@ def test_the_publishers_digest_is_read_and_judged(tmp_path: Path) -> None:
     with pytest.raises(Refused, match="is a folder"):
         origin.check_origin(tmp_path, good)
     assert origin.check_origin(tmp_path).status == origin.NOT_PROVEN
+
+
+def test_a_figure_spec_vega_would_run_unsafely_is_named() -> None:
+    from dlscale.archive.published import MAX_FIGURE_ROWS, unsafe_spec
+
+    own = {"datasets": {"d": [{"x": 1}]}, "data": {"name": "d"}, "mark": "point"}
+    assert unsafe_spec(own) is None
+    assert "not one of its own datasets" in unsafe_spec({**own, "data": {"name": "other"}})
+    assert "not one of its own datasets" in unsafe_spec({**own, "layer": [{"data": {"url": "/etc/passwd"}}]})
+    assert "'keyvals' generator" in unsafe_spec(
+        {**own, "transform": [{"impute": "y", "keyvals": {"stop": 10**9}}]}
+    )
+    assert "['sequence']" in unsafe_spec({**own, "layer": [{"data": {"sequence": {"stop": 10**9}}}]})
+    assert "over 10,000" in unsafe_spec({**own, "transform": [{"density": "x", "steps": 10**9}]})
+    assert "data rows" in unsafe_spec({**own, "datasets": {"d": [{}] * (MAX_FIGURE_ROWS + 1)}})
+    assert "not an object" in unsafe_spec([own])
