@@ -7,7 +7,8 @@ events. Neither looks at what a person reads: a figure whose embedded data say 8
 samples/s where runs.csv says 17,628, or a report whose embedded tables are other tables,
 passed verify. So:
 
-* every study figure of ``dlscale.figures.shown.CLAIMS`` whose HTML is in the study is read
+* every study figure (``dlscale.outputs.FIGURES``, each with its claim in
+  ``dlscale.figures.shown.CLAIMS``) whose HTML is in the study is read
   back (its Vega-Lite spec rendered, each panel's drawn rows, ``shown.check_figures``) and
   must show exactly its table's rows (runs.parquet, cells.csv, evals.csv, checked against
   their recomputation first). The SVG and PNG are rendered from that spec when the study is
@@ -37,9 +38,7 @@ from typing import Any
 
 from dlscale.archive.recompute import Report
 from dlscale.archive.safety import Refused, confined
-from dlscale.figures import shown
-from dlscale.figures.panels import spec_of_html
-from dlscale.figures.study import read_results
+from dlscale.outputs import FIGURES
 
 #: Where Snakemake's report embeds its results: ``var results = {path: {..., data_uri}}``.
 _REPORT_RESULTS = re.compile(r'<script id="results">\s*var results = ')
@@ -61,9 +60,15 @@ _DATA_KEYS = frozenset({"name"})
 def check_figures(results: Path, report: Report, prefix: str = "results/") -> None:
     """Each study figure's HTML against the tables (see the module doc); a figure the
     study does not hold is not checked (it is named by the checksums if listed)."""
-    present = [name for name in shown.CLAIMS if (results / FIGURES_DIR / f"{name}.html").is_file()]
+    present = [name for name in FIGURES if (results / FIGURES_DIR / f"{name}.html").is_file()]
     if not present:
         return
+    # Imported here, as recompute imports the analysis: Altair, Vega and pandas take 4 s to
+    # import (0.6 s for the rest of verify), and a study refused or without figures needs none.
+    from dlscale.figures import shown
+    from dlscale.figures.panels import spec_of_html
+    from dlscale.figures.study import read_results
+
     try:
         tables = read_results(results)
     except Exception as err:  # noqa: BLE001 - tables the figures cannot read are the finding
