@@ -63,6 +63,7 @@ def reference_run() -> parity.ParityRun:
     )
 
 
-def parity_row(events_path):
-    table = parity.check([reference_run(), parity.read_run(events_path)])
+def parity_row(events_path, iterations: int = catalog.PARITY_ITERATIONS):
+    """The parity check's row of a JAX run against the torch reference (its first ``iterations`` losses)."""
+    table = parity.check([reference_run(), parity.read_run(events_path)], iterations=iterations)
     return table.set_index("framework").loc["jax"]
