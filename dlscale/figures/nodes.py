@@ -17,6 +17,7 @@ wrong number too).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import altair as alt
@@ -45,8 +46,13 @@ def _finite(frame: pd.DataFrame, column: str) -> pd.DataFrame:
 
 
 def _log2_axis(rows: pd.DataFrame, field: str, title: str) -> alt.X:
-    """A log2 axis with its ticks at the values the rows have (batches, node counts)."""
-    values = sorted({float(v) for v in rows[field]})
+    """A log2 axis with its ticks at the powers of two across the rows' values (batches,
+    node counts; every other one past eight, so labels never run together), not at every
+    point of a fitted or projected curve."""
+    finite = [float(v) for v in rows[field] if math.isfinite(float(v)) and float(v) > 0]
+    low, high = (math.floor(math.log2(min(finite))), math.ceil(math.log2(max(finite)))) if finite else (0, 0)
+    powers = [2.0**k for k in range(low, high + 1)]
+    values = powers if len(powers) <= 8 else powers[:: math.ceil(len(powers) / 8)]
     return alt.X(
         f"{field}:Q",
         title=title,
@@ -145,7 +151,9 @@ def steps_chart(steps: pd.DataFrame, fits: pd.DataFrame) -> alt.TopLevelMixin:
         .properties(width=240, height=180)
         .facet(facet=alt.Facet("model:N", title=None), columns=2)
         .resolve_scale(y="independent")
-        .properties(title="Steps to the target against the global batch, with the fitted S(B)")
+        .properties(
+            title=alt.TitleParams(["Steps to the target against the global batch,", "with the fitted S(B)"])
+        )
     )
 
 
@@ -214,7 +222,11 @@ def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevel
         .properties(width=240, height=160)
         .facet(row=alt.Row("quantity:N", title=None), column=alt.Column("model:N", title=None))
         .resolve_scale(y="independent")
-        .properties(title="Time and node-hours to the target: measured (points) and projected (lines, bands)")
+        .properties(
+            title=alt.TitleParams(
+                ["Time and node-hours to the target:", "measured (points) and projected (lines, bands)"]
+            )
+        )
     )
 
 
