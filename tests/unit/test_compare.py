@@ -446,6 +446,16 @@ def test_an_archive_that_fails_verify_is_refused(archived, tmp_path: Path, capsy
     assert "tampered.tar.gz: the archive fails verify" in line and "refused" in line
 
 
+def test_an_archive_its_publishers_digest_contradicts_is_refused(archived, tmp_path: Path, capsys) -> None:
+    archive, _ = archived
+    other = tmp_path / "received" / archive.name
+    other.parent.mkdir()
+    shutil.copy(archive, other)
+    other.with_name(other.name + ".sha256").write_text(f"{'0' * 64}  {other.name}\n")
+    line = refused(capsys, tmp_path / "out", archive, other)
+    assert "verify: the archive's sha256 is" in line and "not the archive its publisher made: refused" in line
+
+
 # --- the config key -----------------------------------------------------------------------
 
 
