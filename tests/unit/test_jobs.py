@@ -210,7 +210,13 @@ def test_one_list_of_outputs():
 def test_dag_time_modules_import_only_the_ground_floor(module):
     """Snakemake imports these when it builds the DAG: no pandas, no framework, no layer
     above (quality: the standard library and catalog and thresholds, which are)."""
-    ground_floor = {"dlscale.catalog", "dlscale.networks", "dlscale.outputs", "dlscale.runid", "dlscale.quality"}
+    ground_floor = {
+        "dlscale.catalog",
+        "dlscale.networks",
+        "dlscale.outputs",
+        "dlscale.runid",
+        "dlscale.quality",
+    }
     imported = set()
     for node in ast.walk(ast.parse(Path(module.__file__).read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
