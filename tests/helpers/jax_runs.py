@@ -9,6 +9,7 @@ from dlscale import catalog
 from dlscale.analysis import parity
 from helpers.paths import REPO
 from helpers.torch_runs import launch
+from helpers.torch_runs import spec as torch_spec
 
 __all__ = ["launch", "parity_row", "reference_run", "spec"]
 
@@ -18,29 +19,14 @@ REFERENCE = json.loads((REPO / "tests" / "data" / "parity" / "torch-lenet.json")
 
 
 def spec(model="lenet", nodes=1, rpn=1, batch=32, iterations=20, warmup=2, lr=0.01, timeout_s=240, **extra):
-    world = nodes * rpn
+    """torch_runs.spec's run, in JAX (no torch options: JAX's own, runner timeout 30 s)."""
     options = {"timeout_s": 30, **extra.pop("options", {})}
+    run = torch_spec(model, nodes, rpn, batch, iterations, warmup, lr, timeout_s, **extra)
     return {
+        **run,
         "framework": "jax",
-        "model": model,
-        "nodes": nodes,
-        "ranks_per_node": rpn,
-        "batch": batch,
-        "repeat": 0,
-        "run_id": f"jax/{model}/n{nodes}x{rpn}/b{batch}/r0",
-        "world_size": world,
-        "scaling": "weak",
-        "global_batch": batch * world,
-        "dataset": catalog.model(model).datasets[0],
-        "iterations": iterations,
-        "warmup": warmup,
-        "threads_per_rank": 1,
-        "learning_rate": lr,
-        "momentum": 0.9,
-        "seed": 7,
-        "timeout_s": timeout_s,
+        "run_id": run["run_id"].replace("torch/", "jax/", 1),
         "options": options,
-        **extra,
     }
 
 
