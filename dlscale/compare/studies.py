@@ -411,7 +411,8 @@ def check_distinct(targets: Sequence[str | Path]) -> None:
 def check_out(out: str | Path, targets: Sequence[str | Path]) -> None:
     """``CompareError`` when the output folder lies inside a study compared: the comparison
     would change that study (an unpacked archive then fails verify, a results folder gains
-    files its analysis did not make)."""
+    files its analysis did not make). Beside a plain study's results folder (its study
+    folder, where the config lives) is outside it: nothing there is the study's record."""
     for target in targets:
         path = Path(target)
         if not path.is_dir():
@@ -420,7 +421,7 @@ def check_out(out: str | Path, targets: Sequence[str | Path]) -> None:
             results, _ = results_folder(path)
         except CompareError:
             continue
-        root = path if (path / verify.MANIFEST).is_file() else results.parent
+        root = path if (path / verify.MANIFEST).is_file() else results
         if foreign.inside(out, root):
             raise CompareError(
                 f"--out {out}: inside the study {target} ({root.resolve()}): writing there would change it;"

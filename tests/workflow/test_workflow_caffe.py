@@ -119,5 +119,7 @@ def test_build_rule_takes_the_cache_or_caffe_home(tmp_path, caffe_py):
 
     (tmp_path / "study.yaml").write_text(yaml.safe_dump({**study, "caffe": {"home": str(tmp_path)}}))
     proc = snakemake(tmp_path, str(caffe_build_marker(envs, str(tmp_path))))
+    # Refused by the preflight before any job (the build rule never starts), naming what is missing.
     assert proc.returncode != 0
-    assert "is not a built Caffe tree: missing python/caffe/__init__.py" in log.read_text()
+    assert f"caffe.home {tmp_path} is not a built Caffe tree: missing" in proc.stdout + proc.stderr
+    assert "python/caffe/__init__.py" in proc.stdout + proc.stderr
