@@ -15,7 +15,8 @@ if ((missing == 0)); then
 fi
 if [[ $(id -u) -ne 0 ]]; then
   echo "dlscale: $dir is missing and installing dataset-fashion-mnist needs root;" \
-    "run 'apt-get install dataset-fashion-mnist' as root, or set data.fashion_mnist.source" \
+    "ask an administrator to install it (scripts/apt-install.sh dataset-fashion-mnist, which waits" \
+    "for the package lock; README: Without root), or set data.fashion_mnist.source" \
     "to a directory holding the four idx files" >&2
   exit 1
 fi
