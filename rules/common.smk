@@ -212,3 +212,14 @@ def run_of(wildcards):
     return runid.Run.from_fields(
         {name: getattr(wildcards, name) for name in runid.FIELD_PATTERNS}
     )
+
+
+def made_or_checkpoint(path, checkpoint, **wildcards):
+    """A checkpoint's output read as is once it exists; before, Snakemake's
+    incomplete-checkpoint signal (the parameters that read it are to be determined and the
+    job is re-evaluated when the checkpoint has run). Not checkpoint.get() when the file
+    exists: in a parameter, get() is incomplete in the first pass of every invocation's
+    DAG, and that marked the tables to be redone each time."""
+    if os.path.exists(path):
+        return path
+    return checkpoint.get(**wildcards).output[0]

@@ -9,13 +9,13 @@ from dlscale.tune import rates as dlrates
 
 
 def lr_choice_file(model, global_batch):
-    """The choice file of a tuned (model, global batch): read as is once it exists; before,
-    Snakemake's incomplete-checkpoint signal (as tune_choice_file, rules/helpers/tune.smk).
-    """
-    path = dlrates.choice_path(model, global_batch)
-    if os.path.exists(path):
-        return path
-    return checkpoints.lr_choice.get(model=model, global_batch=global_batch).output[0]
+    """The choice file of a tuned (model, global batch) (made_or_checkpoint: rules/common.smk)."""
+    return made_or_checkpoint(
+        dlrates.choice_path(model, global_batch),
+        checkpoints.lr_choice,
+        model=model,
+        global_batch=global_batch,
+    )
 
 
 def lr_rate_of(model, global_batch):

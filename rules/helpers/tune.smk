@@ -13,15 +13,13 @@ TUNED = {fw: dltuning.is_tuned(STUDY, fw) for fw in STUDY["frameworks"]}
 
 
 def tune_choice_file(framework, model):
-    """The choice file of a tuned (framework, model): read as is once it exists; before,
-    Snakemake's incomplete-checkpoint signal (the spec parameters are to be determined,
-    and the job is re-evaluated when the checkpoint has run). Not checkpoints...get()
-    when the file exists: in a parameter, get() is incomplete in the first pass of every
-    invocation's DAG, and that marked the tables to be redone each time."""
-    path = dltuning.choice_path(framework, model)
-    if os.path.exists(path):
-        return path
-    return checkpoints.tune_choice.get(framework=framework, model=model).output[0]
+    """The choice file of a tuned (framework, model) (made_or_checkpoint: rules/common.smk)."""
+    return made_or_checkpoint(
+        dltuning.choice_path(framework, model),
+        checkpoints.tune_choice,
+        framework=framework,
+        model=model,
+    )
 
 
 def tuned_options(run):
