@@ -107,6 +107,7 @@ NO_REFERENCE = "n/a: no reference run at this batch and rate"
 FASTER_THAN_REFERENCE = "flagged: fewer steps than the reference beyond both intervals"
 SLOWER_THAN_REFERENCE = "more steps than the reference beyond both intervals"
 WITHIN_REFERENCE = "within the reference's interval"
+NO_INTERVAL = "n/a: no interval on one side (a single repeat): cannot decide"
 
 
 def reference_check(steps: pd.DataFrame) -> pd.Series:
@@ -127,6 +128,8 @@ def reference_check(steps: pd.DataFrame) -> pd.Series:
             math.isfinite(ref["steps_to_target"]) and math.isfinite(row["steps_to_target"])
         ):
             words.append(NO_REFERENCE)
+        elif not all(math.isfinite(float(r[k])) for r in (row, ref) for k in ("steps_low", "steps_high")):
+            words.append(NO_INTERVAL)
         elif row["steps_high"] < ref["steps_low"]:
             words.append(FASTER_THAN_REFERENCE)
         elif row["steps_low"] > ref["steps_high"]:

@@ -196,6 +196,7 @@ def test_a_framework_faster_than_the_reference_beyond_both_intervals_is_flagged_
     steps = pd.DataFrame([
         row("torch", 50, 40, 60), row("caffe", 30, 20, 35), row("tensorflow", 50, 45, 70),
         row("bigdl", 90, 80, 100), row("caffe", 30, 20, 35, rate=0.04),
+        row("jax", 20, math.nan, math.nan),
     ])  # fmt: skip
     assert list(nodes_to_target.reference_check(steps)) == [
         nodes_to_target.REFERENCE_ROW,
@@ -203,6 +204,7 @@ def test_a_framework_faster_than_the_reference_beyond_both_intervals_is_flagged_
         nodes_to_target.WITHIN_REFERENCE,
         nodes_to_target.SLOWER_THAN_REFERENCE,
         nodes_to_target.NO_REFERENCE,
+        nodes_to_target.NO_INTERVAL,
     ]
 
 
