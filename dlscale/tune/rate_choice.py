@@ -9,6 +9,9 @@ the rates none of whose repeats diverged (MLPerf's reference convergence points 
 at a stable rate: a rate that diverged once is a rate a borrowing framework may diverge
 at); ties, common because evaluations quantise the steps, go to the tighter upper bound,
 then to the rate nearer the linear rule's (the smaller change from the computed rule).
+A rate must be borrowed whatever the sweep shows, so the choice is always made, but it says
+"no clear best" (and ``clear_best`` is false) where another stable rate's interval overlaps
+the chosen one's: the repeats cannot tell those rates apart, and the pick is a tie-break.
 Where no rate qualifies, the linear rule's rate is borrowed and the choice says why, so
 the study still runs and its tables show the batch that could not be trained.
 """
@@ -31,7 +34,7 @@ from dlscale.base import atomic
 SWEEP_COLUMNS: tuple[str, ...] = (
     "model", "global_batch", "framework", "factor", "lr_rate", "target_metric", "target_value",
     "repeats", "reached", "not_reached", "diverged", "failed", "steps_to_target", "steps_low",
-    "steps_high", "steps_interval", "bracket_steps", "chosen", "note",
+    "steps_high", "steps_interval", "bracket_steps", "chosen", "clear_best", "note",
 )  # fmt: skip
 
 
@@ -53,6 +56,13 @@ def rate_rows(outcomes: pd.DataFrame, factors: Mapping[float, float]) -> pd.Data
 
 def choose(rates: pd.DataFrame) -> tuple[float, str]:
     """The chosen rate and a sentence saying why (module docstring's rule)."""
+    rate, why, _ = decide(rates)
+    return rate, why
+
+
+def decide(rates: pd.DataFrame) -> tuple[float, str, bool]:
+    """The chosen rate, a sentence saying why and whether the sweep separates it from every
+    other stable rate (module docstring's rule)."""
     stable = rates[
         rates["diverged"].fillna(0).eq(0)
         & rates["repeats"].fillna(0).gt(0)
@@ -63,7 +73,7 @@ def choose(rates: pd.DataFrame) -> tuple[float, str]:
         return float(linear["lr_rate"]), (
             "no swept rate reached the target in more than half its repeats without diverging:"
             f" the linear rule's rate {float(linear['lr_rate']):g} is borrowed"
-        )
+        ), False
     order = stable.assign(
         _distance=stable["factor"].map(lambda f: abs(math.log(f))),
         _high=pd.to_numeric(stable["steps_high"], errors="coerce").fillna(math.inf),
@@ -73,11 +83,25 @@ def choose(rates: pd.DataFrame) -> tuple[float, str]:
     if len(rates) > 1 and best["factor"] in (rates["factor"].min(), rates["factor"].max()):
         edge = "largest" if best["factor"] == rates["factor"].max() else "smallest"
         why += f"; the sweep's {edge} rate: a wider sweep may find a better one"
-    tied = order.iloc[1:]
-    tied = tied[tied["steps_to_target"].eq(best["steps_to_target"])]
+    others = order.iloc[1:]
+    tied = others[others["steps_to_target"].eq(best["steps_to_target"])]
     if len(tied):
         why += f" (tied on the median with {', '.join(f'{r:g}' for r in tied['lr_rate'])}: the tighter interval, then the rate nearer the linear rule's)"
-    return float(best["lr_rate"]), why
+    overlapping = others[~_separated(best, others)]
+    if len(overlapping):
+        why += (
+            f"; no clear best: the interval of {', '.join(f'{r:g}' for r in overlapping['lr_rate'])}"
+            " overlaps the chosen rate's, so the repeats cannot tell them apart"
+        )
+    return float(best["lr_rate"]), why, overlapping.empty
+
+
+def _separated(best: pd.Series, others: pd.DataFrame) -> pd.Series:
+    """Per other rate: whether its interval lies wholly above the best's (a rate without an
+    interval, one repeat, is never separated)."""
+    high = float(best["steps_high"]) if pd.notna(best["steps_high"]) else math.nan
+    low = pd.to_numeric(others["steps_low"], errors="coerce")
+    return low.gt(high)  # NaN on either side compares False: not separated
 
 
 def choice(
@@ -96,11 +120,13 @@ def choice(
             f"{wrong['run_id'].iloc[0]} is no run of {model} at global batch {global_batch}: not this sweep's"
         )
     rates = rate_rows(outcomes, factors)
-    rate, why = choose(rates)
+    rate, why, clear = decide(rates)
+    chosen = rates["lr_rate"].astype(float).eq(rate)
     rates = rates.assign(
         model=model,
         global_batch=global_batch,
-        chosen=rates["lr_rate"].astype(float).eq(rate),
+        chosen=chosen,
+        clear_best=[clear if c else None for c in chosen],
         note=[why if r == rate else None for r in rates["lr_rate"].astype(float)],
     )
     table = rates.reindex(columns=list(SWEEP_COLUMNS))
@@ -108,6 +134,7 @@ def choice(
         "model": model,
         "global_batch": global_batch,
         "chosen_rate": rate,
+        "clear_best": clear,
         "why": why,
         "rates": [
             {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
