@@ -162,8 +162,10 @@ def steps_claim(steps: pd.DataFrame, fits: pd.DataFrame) -> Claim:
 
 
 def nodes_rows(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
-    """What the nodes figure draws: the measured medians (nodes_to_target.csv) and the
-    projection (time_to_target_projection.csv), time and node-hours, each with its interval."""
+    """What the nodes figure draws: the measured medians (nodes_to_target.csv; kind
+    ``measured``, or ``excluded`` where the table excludes the node count from the verdicts,
+    its repeats contended) and the projection (time_to_target_projection.csv), time and
+    node-hours, each with its interval."""
     frames = []
     measured = by_nodes if not by_nodes.empty else pd.DataFrame(columns=["time_to_target_s"])
     for quantity, value, low, high, table, kind in (
@@ -175,6 +177,9 @@ def nodes_rows(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
         have = _finite(table, value)
         if have.empty:
             continue
+        if kind == "measured" and "excluded" in have:
+            excluded = have["excluded"].astype(str).str.lower().isin(("true", "1"))
+            kind = excluded.map({True: "excluded", False: "measured"})
         frames.append(
             pd.DataFrame(
                 {
@@ -197,7 +202,8 @@ def nodes_rows(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
 
 def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevelMixin:
     """Time and node-hours to target against nodes (log-log): measured points with their
-    intervals, the projection's line and band."""
+    intervals (hollow and dashed where the table excludes them: contended seconds, shown,
+    never compared), the projection's line and band."""
     rows = nodes_rows(by_nodes, projected)
     if rows.empty:
         return empty_chart("no node count reached the target: no time to target to show")
@@ -208,6 +214,7 @@ def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevel
     base = alt.Chart(rows)
     band = base.transform_filter(alt.datum.kind == "projected")
     points = base.transform_filter(alt.datum.kind == "measured")
+    excluded = base.transform_filter(alt.datum.kind == "excluded")
     layers = [
         band.mark_area(opacity=0.2).encode(x=x, y=alt.Y("low:Q", scale=alt.Scale(type="log")), y2="high:Q", color=colour, detail="lr_rule:N"),
         band.mark_line().encode(x=x, y=y, color=colour, detail="lr_rule:N"),
@@ -216,16 +223,24 @@ def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevel
             x=x, y=y, color=colour, shape=alt.Shape("lr_rule:N", title="rule"),
             tooltip=["framework", "lr_rule", "nodes", "value", "low", "high"],
         ),
+        excluded.mark_rule(strokeDash=[2, 2], opacity=0.6).encode(
+            x=x, y=alt.Y("low:Q", scale=alt.Scale(type="log")), y2="high:Q", color=colour
+        ),
+        excluded.mark_point(filled=False, size=60, opacity=0.6).encode(
+            x=x, y=y, color=colour, shape=alt.Shape("lr_rule:N", title="rule"),
+            tooltip=["framework", "lr_rule", "nodes", "value", "low", "high", "kind"],
+        ),
     ]  # fmt: skip
+    title = ["Time and node-hours to the target:", "measured (points) and projected (lines, bands)"]
+    if rows["kind"].eq("excluded").any():
+        title.append("hollow: contended repeats, excluded from the verdicts")
     return (
         alt.layer(*layers)
         .properties(width=240, height=160)
         .facet(row=alt.Row("quantity:N", title=None), column=alt.Column("model:N", title=None))
         .resolve_scale(y="independent")
         .properties(
-            title=alt.TitleParams(
-                ["Time and node-hours to the target:", "measured (points) and projected (lines, bands)"]
-            )
+            title=alt.TitleParams(title)
         )
     )
 

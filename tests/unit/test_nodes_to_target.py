@@ -170,6 +170,27 @@ def test_contended_repeats_leave_the_seconds_and_a_node_count_all_contended_neve
     assert made.steps_to_target.set_index("global_batch").loc[512, "repeats"] == 4
 
 
+def test_the_nodes_figure_draws_an_excluded_node_count_apart_from_the_measured_ones(tmp_path):
+    from dlscale.figures import nodes
+    from dlscale.figures.panels import check_chart, spec_of_html
+
+    runs, evals = study()
+    runs["contended"] = runs["nodes"].eq(8)
+    made = ntt.nodes_to_target(runs, evals)
+    rows = nodes.nodes_rows(made.nodes_to_target, pd.DataFrame())
+    kinds = rows.groupby("kind")["nodes"].apply(lambda n: sorted(set(n))).to_dict()
+    assert kinds == {"excluded": [8.0], "measured": [1.0, 2.0, 4.0]}
+    out = {"nodes_to_target": {"html": str(tmp_path / "nodes_to_target.html")}}
+    tables = {"steps": made.steps_to_target, "fits": made.batch_fit, "by_nodes": made.nodes_to_target,
+              "projected": pd.DataFrame()}  # fmt: skip
+    nodes.draw_checked(tables, out)
+    spec = spec_of_html(out["nodes_to_target"]["html"])
+    assert "hollow: contended repeats, excluded from the verdicts" in str(spec["title"])
+    # A table that no longer excludes 8 nodes does not match what was drawn.
+    told = made.nodes_to_target.assign(excluded=False)
+    assert check_chart("nodes_to_target", spec, nodes.nodes_claim(told, pd.DataFrame()))
+
+
 def test_a_study_whose_every_repeat_was_contended_names_no_winner_and_does_not_say_nobody_reached_it():
     runs, evals = study()
     runs["contended"] = True
