@@ -239,9 +239,7 @@ def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevel
         .properties(width=240, height=160)
         .facet(row=alt.Row("quantity:N", title=None), column=alt.Column("model:N", title=None))
         .resolve_scale(y="independent")
-        .properties(
-            title=alt.TitleParams(title)
-        )
+        .properties(title=alt.TitleParams(title))
     )
 
 

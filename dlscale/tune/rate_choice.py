@@ -70,10 +70,14 @@ def decide(rates: pd.DataFrame) -> tuple[float, str, bool]:
     ]
     if stable.empty:
         linear = rates.loc[(rates["factor"] - 1.0).abs().idxmin()]
-        return float(linear["lr_rate"]), (
-            "no swept rate reached the target in more than half its repeats without diverging:"
-            f" the linear rule's rate {float(linear['lr_rate']):g} is borrowed"
-        ), False
+        return (
+            float(linear["lr_rate"]),
+            (
+                "no swept rate reached the target in more than half its repeats without diverging:"
+                f" the linear rule's rate {float(linear['lr_rate']):g} is borrowed"
+            ),
+            False,
+        )
     order = stable.assign(
         _distance=stable["factor"].map(lambda f: abs(math.log(f))),
         _high=pd.to_numeric(stable["steps_high"], errors="coerce").fillna(math.inf),

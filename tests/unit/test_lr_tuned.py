@@ -157,11 +157,15 @@ def test_the_rate_with_the_fewest_median_steps_is_chosen():
 
 
 def test_a_choice_the_intervals_cannot_separate_says_no_clear_best():
-    table = rate_choice.rate_rows(outcomes({0.01: [90, 90, 100], 0.02: [60, 50, 60], 0.04: [40, 40, 50]}), FACTORS)
+    table = rate_choice.rate_rows(
+        outcomes({0.01: [90, 90, 100], 0.02: [60, 50, 60], 0.04: [40, 40, 50]}), FACTORS
+    )
     rate, why, clear = rate_choice.decide(table)
     # 0.02's interval [50, 60] touches 0.04's [40, 50]: the repeats cannot tell them apart.
     assert (rate, clear) == (0.04, False) and "no clear best: the interval of 0.02 overlaps" in why
-    table = rate_choice.rate_rows(outcomes({0.01: [90, 90, 100], 0.02: [60, 60, 70], 0.04: [40, 40, 50]}), FACTORS)
+    table = rate_choice.rate_rows(
+        outcomes({0.01: [90, 90, 100], 0.02: [60, 60, 70], 0.04: [40, 40, 50]}), FACTORS
+    )
     rate, why, clear = rate_choice.decide(table)
     assert (rate, clear) == (0.04, True) and "no clear best" not in why
     # A rival with one repeat has no interval: never separated.
