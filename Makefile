@@ -71,9 +71,10 @@ bench: $(VENV)/.installed
 ## empty (DLSCALE_CACHE, pip, uv, the venvs), then `make demo` there, timed; says what it could
 ## not check (system packages already here, pip's configuration, the user). Not part of `test`:
 ## a whole demo, 15-50 minutes. make fresh-check [DRY=1: the plan only] [KEEP=1]
+## [UNPRIVILEGED=1: as root, run the demo as nobody, a user without root]
 .PHONY: fresh-check
 fresh-check:
-	bash scripts/fresh-check.sh $(if $(DRY),--dry) $(if $(KEEP),--keep)
+	bash scripts/fresh-check.sh $(if $(DRY),--dry) $(if $(KEEP),--keep) $(if $(UNPRIVILEGED),--unprivileged)
 
 ## compare-check: does python -m dlscale.compare find one changed setting, and only it, on this
 ## machine? Three small studies (BASE, an independent SAME, CHANGED) run interleaved, then
