@@ -49,6 +49,18 @@ def _entries_at(cells: pd.DataFrame, nodes: int, column: str) -> list[Competitor
     return entries
 
 
+def _excluded_why(cells: pd.DataFrame, framework: str, nodes: tuple[int, ...]) -> str | None:
+    """Why a framework's time-to-target efficiency at ``nodes`` (the cell and its baseline)
+    decides nothing: either cell excluded (its repeats contended) or not learning; None
+    where both count. An efficiency is a ratio of two cells' seconds, so either one's
+    contended seconds make it a number of the host's load, not of the framework."""
+    mine = cells[cells["framework"].eq(framework) & cells["nodes"].isin(nodes)]
+    for _, cell in mine.iterrows():
+        if bool(cell.get("excluded", False)) or cell.get("learned") is False:
+            return f"{int(cell['nodes'])} node(s): {cell.get('flag') or 'excluded'}"
+    return None
+
+
 def _scaling_entries(cells: pd.DataFrame) -> tuple[list[Competitor], int | None]:
     both = convergence.efficiencies(cells)
     tt = both[both["kind"].eq(convergence.EFFICIENCY_KINDS[1])]
@@ -56,10 +68,17 @@ def _scaling_entries(cells: pd.DataFrame) -> tuple[list[Competitor], int | None]
         return [], None
     nodes = int(tt["nodes"].max())
     at = tt[tt["nodes"].eq(nodes)]
-    return [
-        Competitor(str(r.framework), float(r.value), float(r.low), float(r.high), 0, "")
-        for r in at.itertuples()
-    ], nodes
+    entries = []
+    for r in at.itertuples():
+        mine = cells[cells["framework"].eq(r.framework)]
+        baseline = int(mine["baseline_nodes"].iloc[0]) if "baseline_nodes" in mine and len(mine) else nodes
+        excluded = _excluded_why(cells, str(r.framework), (baseline, nodes))
+        entries.append(
+            Competitor(
+                str(r.framework), float(r.value), float(r.low), float(r.high), 0, "", excluded=excluded
+            )
+        )
+    return entries, nodes
 
 
 def add_time_to_target(claims: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:

@@ -5,6 +5,7 @@ did not learn). Hand-written events files: no framework needed."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -329,6 +330,28 @@ def test_the_seed_claims_are_judged_again_as_time_to_target(tmp_path: Path) -> N
     assert (
         "does not split out communication" in claims.loc["Caffe communicates best", "reason_time_to_target"]
     )
+
+
+def test_a_contended_cell_decides_no_time_to_target_scaling_claim(tmp_path: Path) -> None:
+    # Caffe's 2-node time to target would beat torch's clearly, but its 2-node repeats ran
+    # beside other work: their seconds are the host's load, so the efficiency decides nothing.
+    for framework, step in (("caffe", 0.01), ("torch", 0.02)):
+        for nodes in (1, 2):
+            for repeat in range(3):
+                path = run_events(
+                    tmp_path, framework=framework, nodes=nodes, repeat=repeat, iterations=7,
+                    step_s=step * (1 + 0.01 * repeat) * (1 if framework == "caffe" else nodes),
+                    target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)],
+                )  # fmt: skip
+                if framework == "caffe" and nodes == 2:
+                    lines = path.read_text().splitlines()
+                    end = json.loads(lines[-1])
+                    end["contention"] = {"other_busy_share": 0.5, "steal_share": 0.0, "contended": True}
+                    path.write_text("\n".join([*lines[:-1], json.dumps(end)]) + "\n")
+    claims = aggregate.aggregate(aggregate.find_events(tmp_path)).claims.set_index("claim")
+    scales = claims.loc["Caffe scales best"]
+    assert scales["verdict_time_to_target"] != "reproduced", scales["reason_time_to_target"]
+    assert "contended" in scales["reason_time_to_target"], scales["reason_time_to_target"]
 
 
 def test_a_designed_difference_is_named_and_kept_out_of_time_to_target(tmp_path: Path) -> None:
