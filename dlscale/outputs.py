@@ -44,7 +44,7 @@ PERFMODEL_CAPTIONS: Mapping[str, str] = MappingProxyType(
 )
 #: The scaling model's tables the report leaves out (rule perfmodel writes them too).
 PERFMODEL_DATA_TABLES: tuple[str, ...] = (
-    "commbench", "commbench_fits", "commbench_checks", "latency_sensitivity",
+    "commbench", "commbench_fits", "commbench_checks", "latency_sensitivity", "host_model",
 )  # fmt: skip
 #: Every figure rule perfmodel draws (dlscale.perfmodel.figures), with its report caption
 #: (PERFMODEL_TARGET_FIGURES first).

@@ -121,6 +121,7 @@ rule how_many_nodes:
         fits="results/batch_fit.csv",
         by_nodes="results/nodes_to_target.csv",
         projection="results/perfmodel/projection.csv",
+        host_model="results/perfmodel/host_model.csv",
     output:
         **{
             name.removeprefix("time_to_target_"): report(

@@ -18,7 +18,10 @@ log = logging.getLogger("how_many_nodes")
 try:
     inputs = snakemake.input
     curves, summary = project_to_target(
-        read_csv_table(inputs.projection), read_csv_table(inputs.target_runs), snakemake.params.warmup
+        read_csv_table(inputs.projection),
+        read_csv_table(inputs.target_runs),
+        snakemake.params.warmup,
+        host_steps=read_csv_table(inputs.host_model),
     )
     atomic.replace_all(
         {

@@ -360,11 +360,17 @@ def _least_squares(batches: np.ndarray, steps: np.ndarray) -> tuple[float, float
     return float(math.exp(result.x[0])), float(math.exp(result.x[1]))
 
 
+#: Distinct global batches the reported fit needs: two determine S_min and B_noise
+#: exactly, a third leaves a residual that says whether the curve describes the runs.
+FIT_MIN_BATCHES = 3
+
+
 def fit_steps(
     outcomes: pd.DataFrame,
     resamples: int = FIT_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
     drop_diverged: bool = True,
+    min_batches: int = FIT_MIN_BATCHES,
 ) -> StepsFit:
     """Fit S(B) over the per-batch median steps of one framework, model and rule (rows of
     ``run_outcomes``), with a bootstrap band: ``resamples`` times, each batch's repeats are
@@ -373,7 +379,8 @@ def fit_steps(
     ``BAND``. A replicate in which some batch's median is censored (more than half of its
     draws did not reach the target) is not fitted: ``resamples`` counts those that were.
 
-    Refused (``refused`` says why, no numbers) with fewer than 3 distinct batches, with a
+    Refused (``refused`` says why, no numbers) with fewer than ``min_batches`` distinct
+    batches (a held-out check, which predicts a point it then compares, takes 2), with a
     batch none of whose repeats reached the target, a batch whose median is censored, or
     more than one rate at a batch (a sweep: choose one rate per batch first). With
     ``drop_diverged``, a batch whose every repeat diverged is left out first and listed in
@@ -403,8 +410,8 @@ def fit_steps(
         by_batch[float(batch)] = _censored(group, "steps_to_target")
     fit.left_out = tuple(left_out)
     fit.points = steps_by_batch(have[have["global_batch"].astype("float64").isin(list(by_batch))])
-    if len(by_batch) < 3:
-        fit.refused = f"{len(by_batch)} batch(es) with runs ({', '.join(f'{b:g}' for b in by_batch) or 'none'}): S(B) needs 3 or more distinct global batches"
+    if len(by_batch) < max(min_batches, 2):
+        fit.refused = f"{len(by_batch)} batch(es) with runs ({', '.join(f'{b:g}' for b in by_batch) or 'none'}): S(B) needs {max(min_batches, 2)} or more distinct global batches"
         return fit
     for batch, values in by_batch.items():
         if not np.isfinite(values).any():

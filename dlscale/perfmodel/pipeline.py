@@ -217,6 +217,9 @@ def run(
     host_model = project(
         runs, calibrations, on_host, host_node_count(runs), config.ranks_per_node, config.num_ps
     ).table
+    # The cores of the host the model is for: where its runs had a core per rank (the
+    # held-out check of time to target compares only those, dlscale.perfmodel.time_to_target).
+    host_model["host_cores"] = max((cal.host_cores for cal in calibrations.values()), default=0)
     sensitivity = latency_sensitivity(
         runs, calibrations, network, max_nodes=config.max_nodes, ranks_per_node=config.ranks_per_node,
         num_ps=config.num_ps,

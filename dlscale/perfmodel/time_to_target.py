@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from dlscale.analysis.batch_scaling import REACHED, StepsFit, fit_steps
+from dlscale.analysis.batch_scaling import REACHED, StepsFit, fit_steps, steps_by_batch
 from dlscale.analysis.convergence import time_to_target_interval
-from dlscale.analysis.stats import BOOTSTRAP_SEED
+from dlscale.analysis.stats import BOOTSTRAP_SEED, Interval
 
 #: step time at node counts -> (point, band low, band high), seconds per step.
 StepTimeFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
@@ -141,11 +141,17 @@ def stops_paying(projected: pd.DataFrame) -> StopsPaying:
     return StopsPaying(fastest, math.nan)  # pragma: no cover - the last count always qualifies
 
 
+#: Distinct global batches a held-out check's S(B) needs: it predicts one point and is
+#: judged by that point's error, so the two that determine the curve suffice (the reported
+#: fit, ``batch_scaling.FIT_MIN_BATCHES``, keeps a third for its residual).
+HELD_OUT_MIN_BATCHES = 2
+
+
 @dataclass(frozen=True)
 class HeldOut:
-    """A held-out check of the projection: S(B) calibrated on the smaller node counts'
-    runs, the time to target predicted at the largest measured node count against what
-    its runs measured. ``refused`` says why there is no check."""
+    """A held-out check of the projection: S(B) calibrated on the other node counts' runs,
+    the time to target predicted at the held-out node count against what its runs
+    measured. ``refused`` says why there is no check."""
 
     held_out_nodes: float = math.nan
     calibrated_on: tuple[int, ...] = ()
@@ -161,6 +167,22 @@ class HeldOut:
     refused: str | None = None
 
 
+def _measured_times(outcomes: pd.DataFrame, nodes: int) -> tuple[Interval, float]:
+    """The median time to target of the runs at ``nodes`` with its interval (a repeat that
+    did not reach it counts as infinitely slow) and the median quantisation bracket."""
+    at = outcomes[outcomes["nodes"].eq(nodes) & ~outcomes["outcome"].eq("failed")]
+    times = np.where(
+        at["outcome"].eq(REACHED), pd.to_numeric(at["time_to_target_s"], errors="coerce"), np.inf
+    )
+    reached = at[at["outcome"].eq(REACHED)]
+    bracket = (
+        float(np.median(reached["time_to_target_s"] - reached["time_bracket_low_s"]))
+        if len(reached)
+        else math.nan
+    )
+    return time_to_target_interval(times), bracket
+
+
 def held_out_check(
     outcomes: pd.DataFrame,
     step_time: pd.DataFrame | StepTimeFn,
@@ -169,44 +191,45 @@ def held_out_check(
     warmup_iterations: int = 0,
     resamples: int = 1000,
     seed: int = BOOTSTRAP_SEED,
+    host_cores: int = 0,
 ) -> HeldOut:
-    """Calibrate S(B) on the runs (``batch_scaling.run_outcomes`` rows of one set-up and
-    rule) at every node count below the largest, predict the largest one's time to target
-    (``project``) and compare with its measured median: ``relative_error`` = (predicted -
-    measured) / measured. The measured time is quantised by the evaluation spacing (the
-    first evaluation at or past the target, ``measured_bracket_s`` wide below it), so an
-    error within the bracket is no error of the model. ``within_band``: the measured
-    interval (or point, for one repeat) overlaps the predicted band."""
+    """Hold one node count out: calibrate S(B) on the runs (``batch_scaling.run_outcomes``
+    rows of one set-up and rule) at every other node count, predict the held-out count's
+    time to target (``project`` with ``step_time``) and compare with its measured median:
+    ``relative_error`` = (predicted - measured) / measured.
+
+    The held-out count is the largest with a measured median time to target whose runs,
+    where ``host_cores`` is known, had a core per rank (world size at most the host's
+    cores): ``step_time`` is for nodes with cores of their own, and an oversubscribed
+    host's seconds are its time-sharing, not the framework's. The measured time is
+    quantised by the evaluation spacing (``measured_bracket_s`` wide below it), so an error
+    within the bracket is no error of the model. ``within_band``: the measured interval
+    (or point, for one repeat) overlaps the predicted band."""
     counts = sorted(int(n) for n in outcomes["nodes"].dropna().unique())
     if len(counts) < 2:
-        return HeldOut(refused=f"{len(counts)} node count(s): the check needs a larger one to hold out")
-    largest = counts[-1]
-    fit = fit_steps(outcomes[outcomes["nodes"] < largest], resamples=resamples, seed=seed)
+        return HeldOut(refused=f"{len(counts)} node count(s): the check needs another to hold out")
+    measured_at = {n: _measured_times(outcomes, n) for n in counts}
+    measurable = [n for n in counts if math.isfinite(measured_at[n][0].value)]
+    comparable = [n for n in measurable if host_cores <= 0 or n * ranks_per_node <= host_cores]
+    if not comparable:
+        where = f" with a core per rank on this host ({host_cores} cores)" if host_cores > 0 else ""
+        return HeldOut(refused=f"no node count{where} has a measured median time to target")
+    held = comparable[-1]
+    others = tuple(n for n in counts if n != held)
+    fit = fit_steps(
+        outcomes[outcomes["nodes"].ne(held)], resamples=resamples, seed=seed, min_batches=HELD_OUT_MIN_BATCHES
+    )
     if not fit.fitted:
-        return HeldOut(
-            float(largest), tuple(counts[:-1]), refused=f"S(B) on the smaller node counts: {fit.refused}"
-        )
-    at = outcomes[outcomes["nodes"].eq(largest) & ~outcomes["outcome"].eq("failed")]
-    times = np.where(
-        at["outcome"].eq(REACHED), pd.to_numeric(at["time_to_target_s"], errors="coerce"), np.inf
-    )
-    measured = time_to_target_interval(times)
-    reached = at[at["outcome"].eq(REACHED)]
-    bracket = (
-        float(np.median(reached["time_to_target_s"] - reached["time_bracket_low_s"]))
-        if len(reached)
-        else math.nan
-    )
-    projected = project(step_time, fit, batch_per_rank, ranks_per_node, [largest], warmup_iterations)
+        return HeldOut(float(held), others, refused=f"S(B) on the other node counts: {fit.refused}")
+    measured, bracket = measured_at[held]
+    projected = project(step_time, fit, batch_per_rank, ranks_per_node, [held], warmup_iterations)
     base = HeldOut(
-        float(largest), tuple(counts[:-1]), measured_s=measured.value, measured_low=measured.low,
+        float(held), others, measured_s=measured.value, measured_low=measured.low,
         measured_high=measured.high, measured_bracket_s=bracket,
     )  # fmt: skip
     if projected.empty or not math.isfinite(float(projected["time_to_target_s"].iloc[0])):
         note = projected["note"].iloc[0] if len(projected) else "no step time at that node count"
-        return replace(base, refused=f"no projection at {largest} nodes: {note}")
-    if not math.isfinite(measured.value):
-        return replace(base, refused=f"no measured time to target at {largest} nodes ({measured.method})")
+        return replace(base, refused=f"no projection at {held} nodes: {note}")
     point = projected.iloc[0]
     low = measured.low if math.isfinite(measured.low) else measured.value
     high = measured.high if math.isfinite(measured.high) else measured.value
@@ -218,3 +241,42 @@ def held_out_check(
         relative_error=(float(point["time_to_target_s"]) - measured.value) / measured.value,
         within_band=bool(low <= float(point["time_hi"]) and high >= float(point["time_lo"])),
     )
+
+
+@dataclass(frozen=True)
+class StepsHeldOut:
+    """S(B)'s own held-out check, independent of any host: fitted on the node counts below
+    the largest batch with a median, the steps to target predicted at that batch."""
+
+    batch: float = math.nan
+    predicted: float = math.nan
+    measured: float = math.nan
+    measured_low: float = math.nan
+    measured_high: float = math.nan
+    relative_error: float = math.nan
+    refused: str | None = None
+
+
+def steps_held_out(outcomes: pd.DataFrame, resamples: int = 1000, seed: int = BOOTSTRAP_SEED) -> StepsHeldOut:
+    """Extrapolate S(B) from the smaller global batches to the largest one whose runs have
+    a median step count (a batch where the runs diverged is none): how far the fit's
+    extrapolation to the projection's batches can be trusted, seen on the one batch it
+    can be checked on (``relative_error`` = (predicted - measured) / measured)."""
+    steps = steps_by_batch(outcomes)
+    have = steps[np.isfinite(pd.to_numeric(steps["steps_to_target"], errors="coerce").astype("float64"))]
+    if have.empty:
+        return StepsHeldOut(refused="no global batch has a median step count")
+    largest = float(have["global_batch"].max())
+    fit = fit_steps(
+        outcomes[outcomes["global_batch"].lt(largest)], resamples=resamples, seed=seed,
+        min_batches=HELD_OUT_MIN_BATCHES,
+    )  # fmt: skip
+    if not fit.fitted:
+        return StepsHeldOut(largest, refused=f"S(B) below global batch {largest:g}: {fit.refused}")
+    row = have[have["global_batch"].eq(largest)].iloc[0]
+    predicted = float(np.asarray(fit.steps(largest)).reshape(-1)[0])
+    measured = float(row["steps_to_target"])
+    return StepsHeldOut(
+        largest, predicted, measured, float(row["steps_low"]), float(row["steps_high"]),
+        (predicted - measured) / measured,
+    )  # fmt: skip

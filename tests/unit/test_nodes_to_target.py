@@ -97,6 +97,43 @@ def test_the_projection_to_many_nodes_is_step_time_times_the_fitted_steps_and_ch
     assert abs(row["relative_error"]) < 0.1 and row["within_band"]
 
 
+def test_the_held_out_time_uses_the_hosts_step_times_where_its_runs_had_a_core_per_rank():
+    runs, evals = study()
+    tables = ntt.nodes_to_target(runs, evals)
+    # The projection's network is 50 times slower than the host that ran the runs: a check
+    # against it would be a 50-fold error. The host had 2 cores: 4 and 8 ranks time-shared.
+    slow = projection().assign(step_s=STEP_S * 50, step_lo=STEP_S * 50, step_hi=STEP_S * 50)
+    host = projection().assign(network="loopback", host_cores=2)
+    _, summary = npj.project_to_target(slow, tables.target_runs, host_steps=host)
+    row = summary.iloc[0]
+    assert row["held_out_nodes"] == 2 and row["calibrated_on"] == "1;4;8"  # leave one out
+    assert row["held_out_step_time"] == npj.HOST_STEP_TIME
+    assert abs(row["relative_error"]) < 0.1 and row["within_band"]
+    # Without the host's model the check falls back to the projection's, and says so.
+    _, summary = npj.project_to_target(slow, tables.target_runs)
+    assert summary.iloc[0]["held_out_step_time"] == npj.PROJECTED_STEP_TIME
+    assert summary.iloc[0]["relative_error"] > 10
+
+
+def test_a_diverged_node_count_is_not_held_out_and_s_of_b_is_checked_on_its_own():
+    runs, evals = study()
+    gone = runs["nodes"].eq(8)
+    runs.loc[gone, "status"] = "failed"
+    runs.loc[gone, "reason"] = "loss became nan at iteration 11 on rank 0"
+    evals = evals[~evals["run_id"].isin(runs.loc[gone, "run_id"])]
+    tables = ntt.nodes_to_target(runs, evals)
+    _, summary = npj.project_to_target(projection(), tables.target_runs)
+    row = summary.iloc[0]
+    assert row["held_out_nodes"] == 4 and row["calibrated_on"] == "1;2;8"
+    assert math.isfinite(row["relative_error"])
+    # S(B) from batches 64 and 128 extrapolated to 256, the largest with a median.
+    assert row["steps_held_out_batch"] == 256
+    measured = tables.steps_to_target.set_index("global_batch").loc[256, "steps_to_target"]
+    assert row["steps_measured"] == measured
+    assert abs(row["steps_relative_error"]) < 0.05
+    assert row["steps_relative_error"] == pytest.approx((row["steps_predicted"] - measured) / measured)
+
+
 def test_no_projection_without_a_fit_or_a_step_time_and_the_note_says_why():
     runs, evals = study(reach=False)
     curves, summary = npj.project_to_target(projection(), ntt.nodes_to_target(runs, evals).target_runs)
