@@ -1,17 +1,22 @@
-"""BigDL's CPU settings (issue 15) reach the driver's AND the executors' JVMs, and are recorded.
+"""BigDL's CPU settings (issue 15) reach the driver's AND the executors' JVMs, and are recorded;
+and every log of the run's processes lands in its own folder (issue 45).
 
-One real run (LeNet, real MNIST, 1 node, 3 timed iterations: ~1 min on 2 loaded cores)
+One real run (LeNet, real MNIST, 2 nodes, 3 timed iterations: ~30 s on 2 loaded cores)
 with a non-default setting of every kind: what each JVM got is read back from /proc by the
-run itself (``bigdl-settings.json``), and the executor's own log (MKL_VERBOSE /
-MKLDNN_VERBOSE) shows the engine that computed. The rest are checks of the pure mapping.
+run itself (``bigdl-settings.json``), and the executors' own logs (MKL_VERBOSE /
+MKLDNN_VERBOSE, kept beside the events) show the engine that computed and the runner's
+log4j2 set-up; nothing new appears outside the run's folder but the JVM's per-user
+``hsperfdata_<user>``. The rest are checks of the pure mapping.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +25,7 @@ from helpers.bigdl_runs import assert_gone, daemon_pids, spec
 
 from dlscale.events import read_events
 from dlscale.runners.bigdl import settings as bigdl_settings
+from dlscale.runners.bigdl.train import LOG4J2
 from dlscale.runspec import RunSpec
 
 
@@ -36,16 +42,39 @@ def launch(python: Path, run_spec: dict, data: Path, events: Path) -> subprocess
     return subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True, timeout=900, cwd=cwd)
 
 
-def test_every_setting_reaches_the_driver_and_the_executor(bigdl_py, mnist_shards, no_leftovers, monkeypatch):  # noqa: F811
+#: Names a Spark, log4j, BigDL or JVM process would give what it leaves behind (other
+#: processes share the temporary folder, so only such names are compared), and the literal
+#: unset log4j property BigDL's bundled configuration appends to.
+JVM_NAMES = re.compile(
+    r"spark|blockmgr|log4j|bigdl|executor|driver|worker|lz4|snappy|mkl|jna|netty|py4j|\$\{"
+)
+ALLOWED = re.compile(r"hsperfdata_")
+
+
+def jvm_files(folder: Path) -> set[str]:
+    return {name for name in os.listdir(folder) if JVM_NAMES.search(name.lower()) and not ALLOWED.match(name)}
+
+
+def test_every_setting_reaches_the_driver_and_the_executors_and_every_log_stays_in_the_run(
+    bigdl_py, mnist_shards, no_leftovers, monkeypatch
+):  # noqa: F811
     # A variable the settings leave unset must not leak from the calling shell into the JVMs.
     monkeypatch.setenv("KMP_AFFINITY", "granularity=fine,compact")
     events_path = no_leftovers / "run" / "events.jsonl"
     options = {"engine": "mkldnn", "mkl_debug_cpu_type": 5, "kmp_blocktime": 0, "verbose": True}
     # Start-up (3 JVMs, BigDL's engine) took over 240 s here with a load of 34 on 2 cores.
     options["startup_timeout_s"] = 600
-    proc = launch(bigdl_py, spec(nodes=1, iterations=3, warmup=1, **options), mnist_shards, events_path)
+    # Nothing of the run's may appear outside its folder: the system temporary folder, the
+    # test's and the launcher's working directories (a file left by an earlier run would hide
+    # this run's: the literal unset-property name must not exist).
+    temp = Path(tempfile.gettempdir())
+    (temp / "${sys:logFilename}").unlink(missing_ok=True)
+    outside = {folder: jvm_files(folder) for folder in (temp, Path.cwd(), no_leftovers)}
+    proc = launch(bigdl_py, spec(nodes=2, iterations=3, warmup=1, **options), mnist_shards, events_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
+    for folder, names in outside.items():
+        assert jvm_files(folder) - names == set(), f"new files in {folder}"
     events = read_events(events_path)
     start, end = events[0], events[-1]
     assert end["status"] == "ok", end
@@ -58,8 +87,8 @@ def test_every_setting_reaches_the_driver_and_the_executor(bigdl_py, mnist_shard
     # What each JVM carried, read back from /proc while it ran.
     seen = json.loads(events_path.with_name("bigdl-settings.json").read_text())
     jvms = {"driver": seen["driver"], **{f"executor {n}": r for n, r in seen["executors"].items()}}
-    assert set(jvms) == {"driver", "executor 0"}
-    assert seen["driver"]["pid"] != seen["executors"]["0"]["pid"]
+    assert set(jvms) == {"driver", "executor 0", "executor 1"}
+    assert len({jvm["pid"] for jvm in jvms.values()}) == 3
     for name, jvm in jvms.items():
         props = jvm["java_properties"]
         assert props["bigdl.engineType"] == "mkldnn", (name, props)
@@ -68,10 +97,22 @@ def test_every_setting_reaches_the_driver_and_the_executor(bigdl_py, mnist_shard
         assert env["MKL_DEBUG_CPU_TYPE"] == "5" and env["KMP_BLOCKTIME"] == "0", (name, env)
         assert env["OMP_NUM_THREADS"] == "1" and env["MKL_VERBOSE"] == "1", (name, env)
         assert env["KMP_AFFINITY"] is None, (name, env)
-    # The executor computed with MKL-DNN primitives (its own verbose output, kept with the run).
-    log = events_path.with_name("spark-worker0-executor0.stdout.log").read_text(errors="replace")
-    assert "mkldnn_verbose,exec,convolution" in log
-    assert "MKL_VERBOSE Intel(R) MKL" in log  # the bundled MKL reports itself (and its code path)
+    # Each executor computed with MKL-DNN primitives (its own verbose output, kept with the run).
+    run_dir = events_path.parent
+    stdout_logs = sorted(run_dir.glob("spark-worker*-executor*.stdout.log"))
+    assert len(stdout_logs) == 2, sorted(p.name for p in run_dir.iterdir())
+    for path in stdout_logs:
+        log = path.read_text(errors="replace")
+        assert "mkldnn_verbose,exec,convolution" in log, path
+        assert "MKL_VERBOSE Intel(R) MKL" in log, path  # the bundled MKL reports itself (and its code path)
+    # Each executor logged through the runner's log4j2 set-up (its console, kept by its
+    # worker), not BigDL's bundled one, whose console lines start with a 2-digit year.
+    stderr_logs = sorted(run_dir.glob("spark-worker*-executor*.stderr.log"))
+    assert len(stderr_logs) == 2, sorted(p.name for p in run_dir.iterdir())
+    for log in stderr_logs:  # the worker writes the executor's command line first
+        assert f"-Dlog4j2.configurationFile={LOG4J2}" in log.read_text(errors="replace"), log
+    for log in run_dir.glob("spark-worker*-executor*.log"):
+        assert not re.search(r"(?m)^\d\d-\d\d-\d\d \d\d:\d\d:\d\d \[", log.read_text(errors="replace")), log
     assert_gone(daemon_pids(output))
 
 
