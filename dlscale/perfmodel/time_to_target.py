@@ -169,8 +169,11 @@ class HeldOut:
 
 def _measured_times(outcomes: pd.DataFrame, nodes: int) -> tuple[Interval, float]:
     """The median time to target of the runs at ``nodes`` with its interval (a repeat that
-    did not reach it counts as infinitely slow) and the median quantisation bracket."""
-    at = outcomes[outcomes["nodes"].eq(nodes) & ~outcomes["outcome"].eq("failed")]
+    did not reach it counts as infinitely slow; a contended one, whose seconds are the
+    host's load, is left out) and the median quantisation bracket."""
+    contended = outcomes["contended"] if "contended" in outcomes else pd.Series(False, index=outcomes.index)
+    contended = contended.astype(object).where(contended.notna(), False).astype(bool)
+    at = outcomes[outcomes["nodes"].eq(nodes) & ~outcomes["outcome"].eq("failed") & ~contended]
     times = np.where(
         at["outcome"].eq(REACHED), pd.to_numeric(at["time_to_target_s"], errors="coerce"), np.inf
     )
@@ -181,6 +184,12 @@ def _measured_times(outcomes: pd.DataFrame, nodes: int) -> tuple[Interval, float
         else math.nan
     )
     return time_to_target_interval(times), bracket
+
+
+def _has_median_steps(outcomes: pd.DataFrame, nodes: int) -> bool:
+    at = outcomes[outcomes["nodes"].eq(nodes) & ~outcomes["outcome"].eq("failed")]
+    steps = np.where(at["outcome"].eq(REACHED), pd.to_numeric(at["steps_to_target"], errors="coerce"), np.inf)
+    return len(steps) > 0 and math.isfinite(time_to_target_interval(steps).value)
 
 
 def held_out_check(
@@ -194,7 +203,7 @@ def held_out_check(
     host_cores: int = 0,
 ) -> HeldOut:
     """Hold one node count out: calibrate S(B) on the runs (``batch_scaling.run_outcomes``
-    rows of one set-up and rule) at every other node count, predict the held-out count's
+    rows of one set-up and rule) at every other node count with a median, predict the held-out count's
     time to target (``project`` with ``step_time``) and compare with its measured median:
     ``relative_error`` = (predicted - measured) / measured.
 
@@ -215,9 +224,15 @@ def held_out_check(
         where = f" with a core per rank on this host ({host_cores} cores)" if host_cores > 0 else ""
         return HeldOut(refused=f"no node count{where} has a measured median time to target")
     held = comparable[-1]
-    others = tuple(n for n in counts if n != held)
+    # Calibrated on the other node counts with a median step count (contended runs' steps
+    # count: they do not depend on the load): a batch without one (none reached the target
+    # in time) would refuse the fit; one where every run diverged has no steps.
+    others = tuple(n for n in counts if n != held and _has_median_steps(outcomes, n))
     fit = fit_steps(
-        outcomes[outcomes["nodes"].ne(held)], resamples=resamples, seed=seed, min_batches=HELD_OUT_MIN_BATCHES
+        outcomes[outcomes["nodes"].isin(others)],
+        resamples=resamples,
+        seed=seed,
+        min_batches=HELD_OUT_MIN_BATCHES,
     )
     if not fit.fitted:
         return HeldOut(float(held), others, refused=f"S(B) on the other node counts: {fit.refused}")

@@ -133,11 +133,21 @@ def test_the_held_out_check_predicts_the_largest_node_count_from_the_smaller_one
 
 
 def test_the_held_out_check_refuses_without_enough_node_counts_or_a_measured_time() -> None:
-    outcomes = weak_outcomes(100.0, 256.0, {1: 0.1, 2: 0.11, 4: 0.12})
-    table = projection_table({n: (0.1, 0.1, 0.1) for n in (1, 2, 4)})
-    assert "3 or more distinct global batches" in ttt.held_out_check(outcomes, table, 64, 1).refused
+    outcomes = weak_outcomes(100.0, 256.0, {1: 0.1, 2: 0.11})
+    table = projection_table({n: (0.1, 0.1, 0.1) for n in (1, 2)})
+    assert "2 or more distinct global batches" in ttt.held_out_check(outcomes, table, 64, 1).refused
+    none = outcomes.assign(outcome=bs.NOT_REACHED)
+    assert "has a measured median time to target" in ttt.held_out_check(none, table, 64, 1).refused
+    # The largest count without a median is not held out, nor calibrated on.
     outcomes = weak_outcomes(100.0, 256.0, {1: 0.1, 2: 0.11, 4: 0.12, 8: 0.14})
     outcomes.loc[outcomes["nodes"].eq(8), "outcome"] = bs.NOT_REACHED
     table = projection_table({n: (0.1, 0.1, 0.1) for n in (1, 2, 4, 8)})
     held = ttt.held_out_check(outcomes, table, 64, 1, resamples=20)
-    assert "no measured time to target at 8 nodes" in held.refused and math.isnan(held.relative_error)
+    assert held.refused is None and held.held_out_nodes == 4 and held.calibrated_on == (1, 2)
+    # Only the counts whose runs had a core per rank are held out; contended seconds never count.
+    held = ttt.held_out_check(outcomes, table, 64, 1, resamples=20, host_cores=2)
+    assert held.held_out_nodes == 2 and held.calibrated_on == (1, 4)
+    outcomes["contended"] = outcomes["nodes"].eq(2)
+    held = ttt.held_out_check(outcomes, table, 64, 1, resamples=20, host_cores=2)
+    # 2 nodes' steps still calibrate S(B) (they do not depend on the load).
+    assert held.held_out_nodes == 1 and held.calibrated_on == (2, 4) and held.refused is None
