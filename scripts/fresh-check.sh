@@ -76,7 +76,7 @@ printf '  - %s\n' "${unchecked[@]}"
 
 [[ ! -e $work ]] || { say "$work exists: choose another --workdir" >&2; exit 2; }
 mkdir -p "$work"/{cache,xdg-cache,pip-cache,uv-cache,home}
-git clone --quiet "$repo" "$work/clone"
+git clone --quiet --no-hardlinks "$repo" "$work/clone"
 export DLSCALE_CACHE=$work/cache XDG_CACHE_HOME=$work/xdg-cache PIP_CACHE_DIR=$work/pip-cache UV_CACHE_DIR=$work/uv-cache
 if ((unprivileged)); then
   # The clone is made as root (git refuses a repository another user owns) and handed over;
