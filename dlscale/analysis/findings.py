@@ -140,12 +140,19 @@ def competitors(
     Returns ``(competitors, nodes, baseline_nodes, n/a reason)``; the node count is where
     the question is asked: the group's smallest node count for ``fastest_compute``, its
     largest multi-rank one for ``best_communication``, its largest for ``best_scaling``
-    (against each framework's own baseline, which must be smaller).
+    (against each framework's own baseline, which must be smaller), among the node counts
+    where some cell's model learned: a node count where none did (a learning rate that
+    diverges there) answers no question, and asking it there would leave every claim
+    inconclusive while smaller node counts have the answer. Its non-learning cells still
+    compete, and are excluded with their reason, where the question is asked.
     """
     column, _, _ = QUESTIONS[question]
-    have = setup_cells[setup_cells["throughput"].notna()]
-    if have.empty:
+    every = setup_cells[setup_cells["throughput"].notna()]
+    if every.empty:
         return [], None, None, "n/a (no ok runs)"
+    learning = every[every["learned"].astype(object).ne(False)] if "learned" in every else every
+    learned_at = set(learning["nodes"].astype(int)) or set(every["nodes"].astype(int))
+    have = every[every["nodes"].astype(int).isin(learned_at)]
     counts = sorted(int(n) for n in have["nodes"].unique())
     baseline = None
     if question == FASTEST_COMPUTE:

@@ -332,6 +332,29 @@ def test_the_seed_claims_are_judged_again_as_time_to_target(tmp_path: Path) -> N
     )
 
 
+def test_the_claims_are_asked_at_the_largest_node_count_where_a_model_learned(tmp_path: Path) -> None:
+    def claims_of(root: Path, learns_below: int) -> pd.DataFrame:
+        for framework in ("caffe", "torch"):
+            for nodes in (1, 2, 4):
+                for repeat in range(3):
+                    run_events(
+                        root, framework=framework, nodes=nodes, repeat=repeat, iterations=7,
+                        step_s=0.01 * (1 + 0.01 * repeat) * nodes, target={"metric": "top1", "value": 0.9},
+                        evals=[(7, 0.91 if nodes < learns_below else 0.1)],
+                    )  # fmt: skip
+        return aggregate.aggregate(aggregate.find_events(root)).claims.set_index("claim")
+
+    # A rate that diverges at 4 nodes: every framework's 4-node model stays at chance. The
+    # communication and scaling claims are asked at 2 nodes, where the models learned.
+    claims = claims_of(tmp_path / "diverged-at-4", learns_below=4)
+    assert claims.loc["Caffe communicates best", "nodes"] == 2
+    assert claims.loc["Caffe scales best", "nodes"] == 2
+    assert claims.loc["BigDL computes fastest", "nodes"] == 1
+    # Where nothing learned at all, the node counts stay the ones asked before.
+    claims = claims_of(tmp_path / "never-learned", learns_below=1)
+    assert claims.loc["Caffe scales best", "nodes"] == 4
+
+
 def test_a_contended_cell_decides_no_time_to_target_scaling_claim(tmp_path: Path) -> None:
     # Caffe's 2-node time to target would beat torch's clearly, but its 2-node repeats ran
     # beside other work: their seconds are the host's load, so the efficiency decides nothing.
