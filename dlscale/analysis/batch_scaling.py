@@ -233,7 +233,7 @@ def run_outcomes(
     return pd.DataFrame(rows, columns=list(OUTCOME_COLUMNS))
 
 
-def _censored(outcomes: pd.DataFrame, column: str) -> np.ndarray:
+def censored(outcomes: pd.DataFrame, column: str) -> np.ndarray:
     """Per repeat: its value where it reached the target, inf where it did not (diverged
     included); failed runs are no repeats."""
     counted = outcomes[~outcomes["outcome"].eq(FAILED)]
@@ -254,14 +254,14 @@ def _with_target(outcomes: pd.DataFrame) -> pd.DataFrame:
     return outcomes[outcomes["target_metric"].notna() & outcomes["outcome"].notna()]
 
 
-def _flag(table: pd.DataFrame, column: str) -> pd.Series:
+def flag(table: pd.DataFrame, column: str) -> pd.Series:
     """A boolean column (missing values, or a table without it: False)."""
     if column not in table:
         return pd.Series(False, index=table.index)
     return table[column].fillna(False).astype(bool)
 
 
-def _median_bracket(reached: pd.DataFrame, value: str, below: str) -> float:
+def median_bracket(reached: pd.DataFrame, value: str, below: str) -> float:
     """The median width of the evaluation bracket of the runs that reached the target."""
     return float(np.median(reached[value] - reached[below])) if len(reached) else math.nan
 
@@ -277,7 +277,7 @@ def steps_by_batch(outcomes: pd.DataFrame) -> pd.DataFrame:
     for key, group in have.groupby(keys, sort=True, dropna=False):
         row: dict[str, Any] = dict(zip(keys, key, strict=True)) | _counts(group)
         row["failed"] = int(group["outcome"].eq(FAILED).sum())
-        steps = time_to_target_interval(_censored(group, "steps_to_target"))
+        steps = time_to_target_interval(censored(group, "steps_to_target"))
         batch = _number(row["global_batch"])
         reached = group[group["outcome"].eq(REACHED)]
         row.update(
@@ -288,7 +288,7 @@ def steps_by_batch(outcomes: pd.DataFrame) -> pd.DataFrame:
             samples_to_target=steps.value * batch,
             samples_low=steps.low * batch,
             samples_high=steps.high * batch,
-            bracket_steps=_median_bracket(reached, "steps_to_target", "steps_bracket_low"),
+            bracket_steps=median_bracket(reached, "steps_to_target", "steps_bracket_low"),
         )
         rows.append(row)
     return pd.DataFrame(rows, columns=list(STEPS_COLUMNS))
@@ -407,7 +407,7 @@ def fit_steps(
             fit.diverged_batches += (float(batch),)
             left_out.append(f"batch {batch:g}: every repeat diverged")
             continue
-        by_batch[float(batch)] = _censored(group, "steps_to_target")
+        by_batch[float(batch)] = censored(group, "steps_to_target")
     fit.left_out = tuple(left_out)
     fit.points = steps_by_batch(have[have["global_batch"].astype("float64").isin(list(by_batch))])
     if len(by_batch) < max(min_batches, 2):
@@ -493,10 +493,10 @@ def time_by_nodes(outcomes: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, group in have.groupby(keys, sort=True, dropna=False):
         row: dict[str, Any] = dict(zip(keys, key, strict=True)) | _counts(group)
-        busy = _flag(group, "contended")
+        busy = flag(group, "contended")
         timed = group[~busy] if (~busy).any() else group
-        time = time_to_target_interval(_censored(timed, "time_to_target_s"))
-        cost = time_to_target_interval(_censored(timed, "node_hours"))
+        time = time_to_target_interval(censored(timed, "time_to_target_s"))
+        cost = time_to_target_interval(censored(timed, "node_hours"))
         reached = timed[timed["outcome"].eq(REACHED)]
         row.update(contended_runs=int(busy.sum()), excluded=bool(len(group) and busy.all()))
         row.update(
@@ -504,7 +504,7 @@ def time_by_nodes(outcomes: pd.DataFrame) -> pd.DataFrame:
             time_low=time.low,
             time_high=time.high,
             time_interval=time.method,
-            bracket_s=_median_bracket(reached, "time_to_target_s", "time_bracket_low_s"),
+            bracket_s=median_bracket(reached, "time_to_target_s", "time_bracket_low_s"),
             node_hours=cost.value,
             node_hours_low=cost.low,
             node_hours_high=cost.high,
@@ -547,7 +547,7 @@ def node_winners(by_nodes: pd.DataFrame) -> pd.DataFrame:
             for g in group.itertuples()
             if not math.isfinite(g.time_to_target_s)
         ]
-        excluded = _flag(group, "excluded")
+        excluded = flag(group, "excluded")
         notes += [
             f"{int(g.nodes)} nodes: every repeat ran beside other work (contended): its seconds decide nothing"
             for g in group[excluded].itertuples()

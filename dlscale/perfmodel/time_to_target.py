@@ -25,7 +25,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from dlscale.analysis.batch_scaling import REACHED, StepsFit, fit_steps, steps_by_batch
+from dlscale.analysis.batch_scaling import (
+    REACHED,
+    StepsFit,
+    censored,
+    fit_steps,
+    flag,
+    median_bracket,
+    steps_by_batch,
+)
 from dlscale.analysis.convergence import time_to_target_interval
 from dlscale.analysis.stats import BOOTSTRAP_SEED, Interval
 
@@ -171,24 +179,17 @@ def _measured_times(outcomes: pd.DataFrame, nodes: int) -> tuple[Interval, float
     """The median time to target of the runs at ``nodes`` with its interval (a repeat that
     did not reach it counts as infinitely slow; a contended one, whose seconds are the
     host's load, is left out) and the median quantisation bracket."""
-    contended = outcomes["contended"] if "contended" in outcomes else pd.Series(False, index=outcomes.index)
-    contended = contended.astype(object).where(contended.notna(), False).astype(bool)
-    at = outcomes[outcomes["nodes"].eq(nodes) & ~outcomes["outcome"].eq("failed") & ~contended]
-    times = np.where(
-        at["outcome"].eq(REACHED), pd.to_numeric(at["time_to_target_s"], errors="coerce"), np.inf
+    at = outcomes[outcomes["nodes"].eq(nodes)]
+    timed = at[~flag(at, "contended")]
+    reached = timed[timed["outcome"].eq(REACHED)]
+    return (
+        time_to_target_interval(censored(timed, "time_to_target_s")),
+        median_bracket(reached, "time_to_target_s", "time_bracket_low_s"),
     )
-    reached = at[at["outcome"].eq(REACHED)]
-    bracket = (
-        float(np.median(reached["time_to_target_s"] - reached["time_bracket_low_s"]))
-        if len(reached)
-        else math.nan
-    )
-    return time_to_target_interval(times), bracket
 
 
 def _has_median_steps(outcomes: pd.DataFrame, nodes: int) -> bool:
-    at = outcomes[outcomes["nodes"].eq(nodes) & ~outcomes["outcome"].eq("failed")]
-    steps = np.where(at["outcome"].eq(REACHED), pd.to_numeric(at["steps_to_target"], errors="coerce"), np.inf)
+    steps = censored(outcomes[outcomes["nodes"].eq(nodes)], "steps_to_target")
     return len(steps) > 0 and math.isfinite(time_to_target_interval(steps).value)
 
 

@@ -74,6 +74,15 @@ def test_a_target_no_run_reaches_gives_no_fit_no_winner_and_no_node_count():
     assert by_nodes["fastest"].unique().tolist() == ["n/a (no node count reached the target)"]
 
 
+def diverged_at_8_nodes() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The known-curve study whose 8-node runs all failed with a NaN loss, before any evaluation."""
+    runs, evals = study()
+    gone = runs["nodes"].eq(8)
+    runs.loc[gone, "status"] = "failed"
+    runs.loc[gone, "reason"] = "loss became nan at iteration 11 on rank 0"
+    return runs, evals[~evals["run_id"].isin(runs.loc[gone, "run_id"])]
+
+
 def projection() -> pd.DataFrame:
     return pd.DataFrame(
         [{"setup": "torch", "framework": "torch", "model": "lenet", "network": "10gbe", "nodes": n,
@@ -116,11 +125,7 @@ def test_the_held_out_time_uses_the_hosts_step_times_where_its_runs_had_a_core_p
 
 
 def test_a_diverged_node_count_is_not_held_out_and_s_of_b_is_checked_on_its_own():
-    runs, evals = study()
-    gone = runs["nodes"].eq(8)
-    runs.loc[gone, "status"] = "failed"
-    runs.loc[gone, "reason"] = "loss became nan at iteration 11 on rank 0"
-    evals = evals[~evals["run_id"].isin(runs.loc[gone, "run_id"])]
+    runs, evals = diverged_at_8_nodes()
     tables = ntt.nodes_to_target(runs, evals)
     _, summary = npj.project_to_target(projection(), tables.target_runs)
     row = summary.iloc[0]
@@ -169,11 +174,7 @@ def test_both_figures_show_their_tables_and_a_figure_that_does_not_is_named(tmp_
 def test_a_batch_where_every_run_diverged_is_named_kept_out_of_the_fit_and_drawn_without_a_number(tmp_path):
     from dlscale.figures import nodes
 
-    runs, evals = study()
-    gone = runs["nodes"].eq(8)
-    runs.loc[gone, "status"] = "failed"
-    runs.loc[gone, "reason"] = "loss became nan at iteration 11 on rank 0"
-    evals = evals[~evals["run_id"].isin(runs.loc[gone, "run_id"])]
+    runs, evals = diverged_at_8_nodes()
     made = ntt.nodes_to_target(runs, evals)
     assert set(made.target_runs.loc[made.target_runs["nodes"].eq(8), "outcome"]) == {"diverged"}
     fit = made.batch_fit.iloc[0]
