@@ -117,8 +117,6 @@ def project_to_target(
             if not check_steps.empty
             else None
         )
-        if check is not None:
-            row["held_out_step_time"] = HOST_STEP_TIME if not on_host.empty else PROJECTED_STEP_TIME
         alone = steps_held_out(group)
         row.update(
             steps_held_out_batch=alone.batch, steps_predicted=alone.predicted, steps_measured=alone.measured,
@@ -128,6 +126,7 @@ def project_to_target(
         if alone.refused:
             notes.append(f"S(B) held out: {alone.refused}")
         if check is not None:
+            row["held_out_step_time"] = HOST_STEP_TIME if not on_host.empty else PROJECTED_STEP_TIME
             row.update({k: v for k, v in dataclasses.asdict(check).items() if k != "refused"})
             row["calibrated_on"] = ";".join(str(n) for n in check.calibrated_on)
             if check.refused:
