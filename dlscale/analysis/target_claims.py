@@ -30,11 +30,15 @@ CLAIM_COLUMNS: tuple[str, ...] = (*SPEED_CLAIM_COLUMNS, *TARGET_CLAIM_COLUMNS)
 _NO_TARGET = "n/a (no quality target in this study)"
 
 
+def _not_counted(cell: pd.Series) -> bool:
+    """A cell whose seconds decide nothing: excluded (its repeats contended) or not learning."""
+    return bool(cell.get("excluded", False)) or cell.get("learned") is False
+
+
 def _entries_at(cells: pd.DataFrame, nodes: int, column: str) -> list[Competitor]:
     at = cells[cells["nodes"].eq(nodes)]
     entries = []
     for _, cell in at.iterrows():
-        learned_false = cell["learned"] is False
         entries.append(
             Competitor(
                 framework=str(cell["framework"]),
@@ -43,7 +47,7 @@ def _entries_at(cells: pd.DataFrame, nodes: int, column: str) -> list[Competitor
                 high=float(cell[f"{column}_high"]),
                 repeats=int(cell["repeats"]),
                 cell=str(cell["cell"]),
-                excluded=str(cell["flag"]) if bool(cell["excluded"]) or learned_false else None,
+                excluded=str(cell["flag"]) if _not_counted(cell) else None,
             )
         )
     return entries
@@ -56,7 +60,7 @@ def _excluded_why(cells: pd.DataFrame, framework: str, nodes: tuple[int, ...]) -
     contended seconds make it a number of the host's load, not of the framework."""
     mine = cells[cells["framework"].eq(framework) & cells["nodes"].isin(nodes)]
     for _, cell in mine.iterrows():
-        if bool(cell.get("excluded", False)) or cell.get("learned") is False:
+        if _not_counted(cell):
             return f"{int(cell['nodes'])} node(s): {cell.get('flag') or 'excluded'}"
     return None
 
