@@ -68,7 +68,7 @@ def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
     from bigdl.dllib.utils.common import create_spark_conf
 
     from dlscale.runners.bigdl import settings as bigdl_settings
-    from dlscale.runners.bigdl.train import LOG4J2, executor_memory
+    from dlscale.runners.bigdl.train import LOG4J2, driver_memory, executor_memory
 
     cores = spec.ranks_per_node * spec.threads_per_rank
     tmp = work / "jvm-tmp"
@@ -84,7 +84,7 @@ def local_conf(spec: RunSpec, work: Path, log_path: Path) -> Any:
     conf = create_spark_conf().setMaster(f"local[{cores}]").setAppName(f"dlscale bench bare {spec.model}")
     settings = {
         # local mode: the driver JVM is the executor too, so it gets both heaps (local_heap).
-        "spark.driver.memory": local_heap(spec.options["driver_memory"], executor_memory(spec)),
+        "spark.driver.memory": local_heap(driver_memory(spec), executor_memory(spec)),
         "spark.driver.extraJavaOptions": " ".join(java),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",

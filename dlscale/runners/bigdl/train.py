@@ -124,13 +124,24 @@ def option_default(key: str) -> Any:
     return schema["properties"][key]["default"]
 
 
-def executor_memory(spec: RunSpec) -> str:
-    """The executor heap of this run's model: one size for all, or the model's own."""
-    memory = spec.options["executor_memory"]
+def model_heap(spec: RunSpec, option: str) -> str:
+    """A JVM heap option of this run's model (``executor_memory``, ``driver_memory``): one
+    size for all, or the model's own."""
+    memory = spec.options[option]
     if isinstance(memory, Mapping):
         # A per-model map may leave models out: they keep their default size.
-        return str(memory.get(spec.model) or option_default("executor_memory")[spec.model])
+        return str(memory.get(spec.model) or option_default(option)[spec.model])
     return str(memory)
+
+
+def executor_memory(spec: RunSpec) -> str:
+    """The executor heap of this run's model."""
+    return model_heap(spec, "executor_memory")
+
+
+def driver_memory(spec: RunSpec) -> str:
+    """The driver heap of this run's model."""
+    return model_heap(spec, "driver_memory")
 
 
 def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
@@ -161,7 +172,7 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
         "spark.executor.cores": shape.cores_per_executor,
         "spark.cores.max": shape.total_cores,
         "spark.executor.memory": shape.executor_memory,
-        "spark.driver.memory": opts["driver_memory"],
+        "spark.driver.memory": driver_memory(spec),
         # Without the jars on the executors' class path, BigDL's lambdas fail to deserialise.
         "spark.executor.extraClassPath": jars,
         "spark.driver.extraJavaOptions": " ".join(driver_java),
