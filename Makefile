@@ -67,6 +67,13 @@ BENCH_REPEATS ?= 5
 bench: $(VENV)/.installed
 	nice -n 10 $(PY) -m benchmarks --repeats $(BENCH_REPEATS)
 
+## bench-budgets: the default study (make demo's) run warm into a fresh folder and held to its
+## budgets (dlscale/thresholds.py: demo_warm_wall, demo_timed_share) -> results/bench/budgets.md,
+## with where its time went (Snakemake's log and the runs' events). About 10 minutes on 2 cores.
+.PHONY: bench-budgets
+bench-budgets: $(VENV)/.installed
+	$(PY) -m benchmarks.budgets
+
 ## fresh-check: a fresh start as far as this machine allows: a clean clone of HEAD, every cache
 ## empty (DLSCALE_CACHE, pip, uv, the venvs), then `make demo` there, timed; says what it could
 ## not check (system packages already here, pip's configuration, the user). Not part of `test`:

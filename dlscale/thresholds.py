@@ -166,6 +166,20 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
                 "fraction of matmul peak",
                 "achieved FLOP/s over the measured peak; above 1 the peak or the count is wrong",
             ),
+            _at_most(
+                "demo_warm_wall",
+                600.0,
+                "s",
+                "the default study (make demo) from a fresh working folder on a machine whose"
+                " environments and caches are built, 2 cores: the invocation's wall time",
+            ),
+            _at_least(
+                "demo_timed_share",
+                0.5,
+                "share of run wall",
+                "the default study: its runs' timed training steps over their whole wall"
+                " (results/wall_split.csv, the 'all' row)",
+            ),
         )
     }
 )

@@ -1,0 +1,78 @@
+"""The budgets benchmark's verdicts (benchmarks/budgets.py): pure parts, on hand-made tables."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pandas as pd
+import pytest
+
+from benchmarks import budgets
+from dlscale.thresholds import threshold
+
+
+def split(share: float | None) -> pd.DataFrame:
+    rows = [{"framework": "torch", "timed_share": 0.9}]
+    if share is not None:
+        rows.append({"framework": "all", "timed_share": share})
+    return pd.DataFrame.from_records(rows)
+
+
+def verdict_of(table: pd.DataFrame, name: str) -> str:
+    return table.set_index("budget").loc[name, "verdict"]
+
+
+def test_a_demo_within_both_budgets_passes_them():
+    wall = threshold("demo_warm_wall").value
+    table = budgets.verdicts(wall, split(threshold("demo_timed_share").value))
+    assert list(table["budget"]) == list(budgets.BUDGETS)
+    assert set(table["verdict"]) == {"pass"}  # the bounds themselves pass, as every threshold's
+
+
+@pytest.mark.parametrize(
+    ("wall", "share", "missed"),
+    [(601.0, 0.6, "demo_warm_wall"), (500.0, 0.184, "demo_timed_share")],
+)
+def test_each_budget_is_missed_on_its_own(wall, share, missed):
+    table = budgets.verdicts(wall, split(share))
+    assert verdict_of(table, missed) == "miss"
+    assert (table["verdict"] == "miss").sum() == 1
+
+
+def test_the_share_is_the_studys_not_a_frameworks():
+    table = budgets.verdicts(100.0, split(0.2))
+    assert table.set_index("budget").loc["demo_timed_share", "measured"] == 0.2  # not torch's 0.9
+
+
+def test_no_all_row_is_unknown_not_a_pass():
+    table = budgets.verdicts(100.0, split(None))
+    assert math.isnan(table.set_index("budget").loc["demo_timed_share", "measured"])
+    assert verdict_of(table, "demo_timed_share") == "unknown"
+
+
+def test_the_demo_is_make_demos_study_in_its_own_folder(tmp_path):
+    command = budgets.demo_command(tmp_path, tmp_path / "snakemake")
+    assert command[command.index("--directory") + 1] == str(tmp_path)
+    assert command[command.index("--configfile") + 1].endswith("config.yaml")
+    assert command[command.index("--profile") + 1].endswith("profiles/local")
+    assert "--cores" not in command  # the profile's, as make demo
+    assert any(part.startswith("envs_dir=") for part in command)
+
+
+def test_the_newest_log_is_the_invocations(tmp_path):
+    folder = tmp_path / ".snakemake" / "log"
+    folder.mkdir(parents=True)
+    old, new = folder / "a.snakemake.log", folder / "b.snakemake.log"
+    old.write_text("old")
+    new.write_text("new")
+    os.utime(old, (1, 1))
+    assert budgets.invocation_log(tmp_path) == new
+    with pytest.raises(FileNotFoundError, match="no Snakemake log"):
+        budgets.invocation_log(tmp_path / "nothing")
+
+
+def test_markdown_holds_every_table():
+    table = budgets.verdicts(700.0, split(0.3))
+    text = budgets.markdown(table, pd.DataFrame({"rule": ["runs"], "busy_s": [1.0]}), split(0.3), "info")
+    assert "demo_warm_wall" in text and "| runs" in text and "info" in text
