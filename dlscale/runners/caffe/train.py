@@ -153,12 +153,12 @@ def train(ctx: RunContext) -> None:
     inputs = (net.blobs["data"].data, net.blobs["label"].data if "label" in net.blobs else None)
 
     try:
-        # Rank 0 only, before training: the held-out net shares the training net's weights
-        # and normalises with the training set's statistics.
+        # Every rank's share, before training: the held-out net shares the training net's
+        # weights and normalises with the training set's statistics.
         stats = prefetch if prefetch is not None else batches
         evaluator = (
-            Evaluator(model, batch, net, ctx.heldout_dir, stats.mean, stats.std)
-            if ctx.rank == 0 and ctx.heldout_available
+            Evaluator(model, batch, net, ctx.heldout_dir, stats.mean, stats.std, ctx.rank, ctx.world_size)
+            if ctx.heldout_available
             else None
         )
         for iteration in range(ctx.total_iterations):
@@ -193,7 +193,7 @@ def train(ctx: RunContext) -> None:
                 lr=ramp.last_rate if ramp is not None else solver_rates(spec)[0],  # this step's rate
                 **({"init_sha256": init_sha256} if init_sha256 is not None and iteration == 0 else {}),
             )
-            if ctx.eval_due(iteration) and evaluate_due(ctx, evaluator, iteration, comm):
+            if ctx.eval_due(iteration) and evaluate_due(ctx, evaluator, iteration, comm, MPI):
                 break
     finally:
         if prefetch is not None:

@@ -1,13 +1,19 @@
 """The torch runner's held-out evaluation: what the model learned, measured between steps.
 
-Rank 0 runs the model in inference mode (``model.eval()``: no dropout, batch norm on its
-running statistics; ``torch.inference_mode()``: no gradient, no update) over the whole
-held-out shard set beside the training data, each batch converted exactly as a training
-batch (``Batches.convert``: the training set's mean and std, the same memory format, the
-autoencoder's [0, 1] input as its target). Nothing here runs inside a timed step, so
-step_s and the run's training clock (``RunContext.train_s``) are untouched; the other ranks
-wait for rank 0's decision to stop in one broadcast, outside the timed step, so their next
-step does not absorb the evaluation either. torch is passed in by the caller.
+Every rank runs the model in inference mode (``model.eval()``: no dropout, batch norm on
+its running statistics; ``torch.inference_mode()``: no gradient, no update) over its own
+contiguous share of the held-out shard set beside the training data
+(``ShardSet.rank_range``), and one all-reduce on the run's process group sums the shares'
+counts (top-k hits, squared errors, pixels): the metric is the whole set's, top-1 exactly
+and the autoencoder's MSE to float64 rounding, at 1/world of the inference per rank. Rank 0
+records it and its decision to stop is broadcast, both outside every timed step, so step_s
+and the run's training clock (``RunContext.train_s``) are untouched.
+
+The share is converted once, before training, exactly as a training batch is
+(``Batches.convert``: the training set's mean and std, the same memory format, the
+autoencoder's [0, 1] input as its target) when it fits (``dlscale.runners.prepared``); a
+share too large (an ImageNet part) is read and converted one batch at a time through the
+set's memory maps. torch is passed in by the caller.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import numpy as np
 from dlscale import quality
 from dlscale.data.shards import ShardSet
 from dlscale.runners.common import RunContext
+from dlscale.runners.prepared import prepare_whole
 from dlscale.runners.torch.data import Batches
 
 #: Held-out samples per forward pass of an MNIST-sized model (never fewer than the run's
@@ -29,33 +36,47 @@ MNIST_EVAL_BATCH = 1000
 
 
 class HeldOut:
-    """The held-out set and the metrics of the run's model (``dlscale.quality.MODEL_METRICS``).
+    """This rank's share of the held-out set and the metrics of the run's model
+    (``dlscale.quality.MODEL_METRICS``).
 
-    Opened (sha256-checked) once before training; each evaluation reads its batches
-    through the set's memory maps, so a large ImageNet part is never held whole.
+    Opened (sha256-checked) once before training. ``rank``/``world``: whose share of the
+    set this is (``0, 1``: the whole set, as a 1-rank run evaluates).
     """
 
-    def __init__(self, ctx: RunContext, batches: Batches, torch: Any):
+    def __init__(self, ctx: RunContext, batches: Batches, torch: Any, rank: int = 0, world: int = 1):
         self.torch, self.batches = torch, batches
         self.shards = ShardSet(ctx.heldout_dir, verify=True)
         self.dataset = str(self.shards.index["dataset"])
+        self.samples = self.shards.num_samples
         spec = ctx.spec
         self.batch = max(spec.batch, MNIST_EVAL_BATCH) if spec.mnist_sized else spec.batch
         self.metrics = quality.metrics_of(spec.model)
+        self.start, self.stop = self.shards.rank_range(rank, world)
+        self.prepared: tuple[Any, Any] | None = None
+        if prepare_whole(np.empty((self.stop - self.start, *self.shards.image_shape), np.uint8)):
+            # Once a run, before training: each evaluation only slices these tensors.
+            self.prepared = batches.convert(*self.shards.load_part(rank, world))
 
-    def evaluate(self, model: Any) -> dict[str, tuple[float, int]]:
-        """metric -> (value, samples) of ``model`` (the bare module, not DDP's wrapper) on
-        the whole held-out set; the model is back in training mode afterwards."""
+    def _batch(self, lo: int, hi: int) -> tuple[Any, Any]:
+        """Held-out samples ``[lo, hi)`` of this share (0-based within it), converted."""
+        if self.prepared is not None:
+            x, y = self.prepared
+            return x[lo:hi], y[lo:hi]
+        return self.batches.convert(*self.shards.take(np.arange(self.start + lo, self.start + hi)))
+
+    def sums(self, model: Any) -> dict[str, float]:
+        """This share's exact sums of ``model`` (the bare module, not DDP's wrapper):
+        ``top1``/``top5`` hits, ``mse`` squared errors and their ``pixels``; the model is
+        back in training mode afterwards."""
         torch = self.torch
-        n = self.shards.num_samples
         hits = {k: 0 for k in (1, 5) if f"top{k}" in self.metrics}
         squared, pixels = 0.0, 0
         was_training = model.training
         model.eval()
         try:
             with torch.inference_mode():
-                for lo in range(0, n, self.batch):
-                    x, y = self.batches.convert(*self.shards.take(np.arange(lo, min(lo + self.batch, n))))
+                for lo in range(0, self.stop - self.start, self.batch):
+                    x, y = self._batch(lo, min(lo + self.batch, self.stop - self.start))
                     out = model(x)
                     if "mse" in self.metrics:  # y is the loss's target: the input on [0, 1]
                         squared += float((torch.sigmoid(out) - y).double().square().sum())
@@ -66,28 +87,48 @@ class HeldOut:
                             hits[k] += int(best[:, :k].any(dim=1).sum())
         finally:
             model.train(was_training)
-        results: dict[str, tuple[float, int]] = {f"top{k}": (hits[k] / n, n) for k in hits}
+        found: dict[str, float] = {f"top{k}": float(hits[k]) for k in hits}
         if "mse" in self.metrics:
-            results["mse"] = (squared / pixels, n)
-        return {m: results[m] for m in self.metrics}
+            found.update(mse=squared, pixels=float(pixels))
+        return found
+
+    def results(self, sums: dict[str, float]) -> dict[str, tuple[float, int]]:
+        """metric -> (value, samples) on the whole set, from the sums over every share."""
+        n = self.samples
+        return {m: (sums[m] / sums["pixels"] if m == "mse" else sums[m] / n, n) for m in self.metrics}
+
+    def evaluate(self, model: Any) -> dict[str, tuple[float, int]]:
+        """metric -> (value, samples) of ``model`` on this share alone (the whole set when
+        it holds it all: a 1-rank run, or a check against the sharded evaluation)."""
+        if (self.start, self.stop) != (0, self.samples):
+            raise RuntimeError("a share of the held-out set has no metric of its own: sum the shares")
+        return self.results(self.sums(model))
 
 
 def evaluate_and_decide(
     ctx: RunContext, iteration: int, heldout: HeldOut | None, model: Any, torch: Any, dist: Any | None
 ) -> bool:
-    """After ``iteration`` (0-based) has trained and an evaluation is due: rank 0 evaluates
-    and records it; every rank learns whether the quality target is met (training stops).
+    """After ``iteration`` (0-based) has trained and an evaluation is due: every rank with
+    a held-out share evaluates it, the sums are all-reduced, rank 0 records the metric;
+    every rank learns whether the quality target is met (training stops).
 
-    ``heldout`` is rank 0's (None elsewhere); ``dist``: torch.distributed in a multi-rank
-    run (rank 0's decision is broadcast, which also holds the other ranks until rank 0 is
-    done), None in a 1-rank run. Only the evaluation itself is timed, as ``eval_s``.
+    ``dist``: torch.distributed in a multi-rank run (the sums' all-reduce and rank 0's
+    decision, broadcast, also hold every rank until all are done), None in a 1-rank run.
+    Only the evaluation itself is timed, as ``eval_s`` (rank 0's, the all-reduce included).
     """
     met = False
     if heldout is not None:
         started = time.perf_counter()
-        results = heldout.evaluate(model)
+        sums = heldout.sums(model)
+        if dist is not None:
+            names = sorted(sums)
+            total = torch.tensor([sums[name] for name in names], dtype=torch.float64)
+            dist.all_reduce(total)
+            sums = dict(zip(names, total.tolist(), strict=True))
+        results = heldout.results(sums)
         eval_s = time.perf_counter() - started
-        met = ctx.record_eval(iteration, results, eval_s, heldout=heldout.dataset)
+        if ctx.rank == 0:
+            met = ctx.record_eval(iteration, results, eval_s, heldout=heldout.dataset)
     if dist is not None:
         flag = torch.tensor([int(met)], dtype=torch.int32)
         dist.broadcast(flag, src=0)

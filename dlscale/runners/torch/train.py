@@ -128,9 +128,9 @@ def train(ctx: RunContext) -> None:
     torch.manual_seed(spec.seed)
     distributed = ctx.world_size > 1
     batches = Batches(ctx, torch)
-    # Rank 0's held-out set, opened before the ranks meet (DDP's first broadcast), so that
-    # no rank's first step waits for it.
-    heldout = HeldOut(ctx, batches, torch) if ctx.rank == 0 and ctx.heldout_available else None
+    # Every rank's share of the held-out set, prepared before the ranks meet (DDP's first
+    # broadcast), so that no rank's first step waits for it.
+    heldout = HeldOut(ctx, batches, torch, ctx.rank, ctx.world_size) if ctx.heldout_available else None
 
     model = build_model(spec.model)
     # init: shared: the parity check's weights, the same bytes as every other framework's.
