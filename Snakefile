@@ -5,6 +5,17 @@ Supercomputers" (ICA3PP 2018). Stages: environments -> data -> training runs -> 
 figures and report. Run `snakemake --profile profiles/local` (or profiles/tianhe).
 """
 
+import os
+
+from dlscale.runners.bigdl import shared_cluster
+
+# BigDL's `cluster: per_study` (dlscale.runners.bigdl.shared_cluster): where this study's
+# Spark clusters live and which process owns them (a cluster stops once its owner is gone).
+# setdefault: the local executor runs jobs in this process's environment and directory, and
+# a job that re-parses this file (a `run:` job's own snakemake) keeps this process's values.
+os.environ.setdefault(shared_cluster.ENV_CLUSTERS, os.path.abspath("results/spark"))
+os.environ.setdefault(shared_cluster.ENV_OWNER_PID, str(os.getpid()))
+
 # The default study, unless the command line names one: a --configfile is a whole study
 # whose missing keys take the schema's defaults, not this file's (a study for a cluster
 # must not inherit, say, the laptop study's models_per_framework).
@@ -33,6 +44,16 @@ include: "rules/lr_tuning.smk"
 include: "rules/commbench.smk"
 include: "rules/analysis.smk"
 include: "rules/site.smk"
+
+
+# Every shared Spark cluster of the study stops with it (its supervisor would see the owner
+# gone within a second anyway; this waits for the daemons' end).
+onsuccess:
+    shared_cluster.stop_all(os.environ[shared_cluster.ENV_CLUSTERS])
+
+
+onerror:
+    shared_cluster.stop_all(os.environ[shared_cluster.ENV_CLUSTERS])
 
 
 rule all:

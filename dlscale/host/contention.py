@@ -211,18 +211,20 @@ class ContentionProbe:
     def start(self) -> None:
         self._start = (read_cpu_times(self.cpus), time.monotonic(), launcher_cpu_s())
 
-    def stop(self, own_cpu_s: float | None = None) -> dict[str, Any]:
+    def stop(self, own_cpu_s: float | None = None, extra_cpu_s: float = 0.0) -> dict[str, Any]:
         """The contention fields for the interval since ``start()``.
 
         ``own_cpu_s``: the run's CPU seconds during the interval; None takes this
-        process's and its reaped children's CPU time since ``start()``.
+        process's and its reaped children's CPU time since ``start()``. ``extra_cpu_s``:
+        the run's CPU spent outside this process tree (a BigDL run's executors on a
+        study's shared Spark cluster, children of its workers), added to it.
         """
         if self._start is None:
             raise RuntimeError("ContentionProbe.stop() before start()")
         before, started, own_before = self._start
         after = read_cpu_times(self.cpus)
         wall = time.monotonic() - started
-        own = launcher_cpu_s() - own_before if own_cpu_s is None else float(own_cpu_s)
+        own = (launcher_cpu_s() - own_before if own_cpu_s is None else float(own_cpu_s)) + extra_cpu_s
         return contention(before, after, own, wall, self.ticks_per_s, self.threshold)
 
 

@@ -8,6 +8,7 @@ What was set up is recorded in run_start (``network_setup``) and named on the pr
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
@@ -92,6 +93,12 @@ def setup_network(
     if preset is None:
         if mode != "local":
             return None, {"name": name, "isolation": "none (SLURM allocation: the cluster's network)"}
+        # A runner whose daemons outlive the run (BigDL's per-study Spark cluster) keeps the
+        # run on the study's loopback, where they listen (an optional launcher hook).
+        shared = getattr(runner_launcher(spec.framework), "host_loopback_reason", None)
+        reason = shared(spec, os.environ) if shared is not None else None
+        if reason:
+            return None, {"name": name, "isolation": f"none ({reason})", "listen": "127.0.0.1 only"}
         tried = []
         for kind, reason in (isolation_options() if options is None else options).items():
             if reason is None:

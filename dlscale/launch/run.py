@@ -106,8 +106,12 @@ def run_once(args: argparse.Namespace) -> tuple[Launch, list[dict[str, Any]]]:
     # After the ranks are reaped: their CPU time is the launcher's children's. Not under
     # SLURM: there the ranks are slurmstepd's children on every node, not the launcher's,
     # and the allocation's cores are the job's own (the cluster's business, not ours).
-    measured = probe.stop() if launch.mode == "local" else NOT_MEASURED
     events = launch.merge()
+    # A rank's CPU outside the launcher's tree (a BigDL run's executors on a shared Spark
+    # cluster), which the rank measured itself: the run's own work, not other work.
+    outside = events[0].get("measured", {}).get("cpu_outside_launcher_s", 0.0)
+    extra = float(outside) if isinstance(outside, (int, float)) else 0.0
+    measured = probe.stop(extra_cpu_s=extra) if launch.mode == "local" else NOT_MEASURED
     events[-1]["contention"] = measured
     return launch, events
 

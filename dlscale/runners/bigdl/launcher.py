@@ -34,6 +34,20 @@ def listens_on_every_interface(spec: RunSpec) -> str | None:
     return None
 
 
+def host_loopback_reason(spec: RunSpec, environ: Mapping[str, str]) -> str | None:
+    """Why this run stays on the study's network (the host's loopback) instead of a namespace
+    of its own, or None: with ``cluster: per_study`` the study's Spark cluster outlives every
+    run, so its runs must reach it where it listens (every daemon and the driver bind
+    127.0.0.1 only, and authenticate: ``spark``). Only where per_study applies
+    (``shared_cluster.choose``, as the driver decides it)."""
+    from dlscale.runners.bigdl.shared_cluster import choose
+
+    chosen, _ = choose(str(spec.options.get("cluster") or "per_run"), environ)
+    if chosen != "per_study":
+        return None
+    return "BigDL cluster per_study: the study's Spark cluster, shared by its runs, on the host's loopback"
+
+
 def java_env(environ: Mapping[str, str]) -> dict[str, str]:
     """JAVA_HOME for a run that has no Java of its own (none on PATH, no JAVA_HOME): the JDK
     from PyPI that scripts/ensure-java.sh installs for a user without root, where it is."""

@@ -374,27 +374,12 @@ class SparkCluster:
         """
         if self.mode != "local":
             return {}
-        parents: dict[int, int] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    stat = (entry / "stat").read_text()
-                    parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    continue
-        found = {}
-        for daemon in self.daemons:
-            if not daemon.label.startswith("worker"):
-                continue
-            index = int(daemon.label.removeprefix("worker"))
-            for pid in sorted(parents):
-                ancestor, hops = parents.get(pid), 0
-                while ancestor not in (None, 0, 1, daemon.pid) and hops < 8:
-                    ancestor, hops = parents.get(ancestor), hops + 1
-                if ancestor == daemon.pid and _is_executor(pid):
-                    found[index] = pid
-                    break
-        return found
+        workers = {
+            int(d.label.removeprefix("worker")): d.pid
+            for d in self.daemons
+            if d.label.startswith("worker") and d.label != "workers"
+        }
+        return find_executors(workers)
 
     def dead_workers(self) -> list[tuple[int | None, str]]:
         """``(node, what happened)`` for every worker daemon that has exited.
@@ -471,9 +456,33 @@ class SparkCluster:
         self.stop()
 
 
-def _is_executor(pid: int) -> bool:
+def find_executors(workers: Mapping[int, int], marker: str | None = None) -> dict[int, int]:
+    """Worker index -> the first executor JVM among that worker's descendants (``/proc``),
+    one whose command line holds ``marker`` where given (a run's own on a shared cluster)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found = {}
+    for index, worker in workers.items():
+        for pid in sorted(parents):
+            ancestor, hops = parents.get(pid), 0
+            while ancestor not in (None, 0, 1, worker) and hops < 8:
+                ancestor, hops = parents.get(ancestor), hops + 1
+            if ancestor == worker and _is_executor(pid, marker):
+                found[index] = pid
+                break
+    return found
+
+
+def _is_executor(pid: int, marker: str | None = None) -> bool:
     try:
-        return b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"CoarseGrainedExecutorBackend" in cmdline and (marker is None or marker.encode() in cmdline)
     except OSError:
         return False
 

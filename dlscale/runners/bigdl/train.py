@@ -70,6 +70,14 @@ from dlscale.runners.bigdl.evaluate import HeldOut, evaluate_and_decide, segment
 from dlscale.runners.bigdl.executors import RemoteExecutors, allocation_nodes
 from dlscale.runners.bigdl.follower import POLL_S, LiveLog
 from dlscale.runners.bigdl.models import build_model, criterion, shared_weights
+from dlscale.runners.bigdl.shared_cluster import (
+    ENV_CLUSTERS,
+    ENV_OWNER_PID,
+    INHERITED_VARS,
+    SharedCluster,
+    choose,
+    cluster_key,
+)
 from dlscale.runners.bigdl.spark import (
     SECRET_KEY,
     ClusterShape,
@@ -144,7 +152,7 @@ def driver_memory(spec: RunSpec) -> str:
     return model_heap(spec, "driver_memory")
 
 
-def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
+def spark_conf(cluster: SparkCluster | SharedCluster, spec: RunSpec, log_path: Path) -> Any:
     """The SparkConf of the driver: BigDL's required settings plus everything kept in the run dir."""
     from bigdl.dllib.utils.common import create_spark_conf
     from bigdl.dllib.utils.engine import get_bigdl_jars
@@ -208,7 +216,7 @@ def spark_conf(cluster: SparkCluster, spec: RunSpec, log_path: Path) -> Any:
     return conf
 
 
-def executor_pids(ctx: RunContext, cluster: SparkCluster, timeout_s: float) -> dict[int, int]:
+def executor_pids(ctx: RunContext, cluster: SparkCluster | SharedCluster, timeout_s: float) -> dict[int, int]:
     """Node -> PID of its executor, once every worker has started ours (local mode; else {})."""
     if cluster.mode != "local":
         return {}
@@ -281,7 +289,7 @@ def start_driver_jvm(conf: Any, console_log: Path) -> Any:
 
 
 def start_cluster_and_driver_jvm(
-    cluster: SparkCluster, spec: RunSpec, log_path: Path, held: dict[str, Any]
+    cluster: SparkCluster | SharedCluster, spec: RunSpec, log_path: Path, held: dict[str, Any]
 ) -> Any:
     """Start the Spark cluster and the driver's JVM side by side; the SparkConf to connect with.
 
@@ -370,7 +378,11 @@ def sgd(spec: RunSpec) -> Any:
 
 
 def _optimize(
-    ctx: RunContext, cluster: SparkCluster, log_path: Path, global_batch: int, held: dict[str, Any]
+    ctx: RunContext,
+    cluster: SparkCluster | SharedCluster,
+    log_path: Path,
+    global_batch: int,
+    held: dict[str, Any],
 ) -> None:
     """Connect, build, train and evaluate, with a ``LiveLog`` recording every iteration meanwhile.
 
@@ -394,6 +406,8 @@ def _optimize(
     init_engine()
     times = {"spark_cluster_s": float(cluster.startup_s or 0.0), "spark_context_s": time.time() - started}
     held["times"] = times  # kept for the events even if training fails
+    used = describe_cluster(cluster, held.get("cluster_note", ""))
+    print(f"[bigdl] cluster: {json.dumps(used, sort_keys=True)}", flush=True)
     executors = executor_pids(ctx, cluster, spec.options["startup_timeout_s"])
     remote = None
     if cluster.mode != "local":  # other nodes: watched through the driver JVM
@@ -402,7 +416,7 @@ def _optimize(
         print(f"[bigdl] executors: {[e.where() for e in found]}", flush=True)
     hosts = {e.node: e.name for e in remote.expected if e.node is not None} if remote else {}
     write_executor_ranks(ctx, shape, executors, hosts, cluster.mode)
-    record_settings(ctx, held["gateway"].proc.pid, executors)
+    record_settings(ctx, held["gateway"].proc.pid, executors, used)
     per_executor = global_batch // shape.workers
     if spec.init == "shared":
         rdd = shared_rdd(
@@ -427,7 +441,10 @@ def _optimize(
         )
     model = build_model(spec.model)
     model.set_seed(spec.seed)
-    first = {"init_sha256": shared_init(model, spec)} if spec.init == "shared" else {}
+    # A shared cluster: whether this run started it or reused it (spark_cluster_s ~0 then).
+    first: dict[str, Any] = {"spark_cluster": used["how"]} if used["cluster"] == "per_study" else {}
+    if spec.init == "shared":
+        first["init_sha256"] = shared_init(model, spec)
     training = ShardSet(ctx.data_dir)
     heldout = (
         HeldOut(sc, ctx, shape.workers, global_batch, training.mean, training.std)
@@ -509,14 +526,22 @@ def apply_environment(eng: bigdl_settings.EngineSettings) -> None:
     os.environ.update(eng.env)
 
 
-def record_settings(ctx: RunContext, driver_pid: int, executors: Mapping[int, int]) -> None:
+def record_settings(
+    ctx: RunContext, driver_pid: int, executors: Mapping[int, int], cluster: Mapping[str, Any] | None = None
+) -> None:
     """What the driver's and each executor's JVM actually carry, read back from /proc, kept
-    beside the events (``bigdl-settings.json``); a setting that did not arrive fails the run.
+    beside the events (``bigdl-settings.json``, with the cluster the run used:
+    ``describe_cluster``); a setting that did not arrive fails the run.
 
     Executors are visible in local mode only (under SLURM they run on other nodes).
     """
     eng = bigdl_settings.engine_settings(ctx.spec)
-    seen = {"asked": bigdl_settings.describe(ctx.spec), "driver": bigdl_settings.observed(driver_pid, eng)}
+    seen: dict[str, Any] = {
+        "asked": bigdl_settings.describe(ctx.spec),
+        "driver": bigdl_settings.observed(driver_pid, eng),
+    }
+    if cluster is not None:
+        seen["cluster"] = dict(cluster)
     seen["executors"] = {
         str(node): bigdl_settings.observed(pid, eng) for node, pid in sorted(executors.items())
     }
@@ -534,13 +559,47 @@ def record_settings(ctx: RunContext, driver_pid: int, executors: Mapping[int, in
             )
 
 
-def keep_executor_logs(cluster: SparkCluster, run_dir: Path) -> None:
+def keep_executor_logs(cluster: SparkCluster | SharedCluster, run_dir: Path) -> None:
     """With ``verbose``, the executors' logs (every MKL call / MKL-DNN primitive) beside the events."""
     for path in sorted(cluster.logs_dir.glob("worker*-executor*.log")):
         try:
             shutil.copyfile(path, run_dir / f"spark-{path.name}")
         except OSError as err:
             print(f"[bigdl] could not keep {path}: {err}", file=sys.stderr, flush=True)
+
+
+def describe_cluster(cluster: SparkCluster | SharedCluster, note: str) -> dict[str, Any]:
+    """Which cluster the run used: its own (per_run, started by it) or the study's (per_study:
+    started by this run or reused), with its master's PID; ``note`` says why per_study was
+    not used where it was asked for."""
+    if isinstance(cluster, SharedCluster):
+        return cluster.describe()
+    master = cluster.daemons[0].pid if cluster.daemons else None
+    return {"cluster": "per_run", "how": "started", "master_pid": master, **({"note": note} if note else {})}
+
+
+def make_cluster(spec: RunSpec, shape: ClusterShape, root: Path) -> tuple[SparkCluster | SharedCluster, str]:
+    """The run's cluster (the ``cluster`` option, where it is safe: ``shared_cluster.choose``)
+    and, where per_study falls back to per_run, why."""
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).parent
+    timeout = spec.options["startup_timeout_s"]
+    asked = spec.options.get("cluster") or option_default("cluster")
+    chosen, why = choose(asked, os.environ)
+    if chosen == "per_study":
+        eng = bigdl_settings.engine_settings(spec)
+        key_env = {**{name: os.environ.get(name, "") for name in INHERITED_VARS}, **eng.env}
+        key = cluster_key(shape, key_env, str(spark_home))
+        owner = int(os.environ[ENV_OWNER_PID])
+        return SharedCluster(Path(os.environ[ENV_CLUSTERS]), key, spark_home, root, shape, owner, timeout), ""
+    note = why if asked == "per_study" else ""
+    if note:
+        print(f"[bigdl] {note}", flush=True)
+    mode = os.environ.get("DLSCALE_SPARK_MODE", "local")
+    return SparkCluster(
+        spark_home=spark_home, root=root, shape=shape, mode=mode, startup_timeout_s=timeout
+    ), note
 
 
 def peers(ctx: RunContext) -> list[tuple[str, str]]:
@@ -560,16 +619,8 @@ def train(ctx: RunContext) -> None:
     root = (ctx.writer.path.parent / "spark").resolve()
     log_path = root / "logs" / "driver.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    import pyspark
-
-    cluster = SparkCluster(
-        spark_home=Path(pyspark.__file__).parent,
-        root=root,
-        shape=shape,
-        mode=os.environ.get("DLSCALE_SPARK_MODE", "local"),
-        startup_timeout_s=spec.options["startup_timeout_s"],
-    )
-    held: dict[str, Any] = {}
+    cluster, note = make_cluster(spec, shape, root)
+    held: dict[str, Any] = {"cluster_note": note}
     failure: BaseException | None = None
     described = ""
     try:
@@ -587,7 +638,13 @@ def train(ctx: RunContext) -> None:
             # No graceful stop after SIGTERM: py4j may be in the middle of a call.
             _stop_driver(held, graceful=failure is None or isinstance(failure, Exception))
             cluster.stop()
-            print(f"[bigdl] Spark daemons stopped: pids {cluster.pids}", flush=True)
+            if isinstance(cluster, SharedCluster):
+                # The executors are the shared workers' children, not the launcher's: their
+                # CPU is this run's own, not other work (the launcher's contention probe).
+                ctx.record_measured(cpu_outside_launcher_s=round(cluster.outside_cpu_s, 3))
+                print(f"[bigdl] application ended; the shared cluster stays: pids {cluster.pids}", flush=True)
+            else:
+                print(f"[bigdl] Spark daemons stopped: pids {cluster.pids}", flush=True)
             keep_log(log_path, ctx.writer.path.parent.parent / "bigdl-driver.log")
             if spec.options.get("verbose"):
                 keep_executor_logs(cluster, ctx.writer.path.parent.parent)
