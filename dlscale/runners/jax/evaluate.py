@@ -3,7 +3,9 @@
 Rank 0 runs the model's forward pass (the same ``apply`` the step differentiates, no
 gradient, no update) over the whole held-out shard set beside the training data, each
 batch converted as a training batch (``Batches.convert``), in batches of 1,000 (at least
-the run's batch) for the MNIST-sized models, of the run's batch for AlexNet. The forward pass is compiled before training (``HeldOut.compile``), so
+the run's batch) for the MNIST-sized models, of the run's batch for AlexNet. A set that
+fits (``dlscale.runners.prepared``) is converted and put on the device once, before
+training; a larger one is read and converted per batch at each evaluation. The forward pass is compiled before training (``HeldOut.compile``), so
 an evaluation's ``eval_s`` is inference, not XLA's compiler; a last, shorter batch compiles
 once at the first evaluation. Nothing here runs inside a timed step; with a quality target
 the other ranks learn rank 0's decision in one collective, outside the timed step too.
@@ -12,7 +14,7 @@ the other ranks learn rank 0's decision in one collective, outside the timed ste
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ from dlscale import quality
 from dlscale.data.shards import ShardSet
 from dlscale.runners.common import RunContext
 from dlscale.runners.jax.data import Batches
+from dlscale.runners.prepared import prepare_whole
 
 #: Held-out samples per forward pass of an MNIST-sized model (never fewer than the run's batch).
 EVAL_BATCH = 1000
@@ -37,6 +40,25 @@ class HeldOut:
         self.metrics = quality.metrics_of(ctx.spec.model)
         self.forward = jax.jit(forward)
         self.device = jax.local_devices()[0]
+        self.prepared: list[tuple[Any, np.ndarray]] | None = None
+        n = self.shards.num_samples
+        if prepare_whole(np.empty((n, *self.shards.image_shape), np.uint8)):
+            # Once a run, before training: the evaluation batches, converted, on the device.
+            x, y = batches.convert(*self.shards.load_all())
+            self.prepared = [
+                (jax.device_put(x[lo : lo + self.batch], self.device), y[lo : lo + self.batch])
+                for lo in range(0, n, self.batch)
+            ]
+
+    def _batches(self) -> Iterator[tuple[Any, np.ndarray]]:
+        """The evaluation batches (device input, target), prepared or converted now."""
+        if self.prepared is not None:
+            yield from self.prepared
+            return
+        n = self.shards.num_samples
+        for lo in range(0, n, self.batch):
+            x, y = self.batches.convert(*self.shards.take(np.arange(lo, min(lo + self.batch, n))))
+            yield self.jax.device_put(x, self.device), y
 
     def compile(self, params: Any) -> float:
         """Compile the forward pass for a whole evaluation batch; return the seconds it took."""
@@ -51,9 +73,8 @@ class HeldOut:
         n = self.shards.num_samples
         hits = {k: 0 for k in (1, 5) if f"top{k}" in self.metrics}
         squared, pixels = 0.0, 0
-        for lo in range(0, n, self.batch):
-            x, y = self.batches.convert(*self.shards.take(np.arange(lo, min(lo + self.batch, n))))
-            out = np.asarray(self.forward(params, self.jax.device_put(x, self.device)), dtype=np.float64)
+        for x, y in self._batches():
+            out = np.asarray(self.forward(params, x), dtype=np.float64)
             if "mse" in self.metrics:  # y is the loss's target: the input on [0, 1]
                 squared += float(np.square(1.0 / (1.0 + np.exp(-out)) - y).sum())
                 pixels += y.size

@@ -15,7 +15,8 @@ sigmoid cross-entropy loss is taken against. Counts and squared errors are summe
 (int64 / float64), so the value does not depend on the evaluation batch.
 
 The caller evaluates between steps, never inside one: ``eval_s`` is the wall time of the
-evaluation alone (the first one also loads the held-out set and traces the function), and
+evaluation alone (the first one also loads the held-out set, normalises it into tensors
+once for the run, and traces the function), and
 it touches no step's timings nor ``ctx.train_s``. Nothing here imports TensorFlow: the
 caller passes its module in.
 """
@@ -60,6 +61,7 @@ class Evaluator:
         self.labels: np.ndarray | None = None
         self.dataset = ""
         self.stats: Any = None
+        self.inputs: list[tuple[Any, Any]] = []
 
     def _load(self) -> None:
         image_shape = self.image_shape
@@ -72,6 +74,15 @@ class Evaluator:
         self.images, self.labels = heldout.load_all()
         self.dataset = str(heldout.index["dataset"])
         self.stats = self._stats_function(image_shape)
+        # Once a run: the batches normalised and made tensors, which each evaluation reuses.
+        tf, model_name = self.tf, self.ctx.spec.model
+        self.inputs = [
+            (
+                tf.constant(normalise(self.images[lo : lo + self.batch], model_name, self.mean, self.std)),
+                tf.constant(self.labels[lo : lo + self.batch]),
+            )
+            for lo in range(0, len(self.labels), self.batch)
+        ]
 
     def _stats_function(self, image_shape: tuple[int, ...]) -> Any:
         """One tf.function: a batch's exact sums (correct counts, or squared errors)."""
@@ -102,10 +113,8 @@ class Evaluator:
         assert self.images is not None and self.labels is not None
         n = len(self.labels)
         totals = dict.fromkeys(self.metrics, 0.0)
-        for start in range(0, n, self.batch):
-            images = self.images[start : start + self.batch]
-            x = normalise(images, self.ctx.spec.model, self.mean, self.std)
-            sums = self.stats(self.tf.constant(x), self.tf.constant(self.labels[start : start + self.batch]))
+        for x, y in self.inputs:
+            sums = self.stats(x, y)
             for metric in self.metrics:
                 totals[metric] += float(sums[metric].numpy())
         pixels = int(np.prod(self.images.shape[1:]))
