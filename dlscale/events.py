@@ -65,6 +65,20 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 
 STATUSES = ("ok", "failed")
 
+#: Where a rank's start-up went, in seconds, on its first iteration event (optional: a
+#: runner records the parts it measures; dlscale.analysis.wallsplit maps each to a column,
+#: docs/wall-time.md says what each covers per framework).
+STARTUP_SECONDS = (
+    "import_s",  # the framework imported (dlscale.runners.common.main, every rank runner)
+    "rendezvous_s",  # the ranks met: process group, MPI_Init, weight broadcast
+    "data_setup_s",  # the rank's training part and held-out share read and converted
+    "model_setup_s",  # the model built, initialised, compiled
+    "setup_s",  # TensorFlow: connection, tracing, initial broadcast (before 2026-12-05: with its import)
+    "spark_cluster_s",  # BigDL: the Spark standalone master and workers started
+    "spark_context_s",  # BigDL: the SparkContext and its executors registered
+    "input_load_s",  # BigDL: the training RDD read, checked, converted and cached (the driver's log)
+)
+
 #: Keywords of ``EVENT_SCHEMAS`` beyond JSON Schema's own (a validator must implement them):
 #: ``finite``: a number, when the value is one, is neither NaN nor infinite (Python's json
 #: reads the literals ``NaN`` and ``Infinity``, which no JSON writer should produce). And
@@ -171,6 +185,7 @@ EVENT_SCHEMAS: dict[str, dict[str, Any]] = {
             "compute_s": _OPTIONAL_SECONDS,
             "comm_s": _OPTIONAL_SECONDS,
             "input_s": _OPTIONAL_SECONDS,
+            **dict.fromkeys(STARTUP_SECONDS, _OPTIONAL_SECONDS),
             # NaN/inf losses are written as null (``dumps``): a diverged run's loss is null.
             "loss": {"type": ["number", "null"]},
             "warmup": {"type": "boolean"},
@@ -246,9 +261,9 @@ def validate_event(event: Any) -> dict[str, Any]:
         for key in ("rank", "iteration", "samples"):
             if not isinstance(event[key], int) or isinstance(event[key], bool) or event[key] < 0:
                 raise EventError(f"iteration event: {key}={event[key]!r} is not an integer >= 0")
-        for key in ("step_s", "compute_s", "comm_s", "input_s"):
+        for key in ("step_s", "compute_s", "comm_s", "input_s", *STARTUP_SECONDS):
             if key not in event:
-                continue  # input_s is optional
+                continue  # input_s and the start-up parts are optional
             value = event[key]
             if value is None and key != "step_s":
                 continue

@@ -40,20 +40,32 @@ import pandas as pd
 
 from dlscale.analysis.readevents import RunEvents
 
-#: Start-up parts a runner records on its first iteration event (field -> column), in
-#: seconds: what each measures is in docs/wall-time.md.
+#: Start-up parts a runner records on its first iteration event (``dlscale.events.
+#: STARTUP_SECONDS``: field -> column), in seconds; several fields may share a column
+#: (summed). What each measures per framework is in docs/wall-time.md.
 STARTUP_PARTS: Mapping[str, str] = MappingProxyType(
     {
         # BigDL: the Spark standalone master and workers started (dlscale.runners.bigdl.spark).
         "spark_cluster_s": "startup_daemons_s",
-        # BigDL: the SparkContext and its executors registered with the master.
+        # BigDL: the SparkContext and its executors registered with the master; torch: the
+        # store, gloo's group and DDP's broadcast; Caffe: MPI_Init and the weights' broadcast;
+        # JAX: jax.distributed and the first collective.
         "spark_context_s": "startup_rendezvous_s",
-        # BigDL: the training RDD read, checked, converted and cached (the driver's log).
+        "rendezvous_s": "startup_rendezvous_s",
+        # BigDL: the training RDD read, checked, converted and cached (the driver's log);
+        # torch, Caffe, JAX: the rank's training part and held-out share read and converted.
         "input_load_s": "startup_data_s",
-        # TensorFlow: the rank's start to its first step: import, cluster connection, tracing.
+        "data_setup_s": "startup_data_s",
+        # The framework's import (every rank runner); TensorFlow: the cluster connection,
+        # tracing and the initial broadcast (setup_s); the model built and compiled.
+        "import_s": "startup_framework_s",
         "setup_s": "startup_framework_s",
+        "model_setup_s": "startup_framework_s",
     }
 )
+
+#: The start-up columns, each once, in the table's order.
+STARTUP_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(STARTUP_PARTS.values()))
 
 #: The row of the whole study.
 ALL = "all"
@@ -64,7 +76,7 @@ WALL_SPLIT_COLUMNS: tuple[str, ...] = (
     "failed_runs",
     "wall_s",
     "startup_s",
-    *STARTUP_PARTS.values(),
+    *STARTUP_COLUMNS,
     "startup_other_s",
     "warmup_s",
     "timed_s",
@@ -99,8 +111,10 @@ def run_times(run: RunEvents) -> dict[str, Any]:
     eval_times = [(_number(e.get("time")), _number(e.get("eval_s"))) for _, e in run.evals]
     evaluation = float(sum(seconds for _, seconds in eval_times if not math.isnan(seconds)))
     first = run.first_step or {}
-    parts = {column: _number(first.get(name)) for name, column in STARTUP_PARTS.items()}
-    parts = {column: 0.0 if math.isnan(value) else value for column, value in parts.items()}
+    parts = dict.fromkeys(STARTUP_COLUMNS, 0.0)
+    for name, column in STARTUP_PARTS.items():
+        value = _number(first.get(name))
+        parts[column] += 0.0 if math.isnan(value) else value
     first_start = _number(first.get("time")) - _number(first.get("step_s"))
     if not first:  # never stepped: its wall went to starting up (and any evaluation)
         startup = wall - evaluation

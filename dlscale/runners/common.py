@@ -11,6 +11,7 @@ therefore teaches the others.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import platform
@@ -19,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -47,6 +48,37 @@ NO_HELDOUT = "no held-out set beside the training data: the run's quality was no
 
 class Terminated(BaseException):
     """SIGTERM arrived (SLURM's time limit, a cancelled job, the launcher giving up)."""
+
+
+#: This rank's start-up seconds by part (``startup_part``), recorded on its first iteration
+#: event. One process is one rank, so the parts are the process's own.
+_STARTUP: dict[str, float] = {}
+#: The seconds of parts nested in each part still open (excluded from that part's own).
+_OPEN_PARTS: list[float] = []
+
+
+@contextlib.contextmanager
+def startup_part(name: str) -> Iterator[None]:
+    """Add the block's wall seconds to this rank's start-up part ``name``
+    (``dlscale.events.STARTUP_SECONDS``), less any part timed inside it (MPI's
+    initialisation inside Caffe's import is ``rendezvous_s``, not ``import_s``), so the parts
+    never count a second twice. What no part covers stays in wallsplit's ``startup_other_s``.
+    """
+    started = time.perf_counter()
+    _OPEN_PARTS.append(0.0)
+    try:
+        yield
+    finally:
+        nested = _OPEN_PARTS.pop()
+        elapsed = time.perf_counter() - started
+        _STARTUP[name] = _STARTUP.get(name, 0.0) + elapsed - nested
+        if _OPEN_PARTS:
+            _OPEN_PARTS[-1] += elapsed
+
+
+def startup_seconds() -> dict[str, float]:
+    """This rank's start-up parts timed so far (``startup_part``), part -> seconds."""
+    return dict(_STARTUP)
 
 
 @dataclass
@@ -158,6 +190,7 @@ class RunContext:
         """Emit one iteration event; fail the run if the loss is not finite."""
         if self.last_iteration < 0:  # the first step: every framework's runtime is up
             reclaim_sigterm()
+            extra = {**startup_seconds(), **extra}  # where this rank's start-up went
         self.last_iteration = iteration
         if not self.is_warmup(iteration):
             self.train_s += step_s
@@ -372,7 +405,8 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
     start_sigterm_watchdog(end, ctx)
     status, reason = "ok", None
     try:
-        versions = {**base_versions(), **runner.versions()}
+        with startup_part("import_s"):  # the runner's framework, imported for its version
+            versions = {**base_versions(), **runner.versions()}
         writer.emit(
             "rank_start",
             rank=where.rank,

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from dlscale.analysis.wallsplit import STARTUP_PARTS
+from dlscale.analysis.wallsplit import STARTUP_COLUMNS
 
 
 def assert_adds_up(table: pd.DataFrame) -> None:
@@ -17,7 +17,7 @@ def assert_adds_up(table: pd.DataFrame) -> None:
     for framework, row in table.iterrows():
         parts = row[["startup_s", "warmup_s", "timed_s", "eval_s", "other_s"]].sum()
         assert parts == pytest.approx(row["wall_s"], abs=0.01), framework
-        startup = row[[*STARTUP_PARTS.values(), "startup_other_s"]].sum()
+        startup = row[[*STARTUP_COLUMNS, "startup_other_s"]].sum()
         assert startup == pytest.approx(row["startup_s"], abs=0.01), framework
         total = row["wall_s"] + row["gap_s"] - row["overlap_s"]
         assert total == pytest.approx(row["total_s"], abs=0.01), framework

@@ -15,7 +15,7 @@ from helpers.wall_split import assert_adds_up
 from dlscale.analysis import aggregate, snakelog
 from dlscale.analysis.readevents import read_run
 from dlscale.analysis.wallsplit import ALL, STARTUP_PARTS, WALL_SPLIT_COLUMNS, run_times, wall_split
-from dlscale.events import write_atomic
+from dlscale.events import STARTUP_SECONDS, validate_event, write_atomic
 
 
 def _step(rank: int, index: int, step: float, ends: float, warmup: bool = False, **extra: Any) -> dict:
@@ -115,6 +115,33 @@ def test_an_evaluation_before_the_first_step_is_not_start_up(tmp_path):
     assert times["startup_other_s"] == pytest.approx(0.5)
     assert times["eval_s"] == 3.0
     assert times["other_s"] == pytest.approx(10.0 - 2.0 - 1.0 - 1.0 - 3.0)
+
+
+def test_every_recorded_start_up_part_has_one_column_and_the_schema_admits_it():
+    assert set(STARTUP_PARTS) == set(STARTUP_SECONDS)
+    event = _step(0, 0, 1.0, 1.0, warmup=True, **dict.fromkeys(STARTUP_SECONDS, 0.25))
+    validate_event(event)
+    with pytest.raises(Exception, match="import_s"):
+        validate_event({**event, "import_s": -1.0})
+
+
+def test_torch_and_caffe_start_up_parts_fall_into_their_columns(tmp_path):
+    """Fields that share a column are summed; what no part covers stays other."""
+    parts = {"import_s": 1.5, "model_setup_s": 0.25, "rendezvous_s": 0.5, "data_setup_s": 0.75}
+    path = _write(
+        tmp_path,
+        1000.0,
+        1010.0,
+        [_step(0, 0, 1.0, 1005.0, **parts), _step(0, 1, 1.0, 1006.0)],
+        framework="caffe",
+    )
+    times = run_times(read_run(path))
+    assert times["startup_s"] == pytest.approx(4.0)
+    assert times["startup_framework_s"] == pytest.approx(1.75)
+    assert times["startup_rendezvous_s"] == 0.5
+    assert times["startup_data_s"] == 0.75
+    assert times["startup_daemons_s"] == 0.0
+    assert times["startup_other_s"] == pytest.approx(1.0)
 
 
 def test_a_run_that_never_stepped_spent_its_wall_starting(tmp_path):

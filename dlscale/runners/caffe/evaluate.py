@@ -38,7 +38,7 @@ from dlscale.quality import MODEL_METRICS
 from dlscale.runners.caffe.data import preprocess
 from dlscale.runners.caffe.models import OUTPUT_BLOBS, inference_prototxt
 from dlscale.runners.caffe.parallel import interruptible
-from dlscale.runners.common import RunContext
+from dlscale.runners.common import RunContext, startup_part
 from dlscale.runners.prepared import PREPARED_LIMIT_BYTES
 
 #: Smallest evaluation batch per model (the run's batch when larger): large batches
@@ -80,7 +80,7 @@ class Evaluator:
         self.shards = ShardSet(heldout, verify=True)  # a corrupted held-out shard fails the run
         self.dataset = str(self.shards.index["dataset"])
         self.batch = max(batch, EVAL_BATCH.get(model, 0))
-        with tempfile.TemporaryDirectory(prefix="caffe-eval-") as tmp:
+        with startup_part("model_setup_s"), tempfile.TemporaryDirectory(prefix="caffe-eval-") as tmp:
             path = Path(tmp) / f"{model}-eval.prototxt"
             path.write_text(inference_prototxt(model, self.batch))
             self.net = caffe.Net(str(path), caffe.TEST)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlscale.runners.caffe.models import learnable_blobs
+from dlscale.runners.common import startup_part
 
 
 def import_mpi() -> Any:
@@ -41,7 +42,8 @@ def import_mpi() -> Any:
 
     mpi4py.rc.thread_level = "serialized"
     mpi4py.rc.finalize = False
-    from mpi4py import MPI
+    with startup_part("rendezvous_s"):  # MPI_Init_thread: the rank joins mpirun's (srun's) job
+        from mpi4py import MPI
 
     return MPI
 

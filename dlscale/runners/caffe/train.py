@@ -43,7 +43,7 @@ from dlscale.runners.caffe.evaluate import Evaluator, evaluate_due
 from dlscale.runners.caffe.initial import load_shared
 from dlscale.runners.caffe.models import LOSS_SCALE, net_prototxt
 from dlscale.runners.caffe.schedule import TorchMomentum, solver_rates
-from dlscale.runners.common import RunContext
+from dlscale.runners.common import RunContext, startup_part
 from dlscale.runspec import RunSpec
 
 
@@ -132,22 +132,25 @@ def train(ctx: RunContext) -> None:
     batch, seed, model = spec.batch, spec.seed, spec.model
     loss_scale = LOSS_SCALE.get(model, 1.0)
     pipeline, shared = spec.input == "pipeline", spec.init == "shared"
-    batches = (
-        None if pipeline else Batches(ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model, shared)
-    )
-    with tempfile.TemporaryDirectory(prefix="caffe-") as tmp:
+    with startup_part("data_setup_s"):
+        batches = (
+            None if pipeline else Batches(ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model, shared)
+        )
+    with startup_part("model_setup_s"), tempfile.TemporaryDirectory(prefix="caffe-") as tmp:
         solver = make_solver(spec, batch, Path(tmp), "MemoryData" if pipeline else "Input")
-    net = solver.net
-    init_sha256 = load_shared(net, model, seed) if shared else None
+        net = solver.net
+        init_sha256 = load_shared(net, model, seed) if shared else None
     sync = GradientAllreduce(solver, comm, MPI)
-    sync.broadcast_weights()
+    with startup_part("rendezvous_s"):  # every rank waits here for rank 0's weights
+        sync.broadcast_weights()
     # After the all-reduce's callback: the momentum buffer takes the averaged gradient.
     ramp = TorchMomentum(solver, spec) if spec.warmup_ramp else None
-    prefetch = (
-        PrefetchFeed(net, ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model, shared=shared)
-        if pipeline
-        else None
-    )
+    with startup_part("data_setup_s"):
+        prefetch = (
+            PrefetchFeed(net, ctx.data_dir, ctx.rank, ctx.world_size, batch, seed, model, shared=shared)
+            if pipeline
+            else None
+        )
     # The Input blobs, as arrays over their memory (an Input layer never reallocates them):
     # memory mode gathers each batch straight into them.
     inputs = (net.blobs["data"].data, net.blobs["label"].data if "label" in net.blobs else None)
@@ -156,11 +159,12 @@ def train(ctx: RunContext) -> None:
         # Every rank's share, before training: the held-out net shares the training net's
         # weights and normalises with the training set's statistics.
         stats = prefetch if prefetch is not None else batches
-        evaluator = (
-            Evaluator(model, batch, net, ctx.heldout_dir, stats.mean, stats.std, ctx.rank, ctx.world_size)
-            if ctx.heldout_available
-            else None
-        )
+        with startup_part("data_setup_s"):  # its net's construction: model_setup_s
+            evaluator = (
+                Evaluator(model, batch, net, ctx.heldout_dir, stats.mean, stats.std, ctx.rank, ctx.world_size)
+                if ctx.heldout_available
+                else None
+            )
         for iteration in range(ctx.total_iterations):
             waited = time.perf_counter()
             if prefetch is not None:

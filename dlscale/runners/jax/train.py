@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.runners.common import RunContext
+from dlscale.runners.common import RunContext, startup_part
 from dlscale.runners.jax import distributed as dist
 from dlscale.runners.jax.data import Batches
 from dlscale.runners.jax.evaluate import HeldOut, evaluate_and_decide
@@ -72,13 +72,15 @@ def train(ctx: RunContext) -> None:
         ctx.warnings.append(fault.warning)
     import jax
 
-    measured: dict[str, float] = dist.connect(ctx, jax) if distributed else {}
+    with startup_part("rendezvous_s"):
+        measured: dict[str, float] = dist.connect(ctx, jax) if distributed else {}
     import jax.numpy as jnp
 
     from dlscale.runners.jax.models import framework_init, load_shared, model
 
     layout, apply = model(spec.model)
-    batches = Batches(ctx)
+    with startup_part("data_setup_s"):
+        batches = Batches(ctx)
     device = jax.local_devices()[0]
     init_sha256 = None
     if spec.init == "shared":  # the parity check's weights, the same bytes as every other framework's
@@ -103,27 +105,31 @@ def train(ctx: RunContext) -> None:
         return p - lr * v, v
 
     started = time.perf_counter()
-    shape = (spec.batch, *batches.images.shape[1:])  # a batch of zeros: the sequence is untouched
-    zeros = np.zeros(shape, np.float32)
-    x0, y0 = (
-        jax.device_put(a, device) for a in (zeros, batches.target(zeros, np.zeros(spec.batch, np.int64)))
-    )
-    grad_step = jax.jit(gradient).lower(params, x0, y0, np.int32(0)).compile()
-    _, g0 = grad_step(params, x0, y0, np.int32(0))
-    lr0 = np.float32(spec.learning_rate_at(0))
-    update_step = jax.jit(update).lower(params, velocity, g0, lr0).compile()
-    measured["compile_s"] = time.perf_counter() - started
+    with startup_part("model_setup_s"):  # XLA compiles the steps
+        shape = (spec.batch, *batches.images.shape[1:])  # a batch of zeros: the sequence is untouched
+        zeros = np.zeros(shape, np.float32)
+        x0, y0 = (
+            jax.device_put(a, device) for a in (zeros, batches.target(zeros, np.zeros(spec.batch, np.int64)))
+        )
+        grad_step = jax.jit(gradient).lower(params, x0, y0, np.int32(0)).compile()
+        _, g0 = grad_step(params, x0, y0, np.int32(0))
+        lr0 = np.float32(spec.learning_rate_at(0))
+        update_step = jax.jit(update).lower(params, velocity, g0, lr0).compile()
+        measured["compile_s"] = time.perf_counter() - started
     collectives = None
     if distributed:
         started = time.perf_counter()
-        collectives = dist.Collectives(jax, layout.size)
-        collectives.barrier()
-        collectives.mean(g0).block_until_ready()
+        with startup_part("rendezvous_s"):
+            collectives = dist.Collectives(jax, layout.size)
+            collectives.barrier()
+            collectives.mean(g0).block_until_ready()
         measured["first_collective_s"] = time.perf_counter() - started
     heldout = None
     if ctx.rank == 0 and ctx.heldout_available:
-        heldout = HeldOut(ctx, batches, forward, jax)
-        measured["eval_compile_s"] = heldout.compile(params)
+        with startup_part("data_setup_s"):
+            heldout = HeldOut(ctx, batches, forward, jax)
+        with startup_part("model_setup_s"):
+            measured["eval_compile_s"] = heldout.compile(params)
     if ctx.rank == 0:  # rank 0's start-up, in run_start's measured (inside its startup_s)
         ctx.record_measured(**{k: round(v, 4) for k, v in measured.items()})
     comm_bytes = layout.size * 4 if distributed else 0

@@ -18,8 +18,9 @@ broadcast from worker 0 (an all-reduce with zeros elsewhere) and every worker ap
 same averaged gradient. That broadcast, the tracing of every function (by input signature,
 without running a step) and a first all-reduce (collective group set-up) happen before the
 loop, so no timed or warm-up iteration pays for them. ``setup_s`` on the first iteration
-event is the process's start-up (import, connection, tracing, broadcast) until its first
-step; the launcher's ``startup_s`` is the same for the whole run.
+event is the process's start-up (connection, tracing, broadcast) until its first step,
+less its timed parts (TensorFlow's import: ``import_s``); the launcher's ``startup_s`` is
+the whole run's.
 
 Held-out quality (``evaluate.py``): after each iteration the spec's ``eval_due`` names,
 rank 0 evaluates its replica, between steps (nothing of it is timed in any iteration);
@@ -38,7 +39,7 @@ import os
 import time
 from typing import Any
 
-from dlscale.runners.common import RunContext
+from dlscale.runners.common import RunContext, startup_seconds
 from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import sharedinit, steps
@@ -126,7 +127,8 @@ def train(ctx: RunContext, tf: Any) -> None:
         for var, value in zip(variables, steps.unflatten(tf, weights, variables), strict=True):
             var.assign(value)
         barrier_fn(tf.constant(0.0))
-    setup_s = time.time() - ctx.started  # process start to first step: import, connect, trace
+    # The rank's start to its first step: connect, trace, broadcast (its import: import_s)
+    setup_s = time.time() - ctx.started - sum(startup_seconds().values())
 
     comm_bytes = size * 4 if distributed else 0
     last = ctx.total_iterations - 1

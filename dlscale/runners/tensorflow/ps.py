@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlscale.runners.common import RunContext
+from dlscale.runners.common import RunContext, startup_seconds
 from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
 from dlscale.runners.tensorflow import sharedinit, steps
@@ -157,7 +157,8 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
     for _ in range(workers):
         coordinator.schedule(push_pull, args=(zero,))
     coordinator.join()
-    setup_s = time.time() - ctx.started  # process start to first step: import, connect, trace
+    # The rank's start to its first step: connect, trace, broadcast (its import: import_s)
+    setup_s = time.time() - ctx.started - sum(startup_seconds().values())
 
     for iteration in range(ctx.total_iterations):
         waited = time.perf_counter()

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.runners.common import RunContext
+from dlscale.runners.common import RunContext, startup_part
 from dlscale.runners.torch import settings as torch_settings
 from dlscale.runners.torch.data import Batches
 from dlscale.runners.torch.evaluate import HeldOut, evaluate_and_decide
@@ -127,15 +127,17 @@ def train(ctx: RunContext) -> None:
     torch_settings.apply(torch, spec)  # the tuned engine (dlscale.runners.torch.settings)
     torch.manual_seed(spec.seed)
     distributed = ctx.world_size > 1
-    batches = Batches(ctx, torch)
-    # Every rank's share of the held-out set, prepared before the ranks meet (DDP's first
-    # broadcast), so that no rank's first step waits for it.
-    heldout = HeldOut(ctx, batches, torch, ctx.rank, ctx.world_size) if ctx.heldout_available else None
+    with startup_part("data_setup_s"):
+        batches = Batches(ctx, torch)
+        # Every rank's share of the held-out set, prepared before the ranks meet (DDP's
+        # first broadcast), so that no rank's first step waits for it.
+        heldout = HeldOut(ctx, batches, torch, ctx.rank, ctx.world_size) if ctx.heldout_available else None
 
-    model = build_model(spec.model)
-    # init: shared: the parity check's weights, the same bytes as every other framework's.
-    init_sha256 = load_shared(model, spec.model, spec.seed) if spec.init == "shared" else None
-    model = lay_out(torch, model, batches.channels_last)
+    with startup_part("model_setup_s"):
+        model = build_model(spec.model)
+        # init: shared: the parity check's weights, the same bytes as every other framework's.
+        init_sha256 = load_shared(model, spec.model, spec.seed) if spec.init == "shared" else None
+        model = lay_out(torch, model, batches.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
     # One flat gradient buffer; every parameter's .grad is a view into it, so the
     # all-reduce moves the whole gradient in one call with no packing copies. A single
@@ -152,11 +154,15 @@ def train(ctx: RunContext) -> None:
     if distributed:
         where = ctx.placement
         timeout = timedelta(seconds=spec.options["timeout_s"])
-        store = rendezvous(ctx, dist, timeout)
-        dist.init_process_group(
-            "gloo", store=store, rank=where.rank, world_size=where.world_size, timeout=timeout
-        )
-        ddp = DistributedDataParallel(model, forward_sync_buffers=False)
+        with startup_part("rendezvous_s"):  # the store and gloo's group
+            store = rendezvous(ctx, dist, timeout)
+            dist.init_process_group(
+                "gloo", store=store, rank=where.rank, world_size=where.world_size, timeout=timeout
+            )
+        # The framework's: DDP's constructor imports torch._dynamo (1.5 s of a 2-rank run's
+        # start-up, docs/wall-time.md) before it broadcasts the weights (milliseconds).
+        with startup_part("model_setup_s"):
+            ddp = DistributedDataParallel(model, forward_sync_buffers=False)
         forward, no_sync = ddp, ddp.no_sync
     else:
         forward, no_sync = model, None
