@@ -1,8 +1,9 @@
 """The Caffe runner's held-out evaluation, for real: LeNet on MNIST's 10,000 test images.
 
-Rank 0 evaluates with Caffe's own inference (a TEST-phase net sharing the solver's
-weights) between iterations, outside the timed steps; with a quality target every rank
-stops after the first evaluation that met it. Runs go through dlscale.launch as the
+Every rank evaluates its share with Caffe's own inference (a TEST-phase net sharing the
+solver's weights) between iterations, outside the timed steps, and rank 0 records the
+shares' sum, which is the whole set's metric (checked on the same weights); with a
+quality target every rank stops after the first evaluation that met it. Runs go through dlscale.launch as the
 training rule's do (helpers.caffe_runs); no timing is asserted, only that
 eval time and training time are kept apart.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from helpers.caffe_runs import launch, spec
 
 from dlscale.analysis.tables import load_events
@@ -85,3 +87,56 @@ def test_two_rank_target_run_stops_early_on_every_rank(caffe_py, mnist_shards, t
     assert row["status"] == "ok", row.to_dict()
     assert bool(row["reached_target"]) and row["quality_metric"] == "top1"
     assert math.isclose(row["time_to_target_s"], met[0]["train_s"], rel_tol=1e-9), row.to_dict()
+
+
+#: In the caffe venv: one net's held-out sums, the whole set at once and in 2 and 3 ranks'
+#: shares (each rank's Evaluator converts its own share), on the same weights.
+SHARDED = """
+import json, sys, tempfile
+from pathlib import Path
+from dlscale.data.shards import ShardSet, heldout_dir
+from dlscale.runners.caffe.evaluate import Evaluator
+from dlscale.runners.caffe.train import make_solver
+from dlscale.runspec import RunSpec
+
+spec, data = RunSpec.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2])
+with tempfile.TemporaryDirectory() as tmp:
+    net = make_solver(spec, spec.batch, Path(tmp)).net
+train = ShardSet(data)
+def evaluator(rank, world):
+    return Evaluator(spec.model, spec.batch, net, heldout_dir(data), train.mean, train.std, rank, world)
+out = {"whole": evaluator(0, 1).evaluate()}
+for world in (2, 3):
+    out[world] = evaluator(0, 1).results(sum(evaluator(rank, world).sums() for rank in range(world)))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("model", ["lenet", "autoencoder"])
+def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(caffe_py, mnist_shards, model):
+    """What a multi-rank run records (every rank's share, the sums all-reduced by MPI) is
+    the metric of the whole set evaluated at once: top-1 exactly, MSE to float rounding."""
+    import json
+    import os
+    import subprocess
+
+    from dlscale.runners.caffe.launcher import caffe_env, caffe_home
+
+    env = {**os.environ, **caffe_env(caffe_home({}, os.environ, str(caffe_py)), {}), "GLOG_minloglevel": "2"}
+    proc = subprocess.run(
+        [str(caffe_py), "-c", SHARDED, json.dumps(spec(model=model)), str(mnist_shards)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    [(metric, (value, samples))] = out["whole"].items()
+    assert samples == 10_000 and metric == ("mse" if model == "autoencoder" else "top1")
+    for world in ("2", "3"):
+        [(other, (sharded, counted))] = out[world].items()
+        assert (other, counted) == (metric, samples)
+        if metric == "top1":
+            assert sharded == value, world  # whole counts: exactly the same number
+        else:
+            # float32 inference: 3 shares batch the set differently, and a row's logits may
+            # round differently at another batch size (1e-10 relative measured in Caffe)
+            assert sharded == pytest.approx(value, rel=1e-6), world

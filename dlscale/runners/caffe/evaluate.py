@@ -9,7 +9,7 @@ backward, no update, no gradient touched. It is built once, before training.
 
 Each rank evaluates its own contiguous share of the held-out set (``ShardSet.rank_range``)
 and one ``MPI_Allreduce`` sums the shares' counts (top-k hits, squared errors): the metric
-is the whole set's (top-1 exactly, the autoencoder's MSE to float64 rounding) at 1/world of
+is the whole set's (top-1 exactly, the autoencoder's MSE to float rounding) at 1/world of
 the inference per rank, and no rank busy-waits in MPI while rank 0 alone evaluates (Open
 MPI's waiting rank spins a core: on a shared host it doubled rank 0's evaluation). The
 share's images get the training feed's transform (``data.preprocess``) with the TRAINING

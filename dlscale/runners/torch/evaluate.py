@@ -5,7 +5,7 @@ its running statistics; ``torch.inference_mode()``: no gradient, no update) over
 contiguous share of the held-out shard set beside the training data
 (``ShardSet.rank_range``), and one all-reduce on the run's process group sums the shares'
 counts (top-k hits, squared errors, pixels): the metric is the whole set's, top-1 exactly
-and the autoencoder's MSE to float64 rounding, at 1/world of the inference per rank. Rank 0
+and the autoencoder's MSE to float rounding (float32 inference: a share batches the set differently), at 1/world of the inference per rank. Rank 0
 records it and its decision to stop is broadcast, both outside every timed step, so step_s
 and the run's training clock (``RunContext.train_s``) are untouched.
 
