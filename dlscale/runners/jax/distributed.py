@@ -206,6 +206,15 @@ class Collectives:
         """Every rank has arrived (a one-float psum, waited for)."""
         self._count(self._global(self._one, (1, 1))).block_until_ready()
 
+    def sum(self, values: Any) -> Any:
+        """Every rank's 1-D ``values`` added over the ranks (float32 on the wire: JAX's
+        default; counts below 2**24 stay exact), as float64."""
+        import numpy as np
+
+        local = np.asarray(values, np.float32).reshape(1, -1)
+        out = self._count(self._global(self.jax.device_put(local, self.device), local.shape))
+        return np.asarray(out.addressable_data(0), np.float64).reshape(-1)
+
     def any(self, flag: bool) -> bool:
         """Whether any rank's ``flag`` is set (rank 0's stop decision reaches every rank)."""
         import numpy as np

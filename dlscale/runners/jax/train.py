@@ -125,9 +125,9 @@ def train(ctx: RunContext) -> None:
             collectives.mean(g0).block_until_ready()
         measured["first_collective_s"] = time.perf_counter() - started
     heldout = None
-    if ctx.rank == 0 and ctx.heldout_available:
+    if ctx.heldout_available:  # every rank's share
         with startup_part("data_setup_s"):
-            heldout = HeldOut(ctx, batches, forward, jax)
+            heldout = HeldOut(ctx, batches, forward, jax, ctx.rank, ctx.world_size)
         with startup_part("model_setup_s"):
             measured["eval_compile_s"] = heldout.compile(params)
     if ctx.rank == 0:  # rank 0's start-up, in run_start's measured (inside its startup_s)
@@ -170,9 +170,7 @@ def train(ctx: RunContext) -> None:
             lr=lr,  # the rate this step used
             **({"init_sha256": init_sha256} if init_sha256 and iteration == 0 else {}),
         )
-        if ctx.eval_due(iteration) and evaluate_and_decide(
-            ctx, iteration, heldout, params, collectives.any if collectives is not None else None
-        ):
+        if ctx.eval_due(iteration) and evaluate_and_decide(ctx, iteration, heldout, params, collectives):
             break  # the quality target is met: every rank stops here
     if collectives is not None:
         collectives.barrier()  # nobody leaves while a peer still talks to it
