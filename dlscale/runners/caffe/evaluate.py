@@ -109,7 +109,7 @@ class Evaluator:
 
     def sums(self) -> np.ndarray:
         """This share's exact sums with the net's current weights, float64: top-1 hits,
-        top-5 hits, squared errors (``SUMS``)."""
+        top-5 hits, squared errors, in that order."""
         n = self.stop - self.start
         hits = {k: 0 for k in (1, 5)}
         squared = 0.0
