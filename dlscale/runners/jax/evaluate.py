@@ -28,7 +28,7 @@ from dlscale import quality
 from dlscale.data.shards import ShardSet
 from dlscale.runners.common import RunContext
 from dlscale.runners.jax.data import Batches
-from dlscale.runners.prepared import prepare_whole
+from dlscale.runners.prepared import PREPARED_LIMIT_BYTES
 
 #: Held-out samples per forward pass of an MNIST-sized model (never fewer than the run's batch).
 EVAL_BATCH = 1000
@@ -55,7 +55,7 @@ class HeldOut:
         self.device = jax.local_devices()[0]
         self.start, self.stop = self.shards.rank_range(rank, world)
         self.prepared: list[tuple[Any, np.ndarray]] | None = None
-        if prepare_whole(np.empty((self.stop - self.start, *self.shards.image_shape), np.uint8)):
+        if (self.stop - self.start) * int(np.prod(self.shards.image_shape)) * 4 <= PREPARED_LIMIT_BYTES:
             # Once a run, before training: the evaluation batches, converted, on the device.
             x, y = batches.convert(*self.shards.load_part(rank, world))
             self.prepared = [

@@ -26,7 +26,7 @@ import numpy as np
 from dlscale import quality
 from dlscale.data.shards import ShardSet
 from dlscale.runners.common import RunContext
-from dlscale.runners.prepared import prepare_whole
+from dlscale.runners.prepared import PREPARED_LIMIT_BYTES
 from dlscale.runners.torch.data import Batches
 
 #: Held-out samples per forward pass of an MNIST-sized model (never fewer than the run's
@@ -53,7 +53,7 @@ class HeldOut:
         self.metrics = quality.metrics_of(spec.model)
         self.start, self.stop = self.shards.rank_range(rank, world)
         self.prepared: tuple[Any, Any] | None = None
-        if prepare_whole(np.empty((self.stop - self.start, *self.shards.image_shape), np.uint8)):
+        if (self.stop - self.start) * int(np.prod(self.shards.image_shape)) * 4 <= PREPARED_LIMIT_BYTES:
             # Once a run, before training: each evaluation only slices these tensors.
             self.prepared = batches.convert(*self.shards.load_part(rank, world))
 
