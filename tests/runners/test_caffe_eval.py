@@ -89,8 +89,8 @@ def test_two_rank_target_run_stops_early_on_every_rank(caffe_py, mnist_shards, t
     assert math.isclose(row["time_to_target_s"], met[0]["train_s"], rel_tol=1e-9), row.to_dict()
 
 
-#: In the caffe venv: one net's held-out sums, the whole set at once and in 2 and 3 ranks'
-#: shares (each rank's Evaluator converts its own share), on the same weights.
+#: In the caffe venv: each model's held-out sums, the whole set at once and in 2 and 3
+#: ranks' shares (each rank's Evaluator converts its own share), on the same weights.
 SHARDED = """
 import json, sys, tempfile
 from pathlib import Path
@@ -99,23 +99,42 @@ from dlscale.runners.caffe.evaluate import Evaluator
 from dlscale.runners.caffe.train import make_solver
 from dlscale.runspec import RunSpec
 
-spec, data = RunSpec.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2])
-with tempfile.TemporaryDirectory() as tmp:
-    net = make_solver(spec, spec.batch, Path(tmp)).net
+data = Path(sys.argv[2])
 train = ShardSet(data)
-def evaluator(rank, world):
-    return Evaluator(spec.model, spec.batch, net, heldout_dir(data), train.mean, train.std, rank, world)
-out = {"whole": evaluator(0, 1).evaluate()}
-for world in (2, 3):
-    out[world] = evaluator(0, 1).results(sum(evaluator(rank, world).sums() for rank in range(world)))
+out = {}
+for spec in map(RunSpec.from_dict, json.loads(sys.argv[1])):
+    with tempfile.TemporaryDirectory() as tmp:
+        net = make_solver(spec, spec.batch, Path(tmp)).net
+    def evaluator(rank, world):
+        return Evaluator(spec.model, spec.batch, net, heldout_dir(data), train.mean, train.std, rank, world)
+    found = {"whole": evaluator(0, 1).evaluate()}
+    for world in (2, 3):
+        found[world] = evaluator(0, 1).results(sum(evaluator(rank, world).sums() for rank in range(world)))
+    out[spec.model] = found
 print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("model", ["lenet", "autoencoder"])
-def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(caffe_py, mnist_shards, model):
+def check_shares(out):
+    """Each model's metric from the shares summed is the whole set's: top-1 the same count,
+    MSE within float32 inference rounding (3 shares batch the set differently: 1e-10
+    relative measured in Caffe)."""
+    assert set(out) == {"lenet", "autoencoder"}
+    for model, found in out.items():
+        [(metric, (value, samples))] = found["whole"].items()
+        assert samples == 10_000 and metric == ("mse" if model == "autoencoder" else "top1")
+        for world in ("2", "3"):
+            [(other, (sharded, counted))] = found[world].items()
+            assert (other, counted) == (metric, samples)
+            if metric == "top1":
+                assert sharded == value, (model, world)  # whole counts: exactly the same number
+            else:
+                assert sharded == pytest.approx(value, rel=1e-6), (model, world)
+
+
+def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(caffe_py, mnist_shards, tmp_path):
     """What a multi-rank run records (every rank's share, the sums all-reduced by MPI) is
-    the metric of the whole set evaluated at once: top-1 exactly, MSE to float rounding."""
+    the metric of the whole set evaluated at once, on the same weights (LeNet and AutoEncoder)."""
     import json
     import os
     import subprocess
@@ -124,19 +143,9 @@ def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(caffe_py, 
 
     env = {**os.environ, **caffe_env(caffe_home({}, os.environ, str(caffe_py)), {}), "GLOG_minloglevel": "2"}
     proc = subprocess.run(
-        [str(caffe_py), "-c", SHARDED, json.dumps(spec(model=model)), str(mnist_shards)],
-        capture_output=True, text=True, env=env, timeout=300,
+        [str(caffe_py), "-c", SHARDED, json.dumps([spec(model=m) for m in ("lenet", "autoencoder")]),
+         str(mnist_shards)],
+        capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.splitlines()[-1])
-    [(metric, (value, samples))] = out["whole"].items()
-    assert samples == 10_000 and metric == ("mse" if model == "autoencoder" else "top1")
-    for world in ("2", "3"):
-        [(other, (sharded, counted))] = out[world].items()
-        assert (other, counted) == (metric, samples)
-        if metric == "top1":
-            assert sharded == value, world  # whole counts: exactly the same number
-        else:
-            # float32 inference: 3 shares batch the set differently, and a row's logits may
-            # round differently at another batch size (1e-10 relative measured in Caffe)
-            assert sharded == pytest.approx(value, rel=1e-6), world
+    check_shares(json.loads(proc.stdout.splitlines()[-1]))

@@ -10,7 +10,9 @@ without redoing contended attempts: these tests check what was computed, never h
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 
 import pytest
 from helpers.torch_runs import launch, spec
@@ -115,8 +117,8 @@ def test_target_stops_every_rank_at_the_first_evaluation_that_met_it(torch_py, m
     assert math.isclose(evals[-1]["train_s"], timed_step_sum(events), rel_tol=1e-9)
 
 
-#: In the torch venv: one model's held-out sums, the whole set at once and in 2 and 3 ranks'
-#: shares (each share converted once, as every rank's HeldOut does), on the same weights.
+#: In the torch venv: each model's held-out sums, the whole set at once and in 2 and 3
+#: ranks' shares (each share converted once, as every rank's HeldOut does), on the same weights.
 SHARDED = """
 import json, sys
 from pathlib import Path
@@ -129,44 +131,47 @@ from dlscale.runners.torch.evaluate import HeldOut
 from dlscale.runners.torch.models import build_model
 from dlscale.runspec import RunSpec
 
-spec, data, work = RunSpec.from_dict(json.loads(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3])
+data, work = Path(sys.argv[2]), Path(sys.argv[3])
 where = Placement(0, 1, 0, 0, 1, "host", "127.0.0.1", 1, "local")
-ctx = RunContext(spec=spec, placement=where, data_dir=data, writer=PartWriter(work / "rank0.jsonl"))
-torch.manual_seed(3)
-model = build_model(spec.model)
-batches = Batches(ctx, torch)
-out = {"whole": HeldOut(ctx, batches, torch).evaluate(model)}
-for world in (2, 3):
-    parts = [HeldOut(ctx, batches, torch, rank, world).sums(model) for rank in range(world)]
-    whole = HeldOut(ctx, batches, torch)
-    out[world] = whole.results({k: sum(p[k] for p in parts) for k in parts[0]})
+out = {}
+for spec in map(RunSpec.from_dict, json.loads(sys.argv[1])):
+    ctx = RunContext(spec=spec, placement=where, data_dir=data, writer=PartWriter(work / "rank0.jsonl"))
+    torch.manual_seed(3)
+    model = build_model(spec.model)
+    batches = Batches(ctx, torch)
+    found = {"whole": HeldOut(ctx, batches, torch).evaluate(model)}
+    for world in (2, 3):
+        parts = [HeldOut(ctx, batches, torch, rank, world).sums(model) for rank in range(world)]
+        found[world] = HeldOut(ctx, batches, torch).results({k: sum(p[k] for p in parts) for k in parts[0]})
+    out[spec.model] = found
 print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("model", ["lenet", "autoencoder"])
-def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(
-    torch_py, mnist_shards, tmp_path, model
-):
-    """What a multi-rank run records (every rank's share, the sums all-reduced) is the
-    metric of the whole set evaluated at once: top-1 exactly, MSE to float rounding."""
-    import json
-    import subprocess
+def check_shares(out):
+    """Each model's metric from the shares summed is the whole set's: top-1 the same count,
+    MSE within float32 inference rounding (3 shares batch the set differently: 1e-10
+    relative measured in Caffe)."""
+    assert set(out) == {"lenet", "autoencoder"}
+    for model, found in out.items():
+        [(metric, (value, samples))] = found["whole"].items()
+        assert samples == 10_000 and metric == ("mse" if model == "autoencoder" else "top1")
+        for world in ("2", "3"):
+            [(other, (sharded, counted))] = found[world].items()
+            assert (other, counted) == (metric, samples)
+            if metric == "top1":
+                assert sharded == value, (model, world)  # whole counts: exactly the same number
+            else:
+                assert sharded == pytest.approx(value, rel=1e-6), (model, world)
 
+
+def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(torch_py, mnist_shards, tmp_path):
+    """What a multi-rank run records (every rank's share, the sums all-reduced) is the
+    metric of the whole set evaluated at once, on the same weights (LeNet and AutoEncoder)."""
     proc = subprocess.run(
-        [str(torch_py), "-c", SHARDED, json.dumps(spec(model=model)), str(mnist_shards), str(tmp_path)],
+        [str(torch_py), "-c", SHARDED, json.dumps([spec(model=m) for m in ("lenet", "autoencoder")]),
+         str(mnist_shards), str(tmp_path)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.splitlines()[-1])
-    [(metric, (value, samples))] = out["whole"].items()
-    assert samples == 10_000 and metric == ("mse" if model == "autoencoder" else "top1")
-    for world in ("2", "3"):
-        [(other, (sharded, counted))] = out[world].items()
-        assert (other, counted) == (metric, samples)
-        if metric == "top1":
-            assert sharded == value, world  # whole counts: exactly the same number
-        else:
-            # float32 inference: 3 shares batch the set differently, and a row's logits may
-            # round differently at another batch size (1e-10 relative measured in Caffe)
-            assert sharded == pytest.approx(value, rel=1e-6), world
+    check_shares(json.loads(proc.stdout.splitlines()[-1]))
