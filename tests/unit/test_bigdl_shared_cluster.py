@@ -18,6 +18,7 @@ from dlscale.runners.bigdl.shared_cluster import (
     choose,
     cluster_key,
     parse_lease,
+    same_network,
     stale_reason,
     start_time,
     write_secret,
@@ -113,3 +114,10 @@ def test_the_secret_file_is_its_owners_alone(tmp_path):
     path = tmp_path / "secret"
     write_secret(path, "s3cret")
     assert path.read_text() == "s3cret" and (path.stat().st_mode & 0o777) == 0o600
+
+
+def test_a_run_in_a_network_namespace_of_its_own_does_not_share_the_studys():
+    assert same_network(os.getpid())
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    assert not same_network(proc.pid)  # gone: nothing to share

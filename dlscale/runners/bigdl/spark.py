@@ -2,7 +2,8 @@
 
 Every BigDL job brings up its own master and workers and takes them down again, so that
 runs never share daemons (a measurement is never disturbed by another job's executors, and
-a failed job leaves nothing behind). The pip ``pyspark`` has no ``sbin/`` scripts, so the
+a failed job leaves nothing behind); with ``cluster: per_study`` one of these clusters is
+instead held by a supervisor for a study's runs (``shared_cluster``). The pip ``pyspark`` has no ``sbin/`` scripts, so the
 daemons are started with ``bin/spark-class`` (which ``exec``s the JVM: the PID we hold is
 the JVM's).
 

@@ -1,7 +1,8 @@
 """BigDL runner: DistriOptimizer on a Spark standalone cluster of the run's own.
 
 The driver (this process, rank 0) starts a master and one worker per node
-(``spark.SparkCluster``), connects a SparkContext with BigDL's engine, trains the study's
+(``spark.SparkCluster``; with ``cluster: per_study``, connects to the study's shared one or
+starts it: ``shared_cluster.SharedCluster``), connects a SparkContext with BigDL's engine, trains the study's
 model for exactly warm-up + timed iterations, and stops everything by PID, whatever
 happens.
 
