@@ -17,9 +17,9 @@ The solver's update is Caffe's SGD (v = m v + lr g; w -= v), which equals torch'
 (v = m v + g; w -= lr v) at a fixed learning rate; weight decay is 0 in both. A warm-up
 ramp of the study's learning-rate rule keeps torch's rule through ``schedule.py``.
 
-After each iteration where ``ctx.eval_due``, outside the timed step, rank 0 evaluates the
-model on the held-out set (``evaluate.py``); with a quality target every rank stops after
-the first evaluation that met it. With ``init: shared`` every rank starts from
+After each iteration where ``ctx.eval_due``, outside the timed step, every rank evaluates
+its share of the held-out set and rank 0 records the sum (``evaluate.py``); with a quality
+target every rank stops after the first evaluation that met it. With ``init: shared`` every rank starts from
 ``dlscale.data.initweights`` (``initial.py``; its digest goes into iteration 0's event as
 ``init_sha256``) and trains on its slice of one global batch sequence (``data.py``); the
 losses are already the mean over the rank's batch (the autoencoder's over its pixels too,

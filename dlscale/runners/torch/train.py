@@ -10,8 +10,9 @@ not used for the timed step, so that compute and communication can be measured a
 Caffe-MPI and TensorFlow's collectives expose them on CPU. DDP still broadcasts rank 0's
 initial weights, so every replica starts identical.
 
-Between steps, where ``RunContext.eval_due``, rank 0 measures held-out quality
-(``dlscale.runners.torch.evaluate``), outside every timed step; with a quality target the
+Between steps, where ``RunContext.eval_due``, the ranks measure held-out quality, each
+its share, rank 0 recording the sum (``dlscale.runners.torch.evaluate``), outside every
+timed step; with a quality target the
 ranks stop together after the first evaluation that meets it. ``init: shared`` starts from
 ``dlscale.data.initweights`` and trains on slices of one global batch sequence; torch's SGD
 (v = m v + g; w -= lr v) and mean losses are the reference semantics as they are.
