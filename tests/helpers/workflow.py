@@ -34,7 +34,9 @@ FOUR_FRAMEWORKS = {
     "envs_dir": str(ENVS_DIR),
     "tensorflow": {"strategy": "mwms"},
     "caffe": {"time_iterations": 2},
-    "bigdl": {"driver_memory": "1g", "executor_memory": "1g"},
+    # The demo's shared Spark cluster (one per node count here), so that the study's "nothing
+    # left running" check covers its supervisor and daemons too.
+    "bigdl": {"driver_memory": "1g", "executor_memory": "1g", "cluster": "per_study"},
 }
 
 

@@ -9,6 +9,7 @@ checks).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -67,3 +68,15 @@ def test_java_checked_once_and_nothing_left_to_do(study_dir):
     proc = snakemake(study_dir, "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert planned_jobs(proc.stdout + proc.stderr) == {}
+
+
+def test_bigdl_runs_shared_the_studys_spark_cluster_and_it_stopped(study_dir):
+    """``cluster: per_study``: every BigDL run connected to its node count's shared cluster
+    (none fell back to its own), and the workflow's end stopped each (no lease left; the
+    fixture checks that no daemon or supervisor process is left)."""
+    settings = sorted((study_dir / "results" / "runs" / "bigdl").rglob("bigdl-settings.json"))
+    assert len(settings) == len(FOUR_FRAMEWORKS["nodes"]), settings
+    used = [json.loads(path.read_text())["cluster"] for path in settings]
+    assert all(u["cluster"] == "per_study" for u in used), used
+    assert len({u["key"] for u in used}) == len(FOUR_FRAMEWORKS["nodes"])  # one shape each
+    assert not list((study_dir / "results" / "spark").glob("*/lease.json"))
