@@ -8,8 +8,10 @@ import os
 import subprocess
 
 import pytest
+from helpers.bigdl_runs import spec
 
 from dlscale.host.netns import ENV_NODE_NAMESPACES
+from dlscale.runners.bigdl.launcher import host_loopback_reason
 from dlscale.runners.bigdl.shared_cluster import (
     ENV_CLUSTERS,
     ENV_OWNER_PID,
@@ -24,6 +26,7 @@ from dlscale.runners.bigdl.shared_cluster import (
     write_secret,
 )
 from dlscale.runners.bigdl.spark import ClusterShape
+from dlscale.runspec import RunSpec
 
 SHAPE = ClusterShape(workers=2, cores_per_executor=1, executor_memory="1g")
 LEASE = Lease(
@@ -121,3 +124,11 @@ def test_a_run_in_a_network_namespace_of_its_own_does_not_share_the_studys():
     proc = subprocess.Popen(["true"])
     proc.wait()
     assert not same_network(proc.pid)  # gone: nothing to share
+
+
+def test_only_a_per_study_run_under_the_workflow_stays_on_the_hosts_loopback():
+    ok = {ENV_CLUSTERS: "/study/results/spark", ENV_OWNER_PID: str(os.getpid())}
+    per_study = RunSpec.from_dict(spec(cluster="per_study"))
+    assert "per_study" in (host_loopback_reason(per_study, ok) or "")
+    assert host_loopback_reason(per_study, {}) is None  # not under the workflow: isolated
+    assert host_loopback_reason(RunSpec.from_dict(spec()), ok) is None  # per_run: isolated
