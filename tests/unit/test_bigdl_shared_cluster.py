@@ -40,7 +40,7 @@ LEASE = Lease(
 )
 
 
-def test_the_key_changes_with_the_shape_the_engine_environment_and_spark():
+def test_the_key_changes_with_the_shape_the_engine_environment_spark_and_the_owner():
     key = cluster_key(SHAPE, {"KMP_BLOCKTIME": "0"}, "/spark")
     assert key == cluster_key(SHAPE, {"KMP_BLOCKTIME": "0"}, "/spark")
     assert len(key) == 16 and key.isalnum()
@@ -51,8 +51,9 @@ def test_the_key_changes_with_the_shape_the_engine_environment_and_spark():
         cluster_key(SHAPE, {}, "/spark"),
         cluster_key(SHAPE, {"KMP_BLOCKTIME": "200"}, "/spark"),
         cluster_key(SHAPE, {"KMP_BLOCKTIME": "0"}, "/other-spark"),
+        cluster_key(SHAPE, {"KMP_BLOCKTIME": "0"}, "/spark", owner="123:456"),
     }
-    assert key not in others and len(others) == 6
+    assert key not in others and len(others) == 7
 
 
 def test_a_lease_reads_back_and_a_broken_one_is_refused():

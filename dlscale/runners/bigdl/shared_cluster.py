@@ -65,10 +65,17 @@ class LeaseError(ValueError):
     """A lease file that is not one (torn, hand-edited, from another version)."""
 
 
-def cluster_key(shape: ClusterShape, engine_env: Mapping[str, str], spark_home: str) -> str:
+def cluster_key(shape: ClusterShape, engine_env: Mapping[str, str], spark_home: str, owner: str = "") -> str:
     """What decides whether two runs can share a cluster: its shape, the environment its
-    daemons pass to the executors, and the Spark it runs. A short hash: a folder name."""
-    data = {"shape": asdict(shape), "env": dict(sorted(engine_env.items())), "spark_home": spark_home}
+    daemons pass to the executors, the Spark it runs, and its owner (``PID:start``: another
+    invocation of the study, even one run with ``--nolock`` beside this one, has its own).
+    A short hash: a folder name."""
+    data = {
+        "shape": asdict(shape),
+        "env": dict(sorted(engine_env.items())),
+        "spark_home": spark_home,
+        "owner": owner,
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -447,8 +454,11 @@ class SharedCluster:
         for app in self._own_applications():
             for stream in sorted(app.glob("*/std*")):
                 target = self.logs_dir / f"{app.parent.name}-executor{stream.parent.name}.{stream.name}.log"
-                self.logs_dir.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(stream, target)
+                try:
+                    self.logs_dir.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(stream, target)
+                except OSError as err:  # the application's folder goes all the same
+                    print(f"[bigdl] could not keep {stream}: {err}", file=sys.stderr, flush=True)
             shutil.rmtree(app, ignore_errors=True)
         shutil.rmtree(self.root / "scratch", ignore_errors=True)
         if self._busy is not None:

@@ -78,6 +78,7 @@ from dlscale.runners.bigdl.shared_cluster import (
     SharedCluster,
     choose,
     cluster_key,
+    start_time,
 )
 from dlscale.runners.bigdl.spark import (
     SECRET_KEY,
@@ -591,8 +592,8 @@ def make_cluster(spec: RunSpec, shape: ClusterShape, root: Path) -> tuple[SparkC
     if chosen == "per_study":
         eng = bigdl_settings.engine_settings(spec)
         key_env = {**{name: os.environ.get(name, "") for name in INHERITED_VARS}, **eng.env}
-        key = cluster_key(shape, key_env, str(spark_home))
         owner = int(os.environ[ENV_OWNER_PID])
+        key = cluster_key(shape, key_env, str(spark_home), f"{owner}:{start_time(owner)}")
         return SharedCluster(Path(os.environ[ENV_CLUSTERS]), key, spark_home, root, shape, owner, timeout), ""
     note = why if asked == "per_study" else ""
     if note:
