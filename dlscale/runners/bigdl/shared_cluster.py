@@ -49,10 +49,11 @@ from dlscale.runners.bigdl.spark import (
 #: owns them (Snakemake's PID): set by the Snakefile, inherited by every job.
 ENV_CLUSTERS = "DLSCALE_SPARK_CLUSTERS"
 ENV_OWNER_PID = "DLSCALE_STUDY_PID"
-#: An idle cluster's life: longer than the gap between two BigDL runs of a study (the
-#: aggregation and another framework's short run in between), short enough that idle
-#: daemons do not sit beside the next framework's timed steps for long.
-IDLE_S = 120.0
+#: An idle cluster's life: longer than the gap between two BigDL runs of a study, where the
+#: other frameworks' runs and the tuning race come between them in Snakemake's order (the
+#: demo's 42 runs take ~7 minutes); the owner's exit, not this, ends a cluster normally.
+#: Idle daemons only exchange heartbeats (a master and a worker per node, 512m heaps).
+IDLE_S = 600.0
 #: How often the supervisor looks at its owner, its daemons and the busy lock.
 POLL_S = 1.0
 #: The launcher's thread variables, inherited by the daemons and so by the executors: part
