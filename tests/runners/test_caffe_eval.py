@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 from helpers.caffe_runs import launch, spec
+from helpers.heldout_shares import check_shares
 
 from dlscale.analysis.tables import load_events
 from dlscale.events import read_events
@@ -113,23 +113,6 @@ for spec in map(RunSpec.from_dict, json.loads(sys.argv[1])):
     out[spec.model] = found
 print(json.dumps(out))
 """
-
-
-def check_shares(out):
-    """Each model's metric from the shares summed is the whole set's: top-1 the same count,
-    MSE within float32 inference rounding (3 shares batch the set differently: 1e-10
-    relative measured in Caffe)."""
-    assert set(out) == {"lenet", "autoencoder"}
-    for model, found in out.items():
-        [(metric, (value, samples))] = found["whole"].items()
-        assert samples == 10_000 and metric == ("mse" if model == "autoencoder" else "top1")
-        for world in ("2", "3"):
-            [(other, (sharded, counted))] = found[world].items()
-            assert (other, counted) == (metric, samples)
-            if metric == "top1":
-                assert sharded == value, (model, world)  # whole counts: exactly the same number
-            else:
-                assert sharded == pytest.approx(value, rel=1e-6), (model, world)
 
 
 def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(caffe_py, mnist_shards, tmp_path):
