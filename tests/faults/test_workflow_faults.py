@@ -294,3 +294,64 @@ def test_ranks_listen_on_loopback_only(tmp_path, mnist_shards, torch_py):
         assert all(addr.startswith(("127.0.0.1:", "[::1]:")) for addr in listening), listening
     finally:
         run.stop()
+
+
+def test_interrupted_snakemake_leaves_no_shared_spark_cluster(tmp_path, mnist_idx):
+    """Ctrl-C (SIGINT to Snakemake's process group) during a BigDL run on the study's shared
+    Spark cluster (``cluster: per_study``): the run, its driver and executors, the cluster's
+    supervisor and daemons all end, and no lease is left for a later invocation to trust."""
+    import subprocess as sp
+
+    from helpers.bigdl_runs import kill_leftovers, processes_mentioning
+    from helpers.paths import framework_python
+
+    framework_python("bigdl")
+    sp.run(["bash", str(REPO / "scripts" / "ensure-java.sh")], check=True, timeout=900)
+    workdir = study_dir(
+        tmp_path,
+        mnist_idx,
+        frameworks=["bigdl"],
+        nodes=[1],
+        iterations={"lenet": 100000},
+        bigdl={"driver_memory": "1g", "executor_memory": "1g", "cluster": "per_study"},
+    )
+    run = "results/runs/bigdl/lenet/n1x1/b64/r0"
+    proc = snakemake(workdir, f"{run}/events.jsonl", wait=False)
+    try:
+        part = workdir / run / ".work" / "rank0.jsonl"
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            leases = list((workdir / "results" / "spark").glob("*/lease.json"))
+            if leases and part.exists() and '"event":"iteration"' in part.read_text():
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        assert leases, "the run never started a shared cluster"
+        lease = json.loads(leases[0].read_text())
+        cluster = [pid for pid, _ in lease["processes"].values()]
+        started = time.time()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+        deadline = time.time() + 60
+        while time.time() < deadline and (processes_mentioning(str(workdir)) or any(map(alive, cluster))):
+            time.sleep(0.5)
+        left = processes_mentioning(str(workdir)) + [pid for pid in cluster if alive(pid)]
+        stale = list((workdir / "results" / "spark").glob("*/lease.json"))
+        record(
+            FaultRow(
+                "snakemake interrupted (SIGINT) on a shared Spark cluster",
+                "workflow",
+                "failed cleanly" if not left and not stale else "wrong result",
+                round(time.time() - started, 2),
+            )
+        )
+        assert not left, f"processes left behind: {left}"
+        assert not stale, f"leases left behind: {stale}"
+        # The interrupted run is recorded as failed, with its reason (and so redone next time).
+        end = json.loads((workdir / run / "events.jsonl").read_text().splitlines()[-1])
+        assert (end["event"], end["status"]) == ("run_end", "failed") and "SIGINT" in end["reason"], end
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kill_leftovers(workdir)
