@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers.heldout_shares import check_shares
+from helpers.heldout_shares import SCRIPT_HEAD, run_and_check
 from helpers.jax_runs import launch, parity_row, spec
 from helpers.paths import framework_python
 
@@ -181,23 +181,15 @@ def test_autoencoder_starts_from_the_shared_loss_and_evaluates_its_reconstructio
 
 #: In the jax venv: each model's held-out sums, the whole set at once and in 2 and 3 ranks'
 #: shares (each rank's HeldOut converts its own), on the same weights.
-SHARDED = """
-import json, sys
-from pathlib import Path
+SHARDED = (
+    SCRIPT_HEAD
+    + """
 import jax
-from dlscale.events import PartWriter
-from dlscale.host.placement import Placement
-from dlscale.runners.common import RunContext
 from dlscale.runners.jax.data import Batches
 from dlscale.runners.jax.evaluate import HeldOut
 from dlscale.runners.jax.models import framework_init, model
-from dlscale.runspec import RunSpec
-
-data, work = Path(sys.argv[2]), Path(sys.argv[3])
-where = Placement(0, 1, 0, 0, 1, "host", "127.0.0.1", 1, "local")
 out = {}
-for spec in map(RunSpec.from_dict, json.loads(sys.argv[1])):
-    ctx = RunContext(spec=spec, placement=where, data_dir=data, writer=PartWriter(work / "rank0.jsonl"))
+for spec, ctx in contexts():
     layout, apply = model(spec.model)
     params = jax.device_put(framework_init(spec.model, 3))
     forward = lambda p, x, layout=layout, apply=apply: apply(layout.unflatten(p), x, None)
@@ -209,15 +201,11 @@ for spec in map(RunSpec.from_dict, json.loads(sys.argv[1])):
     out[spec.model] = found
 print(json.dumps(out))
 """
+)
 
 
 def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(jax_py, mnist_shards, tmp_path):
     """What a multi-rank run records (every rank's share, the sums added by a collective)
     is the metric of the whole set evaluated at once, on the same weights (LeNet and AutoEncoder)."""
-    proc = subprocess.run(
-        [str(jax_py), "-c", SHARDED, json.dumps([spec(model=m) for m in ("lenet", "autoencoder")]),
-         str(mnist_shards), str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    check_shares(json.loads(proc.stdout.splitlines()[-1]))
+    specs = [spec(model=m) for m in ("lenet", "autoencoder")]
+    run_and_check(jax_py, SHARDED, specs, mnist_shards, tmp_path)

@@ -10,12 +10,10 @@ without redoing contended attempts: these tests check what was computed, never h
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 
 import pytest
-from helpers.heldout_shares import check_shares
+from helpers.heldout_shares import SCRIPT_HEAD, run_and_check
 from helpers.torch_runs import launch, spec
 
 from dlscale.analysis import tables
@@ -120,23 +118,15 @@ def test_target_stops_every_rank_at_the_first_evaluation_that_met_it(torch_py, m
 
 #: In the torch venv: each model's held-out sums, the whole set at once and in 2 and 3
 #: ranks' shares (each share converted once, as every rank's HeldOut does), on the same weights.
-SHARDED = """
-import json, sys
-from pathlib import Path
+SHARDED = (
+    SCRIPT_HEAD
+    + """
 import torch
-from dlscale.events import PartWriter
-from dlscale.host.placement import Placement
-from dlscale.runners.common import RunContext
 from dlscale.runners.torch.data import Batches
 from dlscale.runners.torch.evaluate import HeldOut
 from dlscale.runners.torch.models import build_model
-from dlscale.runspec import RunSpec
-
-data, work = Path(sys.argv[2]), Path(sys.argv[3])
-where = Placement(0, 1, 0, 0, 1, "host", "127.0.0.1", 1, "local")
 out = {}
-for spec in map(RunSpec.from_dict, json.loads(sys.argv[1])):
-    ctx = RunContext(spec=spec, placement=where, data_dir=data, writer=PartWriter(work / "rank0.jsonl"))
+for spec, ctx in contexts():
     torch.manual_seed(3)
     model = build_model(spec.model)
     batches = Batches(ctx, torch)
@@ -147,15 +137,11 @@ for spec in map(RunSpec.from_dict, json.loads(sys.argv[1])):
     out[spec.model] = found
 print(json.dumps(out))
 """
+)
 
 
 def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(torch_py, mnist_shards, tmp_path):
     """What a multi-rank run records (every rank's share, the sums all-reduced) is the
     metric of the whole set evaluated at once, on the same weights (LeNet and AutoEncoder)."""
-    proc = subprocess.run(
-        [str(torch_py), "-c", SHARDED, json.dumps([spec(model=m) for m in ("lenet", "autoencoder")]),
-         str(mnist_shards), str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    check_shares(json.loads(proc.stdout.splitlines()[-1]))
+    specs = [spec(model=m) for m in ("lenet", "autoencoder")]
+    run_and_check(torch_py, SHARDED, specs, mnist_shards, tmp_path)
