@@ -34,7 +34,13 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class Launcher(Protocol):
-    """``launcher.py``: how a run starts and what it computes with. No framework import."""
+    """``launcher.py``: how a run starts and what it computes with. No framework import.
+
+    One optional hook, read with ``getattr`` where it is used: ``host_loopback_reason(spec,
+    environ) -> str | None`` (``dlscale.launch.network``), why a local run stays on the
+    study's loopback instead of a namespace of its own (a daemon of the study that outlives
+    its runs, as BigDL's per-study Spark cluster); a runner without it never does.
+    """
 
     def plan(self, ctx: LaunchContext) -> Plan:
         """The run's processes (``dlscale.runners.plan``): ranks, servers or one driver."""
