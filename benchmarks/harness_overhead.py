@@ -30,11 +30,12 @@ from benchmarks.common import (
     training_repeats,
     write_csv,
 )
-from benchmarks.stats import ratio_summary, summarize, verdict
+from benchmarks.stats import interval_verdict, ratio_summary, summarize
 from dlscale import catalog
 from dlscale.thresholds import threshold
 
-#: The harness's pass rule: runner / bare throughput at least its value (``HARNESS.passes``).
+#: The harness's reference: runner / bare throughput at least its value, decided on the
+#: ratio's interval over repeats (``stats.interval_verdict``).
 HARNESS = threshold("harness_ratio")
 RAW_COLUMNS = (
     "framework", "model", "batch", "threads", "engine", "repeat", "arm",
@@ -146,9 +147,9 @@ def overhead_table(raw: pd.DataFrame) -> pd.DataFrame:
                 **cpu_ratio.as_row("cpu_ratio"),
                 **cpu_q_ratio.as_row("cpu_q_ratio"),
                 "target": HARNESS.value,
-                "verdict": verdict(ratio.median, HARNESS.passes),
-                "verdict_cpu": verdict(cpu_ratio.median, HARNESS.passes),
-                "verdict_cpu_q": verdict(cpu_q_ratio.median, HARNESS.passes),
+                "verdict": interval_verdict(ratio, HARNESS),
+                "verdict_cpu": interval_verdict(cpu_ratio, HARNESS),
+                "verdict_cpu_q": interval_verdict(cpu_q_ratio, HARNESS),
                 **summarize(local).as_row("bare_local_samples_per_s"),
                 **deployment.as_row("deployment_ratio"),
                 "failure": failure_of(group),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from dlscale.analysis.stats import median_interval
+from dlscale.thresholds import Threshold
 
 
 @dataclass(frozen=True)
@@ -89,3 +90,21 @@ def verdict(value: float | None, passes: Callable[[float], bool]) -> str:
     if value is None or not math.isfinite(value):
         return "n/a"
     return "pass" if passes(value) else "miss"
+
+
+def interval_verdict(summary: Summary, reference: Threshold) -> str:
+    """``pass``, ``miss``, ``undecided`` or ``n/a`` of a median over repeats by ``reference``,
+    read from the median's interval rather than the median alone (Hoefler & Belli, rule 6):
+    ``pass`` when the whole interval lies inside the reference's band, ``miss`` when it lies
+    wholly outside, ``undecided`` when it reaches both sides (more repeats decide) or when
+    there is no interval (one repeat decides nothing). ``n/a``: nothing measured."""
+    if not math.isfinite(summary.median):
+        return "n/a"
+    low, high = summary.low, summary.high
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "undecided"
+    if reference.passes(low) and reference.passes(high):
+        return "pass"
+    below = reference.lower is not None and high < reference.lower
+    above = reference.upper is not None and low > reference.upper
+    return "miss" if below or above else "undecided"

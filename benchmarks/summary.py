@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from benchmarks.harness_overhead import HARNESS
-from benchmarks.stats import verdict
+from benchmarks.stats import Summary, interval_verdict
 from benchmarks.workflow_scale import AGGREGATE_TARGET_S, PLAN_TARGET_S
 from dlscale import catalog
 from dlscale.analysis.stats import median_interval
@@ -64,7 +64,8 @@ def median_coverage(n: int) -> float:
 
 
 def ratio_cell(row: Mapping[str, Any] | None, prefix: str = "ratio", mark: bool = True) -> str:
-    """``median [low, high] (n) pass|miss`` of one framework x model ratio, for the lead table."""
+    """``median [low, high] n=N pass|miss|undecided`` of one framework x model ratio, for the
+    lead table (the mark: ``stats.interval_verdict``, the same as the csv's verdict)."""
     if row is None:
         return "not measured"
     text = fmt_range(row, prefix, 3)
@@ -73,7 +74,8 @@ def ratio_cell(row: Mapping[str, Any] | None, prefix: str = "ratio", mark: bool 
         return f"failed: {failure}" if isinstance(failure, str) and failure else "no ratio"
     n = int(row.get(f"{prefix}_n") or 0)
     cell = f"{text} n={n}"
-    return f"{cell} **{verdict(float(row[f'{prefix}_median']), HARNESS.passes)}**" if mark else cell
+    summary = Summary(*(float(row[f"{prefix}_{part}"]) for part in ("median", "low", "high")), n)
+    return f"{cell} **{interval_verdict(summary, HARNESS)}**" if mark else cell
 
 
 def lead_section(table: pd.DataFrame | None) -> str:
@@ -97,7 +99,9 @@ def lead_section(table: pd.DataFrame | None) -> str:
     note = (
         "\nEach cell: the median over repeats of the paired ratio runner / bare (wall-time"
         " throughput, both arms side by side in one run, order rotated), its interval over those"
-        f" repeats, n = repeats, and the mark against {threshold('harness_ratio').value} (median). The interval is"
+        f" repeats, n = repeats, and the mark against {threshold('harness_ratio').value} read from that interval:"
+        " pass when all of it is at or above the target, miss when all of it is below, undecided when"
+        " it reaches both sides or there is a single repeat (more repeats decide). The interval is"
         " dlscale.analysis.stats' distribution-free confidence interval of the median (the study's"
         " verdicts use the same): [min, max] up to 5 repeats, order statistics from 6, with"
         f" coverage {coverage}. The bare loop is fed a fresh batch per step from the"
@@ -301,7 +305,7 @@ SHORT_LINES: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
         "harness_overhead",
         lambda r: (
             f"harness  {r['framework']:<10} {r['model']:<12} ratio {fmt_range(r, 'ratio', 3):<24}"
-            f" {r['verdict']:<5} cpu {fmt_range(r, 'cpu_ratio', 3):<24} {r.get('verdict_cpu', 'n/a')}"
+            f" {r['verdict']:<9} cpu {fmt_range(r, 'cpu_ratio', 3):<24} {r.get('verdict_cpu', 'n/a')}"
         ),
     ),
     (
