@@ -69,10 +69,21 @@ def invocation_log(work: Path) -> Path:
     return logs[-1]
 
 
-def verdicts(wall_s: float, split: pd.DataFrame) -> pd.DataFrame:
+def contended_runs(runs: pd.DataFrame) -> int:
+    """How many of the demo's runs the contention probe flagged (``runs.csv``'s
+    ``contended``): a neighbour's CPU inflates their wall and shrinks their timed share,
+    so a budget missed beside them is not the demo's alone (``verdicts`` says so)."""
+    if "contended" not in runs:
+        return 0
+    return int(runs["contended"].astype(str).str.lower().eq("true").sum())
+
+
+def verdicts(wall_s: float, split: pd.DataFrame, contended: int = 0) -> pd.DataFrame:
     """One row per budget: the measured value, the threshold's reference, pass or miss.
 
     ``split`` is the study's ``wall_split.csv``; its ``all`` row holds the runs' timed share.
+    A miss while ``contended`` runs shared the machine reads ``miss (contended)``: one demo
+    on a busy machine cannot tell the demo's cost from its neighbours'.
     """
     everything = split.loc[split["framework"] == "all"]
     share = float(everything["timed_share"].iloc[0]) if len(everything) else float("nan")
@@ -89,7 +100,10 @@ def verdicts(wall_s: float, split: pd.DataFrame) -> pd.DataFrame:
                 "reference": ref.value,
                 "unit": ref.unit,
                 "passes_when": ">= reference" if ref.higher_is_better else "<= reference",
-                "verdict": "pass" if ref.passes(value) else ("unknown" if value != value else "miss"),
+                "verdict": "pass"
+                if ref.passes(value)
+                else ("unknown" if value != value else ("miss (contended)" if contended else "miss")),
+                "contended_runs": contended,
             }
         )
     return pd.DataFrame.from_records(rows)
@@ -148,14 +162,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(invocation_log(work), encoding="utf-8") as handle:
             log_split = snakelog.time_split(snakelog.jobs(handle))
         split = pd.read_csv(work / "results" / "wall_split.csv")
-        budgets = verdicts(wall_s, split)
+        contended = contended_runs(pd.read_csv(work / "results" / "runs.csv"))
+        budgets = verdicts(wall_s, split, contended)
         args.out.mkdir(parents=True, exist_ok=True)
         write_csv(budgets, args.out / "budgets.csv")
         write_csv(log_split, args.out / "demo_split.csv")
         write_csv(split, args.out / "demo_wall_split.csv")
         info = (
             f"Measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on {os.cpu_count()} cores,"
-            f" load average {load} before the demo; {wall_s:.0f} s of wall."
+            f" load average {load} before the demo; {wall_s:.0f} s of wall;"
+            f" {contended} of {len(pd.read_csv(work / 'results' / 'runs.csv'))} runs contended"
+            " (the contention probe, runs.csv). One demo, one sample: no interval."
         )
         atomic.write_text(args.out / "budgets.md", markdown(budgets, log_split, split, info))
         print(budgets.to_string(index=False))

@@ -76,3 +76,15 @@ def test_markdown_holds_every_table():
     table = budgets.verdicts(700.0, split(0.3))
     text = budgets.markdown(table, pd.DataFrame({"rule": ["runs"], "busy_s": [1.0]}), split(0.3), "info")
     assert "demo_warm_wall" in text and "| runs" in text and "info" in text
+
+
+def test_a_miss_beside_contended_runs_says_so():
+    """A budget missed while the contention probe flagged runs is not the demo's alone; a
+    budget kept beside them is still kept (a neighbour only makes a demo slower)."""
+    runs = pd.DataFrame({"contended": [True, False, "True", "false"]})
+    assert budgets.contended_runs(runs) == 2
+    assert budgets.contended_runs(pd.DataFrame({"status": ["ok"]})) == 0
+    table = budgets.verdicts(700.0, split(0.6), contended=2)
+    assert verdict_of(table, "demo_warm_wall") == "miss (contended)"
+    assert verdict_of(table, "demo_timed_share") == "pass"
+    assert set(table["contended_runs"]) == {2}
