@@ -97,6 +97,7 @@ class RunContext:
     # Things a person must see although the run succeeded (e.g. BigDL failing to gather the
     # trained model after every step was measured): they go into rank_end and run_end.
     warnings: list[str] = field(default_factory=list)
+    _heldout_available: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def rank(self) -> int:
@@ -121,8 +122,12 @@ class RunContext:
     @property
     def heldout_available(self) -> bool:
         """Whether a held-out shard set lies beside the training data (real ImageNet shards
-        from a user's listing have none yet: such a run evaluates nothing and says so)."""
-        return (self.heldout_dir / INDEX_NAME).is_file()
+        from a user's listing have none yet: such a run evaluates nothing and says so).
+        Looked up once per run: ``eval_due`` asks after every iteration, and a stat of the
+        shard index there cost a small step ~1 % of its time (docs/bench-cells.md)."""
+        if self._heldout_available is None:
+            self._heldout_available = (self.heldout_dir / INDEX_NAME).is_file()
+        return self._heldout_available
 
     def eval_due(self, iteration: int) -> bool:
         """Whether to evaluate once ``iteration`` (0-based) has trained: every

@@ -152,6 +152,7 @@ def train(ctx: RunContext, tf: Any) -> None:
             raise CollectiveFailed(iteration, err) from None
         return float(strategy.experimental_local_results(flag)[0]) > 0.5
 
+    rate = float(sgd.lr.numpy())  # read back from the variable after each set, not every step
     try:
         for iteration in range(ctx.total_iterations):
             waited = time.perf_counter()
@@ -159,6 +160,7 @@ def train(ctx: RunContext, tf: Any) -> None:
             input_s = time.perf_counter() - waited  # outside step_s: the step starts with its batch
             if iteration <= ramp:  # the ramp, and the step that reaches the target
                 sgd.set_rate(spec.learning_rate_at(iteration))
+                rate = float(sgd.lr.numpy())
             t0 = time.perf_counter()
             if not distributed:
                 loss_value = float(fused(x, y))
@@ -195,7 +197,7 @@ def train(ctx: RunContext, tf: Any) -> None:
                 barrier_s=t2 - t1,
                 comm_bytes=comm_bytes,
                 input_s=input_s,
-                lr=float(sgd.lr.numpy()),  # the rate this step used
+                lr=rate,  # the rate this step used, as the variable holds it
                 **extra,
             )
             if ctx.eval_due(iteration) and stops(iteration):

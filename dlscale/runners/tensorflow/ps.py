@@ -160,6 +160,8 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
     # The rank's start to its first step: connect, trace, broadcast (its import: import_s)
     setup_s = time.time() - ctx.started - sum(startup_seconds().values())
 
+    # The rule's rate (the chief's copy), read back from the variable after each set only.
+    rate = float(local.sgd.lr.numpy()) / scale
     for iteration in range(ctx.total_iterations):
         waited = time.perf_counter()
         feeds = [part.next() for part in parts]
@@ -167,6 +169,7 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
         if iteration <= ramp:  # the ramp, and the step that reaches the target
             for replica in (shared, local):
                 replica.sgd.set_rate(spec.learning_rate_at(iteration) * scale)
+            rate = float(local.sgd.lr.numpy()) / scale
         t0 = time.perf_counter()
         results = [coordinator.schedule(worker_step, args=feed) for feed in feeds]
         coordinator.join()
@@ -195,7 +198,7 @@ def _train(ctx: RunContext, tf: Any, spec: RunSpec) -> None:
             parameter_servers=len(cluster["ps"]),
             update_scale=scale,
             input_s=input_s,
-            lr=float(local.sgd.lr.numpy()) / scale,  # the rule's rate this step used (the chief's copy)
+            lr=rate,  # the rule's rate this step used
             **extra,
         )
         # The chief evaluates the servers' variables between iterations; with a target,
