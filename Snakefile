@@ -11,10 +11,12 @@ from dlscale.runners.bigdl import shared_cluster
 
 # BigDL's `cluster: per_study` (dlscale.runners.bigdl.shared_cluster): where this study's
 # Spark clusters live and which process owns them (a cluster stops once its owner is gone).
-# setdefault: the local executor runs jobs in this process's environment and directory, and
-# a job that re-parses this file (a `run:` job's own snakemake) keeps this process's values.
-os.environ.setdefault(shared_cluster.ENV_CLUSTERS, os.path.abspath("results/spark"))
-os.environ.setdefault(shared_cluster.ENV_OWNER_PID, str(os.getpid()))
+# Set once: the local executor runs jobs in this process's environment and directory, and
+# a job that re-parses this file (a `run:` job's own snakemake) keeps this process's values;
+# a job group's snakemake inside a SLURM allocation owns that allocation's (owner_env).
+os.environ.update(
+    shared_cluster.owner_env(os.environ, os.getpid(), os.path.abspath("results/spark"))
+)
 
 # The default study, unless the command line names one: a --configfile is a whole study
 # whose missing keys take the schema's defaults, not this file's (a study for a cluster

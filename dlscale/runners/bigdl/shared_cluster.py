@@ -17,6 +17,14 @@ application, so that the supervisor can tell idle from busy. A lease whose super
 daemons are gone (a PID is compared with its start time, so a reused PID does not pass) is
 replaced by a new cluster.
 
+Inside a SLURM allocation (opt-in: ``cluster: per_study`` and runs grouped into one
+allocation, ``--groups``) the owner is the Snakemake that runs in the allocation (the job
+group's: ``owner_env``), the clusters live in a folder of that allocation's own, and the
+supervisor starts the master on the allocation's first node and the workers by one ``srun
+--overlap`` step (``SparkCluster.shared_step``), so that the other runs' steps in the
+allocation are not held back by it; the job's end takes the step and, through the owner's
+end, the supervisor down.
+
 Standard library only (the Snakefile imports ``stop_all`` in the workflow's venv).
 """
 
@@ -43,12 +51,16 @@ from dlscale.runners.bigdl.spark import (
     SparkClusterError,
     find_executors,
     node_address,
+    slurm_master_host,
 )
 
 #: Where the workflow keeps its studies' clusters (an absolute path), and the process that
 #: owns them (Snakemake's PID): set by the Snakefile, inherited by every job.
 ENV_CLUSTERS = "DLSCALE_SPARK_CLUSTERS"
 ENV_OWNER_PID = "DLSCALE_STUDY_PID"
+#: The SLURM allocation (its job ID) the owner runs in, where it runs in one: only runs of
+#: that allocation share its clusters (``owner_env``, ``choose``).
+ENV_OWNER_JOB = "DLSCALE_STUDY_JOB"
 #: An idle cluster's life: longer than the gap between two BigDL runs of a study, where the
 #: other frameworks' runs and the tuning race come between them in Snakemake's order (the
 #: demo's 42 runs take ~7 minutes); the owner's exit, not this, ends a cluster normally.
@@ -80,16 +92,48 @@ def cluster_key(shape: ClusterShape, engine_env: Mapping[str, str], spark_home: 
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def owner_env(environ: Mapping[str, str], pid: int, clusters: str) -> dict[str, str]:
+    """The owner variables a Snakemake sets for its jobs (the Snakefile, at its top).
+
+    Unset, this process owns the clusters, kept in ``clusters``. Inside a SLURM allocation
+    that is not the owner's (a job group's Snakemake, which inherits the submitting one's
+    variables with ``--export=ALL``), this process owns them instead, in a folder of the
+    allocation's own: the submitting process runs on another host, and the allocation's
+    nodes are its runs' alone. Otherwise (a job's own Snakemake, which re-parses this file)
+    the values already set stand.
+    """
+    job = environ.get("SLURM_JOB_ID", "")
+    if job and environ.get(ENV_OWNER_JOB, "") != job:
+        return {
+            ENV_CLUSTERS: os.path.join(clusters, f"slurm-{job}"),
+            ENV_OWNER_PID: str(pid),
+            ENV_OWNER_JOB: job,
+        }
+    return {
+        ENV_CLUSTERS: environ.get(ENV_CLUSTERS) or clusters,
+        ENV_OWNER_PID: environ.get(ENV_OWNER_PID) or str(pid),
+    }
+
+
 def choose(asked: str, environ: Mapping[str, str]) -> tuple[str, str]:
     """``(per_run | per_study, why)``: per_study only where a shared cluster is safe.
 
-    The local mode alone (a SLURM job's nodes are its own), no emulated network (each run
-    has its own namespaces and addresses), a workflow that said where its clusters live
-    and which process owns them, that process alive, and the run on its network.
+    The local mode, or a SLURM allocation whose owner runs in it (a job group's Snakemake:
+    ``owner_env``; a lone run's allocation is its own), no emulated network (each run has
+    its own namespaces and addresses), a workflow that said where its clusters live and
+    which process owns them, that process alive, and the run on its network.
     """
     if asked != "per_study":
         return "per_run", "asked"
-    if environ.get("DLSCALE_SPARK_MODE", "local") != "local":
+    mode = environ.get("DLSCALE_SPARK_MODE", "local")
+    job = environ.get("SLURM_JOB_ID", "")
+    if mode == "slurm" and not (job and environ.get(ENV_OWNER_JOB) == job):
+        return "per_run", (
+            "per_study falls back to per_run: not the local mode, and no process of this SLURM"
+            " allocation owns its clusters (runs share one only in an allocation of their own"
+            " group: --groups)"
+        )
+    if mode not in ("local", "slurm"):
         return "per_run", "per_study falls back to per_run: not the local mode"
     if environ.get(ENV_NODE_NAMESPACES):
         return "per_run", "per_study falls back to per_run: the run has an emulated network"
@@ -146,11 +190,11 @@ class Lease:
         return self.processes["master"][0]
 
     def workers(self) -> dict[int, int]:
-        """Worker index -> PID."""
+        """Worker index -> PID (local workers; under SLURM they are one srun step, ``workers``)."""
         return {
             int(name.removeprefix("worker")): pid
             for name, (pid, _) in self.processes.items()
-            if name.startswith("worker")
+            if name.startswith("worker") and name.removeprefix("worker").isdigit()
         }
 
     def to_json(self) -> str:
@@ -276,8 +320,6 @@ class SharedCluster:
     in the workers' directories deleted, its hold on the cluster released.
     """
 
-    mode = "local"
-
     def __init__(
         self,
         clusters: Path,
@@ -287,7 +329,10 @@ class SharedCluster:
         shape: ClusterShape,
         owner_pid: int,
         startup_timeout_s: float = 120.0,
+        mode: str | None = None,
     ) -> None:
+        # "local" or "slurm" (inside an allocation), as the launcher said: DLSCALE_SPARK_MODE.
+        self.mode = mode or os.environ.get("DLSCALE_SPARK_MODE", "local")
         self.dir = Path(clusters) / key
         self.key = key
         self.spark_home = spark_home
@@ -314,10 +359,15 @@ class SharedCluster:
         return [pid for pid, _ in self.lease.processes.values()] if self.lease else []
 
     def master_host(self) -> str:
-        return node_address(0)
+        return node_address(0) if self.mode == "local" else slurm_master_host()
 
     def driver_settings(self) -> dict[str, str]:
-        return {"spark.authenticate": "true"}
+        """As a per-run cluster's: authentication, and under SLURM the node's address."""
+        settings = {"spark.authenticate": "true"}
+        if self.mode != "local":
+            host = self.master_host()
+            settings.update({"spark.driver.host": host, "spark.driver.bindAddress": host})
+        return settings
 
     def describe(self) -> dict[str, Any]:
         """What bigdl-settings.json and the log say about the cluster the run used."""
@@ -394,6 +444,8 @@ class SharedCluster:
                     f"{self.owner_pid}:{owner_start}",
                     "--startup-timeout-s",
                     str(self.startup_timeout_s),
+                    "--mode",
+                    self.mode,
                 ],  # fmt: skip
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -417,8 +469,9 @@ class SharedCluster:
 
     def executor_pids(self) -> dict[int, int]:
         """Worker index -> this run's executor: the workers' descendants whose command line
-        names this run's folder (the driver puts it there: java.io.tmpdir)."""
-        if self.lease is None:
+        names this run's folder (the driver puts it there: java.io.tmpdir). Under SLURM they
+        run on other nodes, out of sight: ``{}`` (the driver watches them through Spark)."""
+        if self.lease is None or self.mode != "local":
             return {}
         found = find_executors(self.lease.workers(), marker=str(self.root))
         self._executors.update(found)
@@ -427,13 +480,16 @@ class SharedCluster:
     def dead_workers(self) -> list[tuple[int | None, str]]:
         if self.lease is None:
             return []
-        return [
-            (node, f"the Spark worker of node {node}, pid {pid}, exited")
-            for name, (pid, start) in sorted(self.lease.processes.items())
-            if name.startswith("worker")
-            for node in [int(name.removeprefix("worker"))]
-            if start_time(pid) != start
-        ]
+        dead: list[tuple[int | None, str]] = []
+        for name, (pid, start) in sorted(self.lease.processes.items()):
+            if not name.startswith("worker") or start_time(pid) == start:
+                continue
+            index = name.removeprefix("worker")
+            if index.isdigit():
+                dead.append((int(index), f"the Spark worker of node {index}, pid {pid}, exited"))
+            else:  # SLURM: every worker is one srun step, which its supervisor ran
+                dead.append((None, f"the srun step of the shared Spark workers, pid {pid}, exited"))
+        return dead
 
     def stop(self) -> None:
         """End this run's part of the cluster (the SparkContext's stop ended the application):

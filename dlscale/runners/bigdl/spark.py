@@ -111,6 +111,12 @@ def node_address(node: int) -> str:
     return addresses[node % len(addresses)] if addresses else HOST
 
 
+def slurm_master_host() -> str:
+    """Under SLURM, where the master and the driver bind: the launcher's master address
+    (``DLSCALE_MASTER_ADDR``, this first node's address), else the host name."""
+    return os.environ.get("DLSCALE_MASTER_ADDR") or socket.gethostname()
+
+
 def on_node(node: int) -> list[str]:
     """The prefix that starts a daemon on emulated node ``node`` (nothing without emulation).
 
@@ -171,6 +177,9 @@ class SparkCluster:
     env: dict[str, str] = field(default_factory=dict)
     mode: str = "local"  # "local" (emulated nodes) or "slurm" (inside an allocation)
     startup_timeout_s: float = 120.0
+    # A study's cluster in an allocation (shared_cluster): the workers' srun step shares the
+    # allocation's resources (--overlap) instead of holding them from the other runs' steps.
+    shared_step: bool = False
     daemons: list[Daemon] = field(default_factory=list)
     master_url: str | None = None
     startup_s: float | None = None
@@ -181,7 +190,7 @@ class SparkCluster:
         master address (``DLSCALE_MASTER_ADDR``, this first node's address), else the host name."""
         if self.mode == "local":
             return node_address(0)
-        return os.environ.get("DLSCALE_MASTER_ADDR") or socket.gethostname()
+        return slurm_master_host()
 
     def driver_settings(self) -> dict[str, str]:
         """The driver's SparkConf entries for this cluster: authentication on (the secret itself
@@ -347,6 +356,7 @@ class SparkCluster:
                 f"--ntasks={self.shape.workers}",
                 "--ntasks-per-node=1",
                 "--kill-on-bad-exit=1",
+                *(["--overlap"] if self.shared_step else []),
                 # Each worker binds the address its node reaches the master from.
                 *placement_argv(self.master_host()),
                 spark_class,

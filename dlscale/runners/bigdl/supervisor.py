@@ -3,7 +3,8 @@
 Started detached (a session of its own) by the first BigDL run of a cluster key
 (``shared_cluster.SharedCluster``): it starts the master and the workers
 (``spark.SparkCluster``, in the environment of that run, whose engine variables are part of
-the key), writes the lease, and then holds the daemons (each dies with it:
+the key; under SLURM, ``--mode slurm``, the master on this first node of the allocation and
+the workers by one ``srun --overlap`` step), writes the lease, and then holds the daemons (each dies with it:
 ``PR_SET_PDEATHSIG``) until one of these, checked every ``POLL_S``:
 
 - the owner (Snakemake, by PID and start time) is gone, for any reason, SIGKILL included;
@@ -57,6 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--owner", required=True, help="PID:START of the process that owns the cluster")
     parser.add_argument("--startup-timeout-s", type=float, default=120.0)
     parser.add_argument("--idle-s", type=float, default=IDLE_S)
+    parser.add_argument("--mode", choices=("local", "slurm"), default="local")
     return parser.parse_args(argv)
 
 
@@ -101,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         root=args.root,
         shape=ClusterShape(**json.loads(args.shape)),
         startup_timeout_s=args.startup_timeout_s,
+        mode=args.mode,
+        shared_step=args.mode == "slurm",
     )
     busy_lock = args.root / "busy.lock"
     key_lock = args.lease.with_name("lock")
