@@ -28,7 +28,11 @@ rule train:
         requirements=train_requirements,
         python=train_python,
         markers=train_markers,
+    # exec: the launcher is the job's process, not a child of bash. A SIGTERM to the job's
+    # process group (SLURM's time limit, `timeout`) kills a bash waiting on a redirected
+    # command at once; Snakemake then takes the job for a crash and deletes its events.jsonl,
+    # the record the launcher writes of that very signal (bash waits out a SIGINT instead).
     shell:
-        "DLSCALE_ENV_MARKER={input.env:q} {params.markers} {params.python:q} -m dlscale.launch"
+        "DLSCALE_ENV_MARKER={input.env:q} {params.markers} exec {params.python:q} -m dlscale.launch"
         " --spec-json {params.spec:q} --data {input.data:q} --events {output.events:q}"
         " --python {params.python:q} --config-sha256 {params.spec_sha} > {log:q} 2>&1"

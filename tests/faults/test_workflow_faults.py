@@ -390,6 +390,9 @@ def test_interrupted_snakemake_leaves_no_shared_spark_cluster(
         if recorded == "failed":
             # The interrupted run says why (and so is redone next time).
             assert name in end["reason"], end
+            # ... and the job ended as that record, not as a crash Snakemake cleans up after
+            # (bash killed around the launcher: rules/train.smk execs it).
+            assert "Error in rule train" not in output, output[-3000:]
         else:
             assert "Will exit after finishing currently running jobs" in output, output[-3000:]
             logs = list((workdir / "results" / "spark").glob("*/*/supervisor.log"))
