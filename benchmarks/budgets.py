@@ -162,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(invocation_log(work), encoding="utf-8") as handle:
             log_split = snakelog.time_split(snakelog.jobs(handle))
         split = pd.read_csv(work / "results" / "wall_split.csv")
-        contended = contended_runs(pd.read_csv(work / "results" / "runs.csv"))
+        runs = pd.read_csv(work / "results" / "runs.csv")
+        contended = contended_runs(runs)
         budgets = verdicts(wall_s, split, contended)
         args.out.mkdir(parents=True, exist_ok=True)
         write_csv(budgets, args.out / "budgets.csv")
@@ -171,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         info = (
             f"Measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on {os.cpu_count()} cores,"
             f" load average {load} before the demo; {wall_s:.0f} s of wall;"
-            f" {contended} of {len(pd.read_csv(work / 'results' / 'runs.csv'))} runs contended"
+            f" {contended} of {len(runs)} runs contended"
             " (the contention probe, runs.csv). One demo, one sample: no interval."
         )
         atomic.write_text(args.out / "budgets.md", markdown(budgets, log_split, split, info))

@@ -14,8 +14,6 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.harness_overhead import HARNESS
-from benchmarks.stats import Summary, interval_verdict
 from benchmarks.workflow_scale import AGGREGATE_TARGET_S, PLAN_TARGET_S
 from dlscale import catalog
 from dlscale.analysis.stats import median_interval
@@ -65,7 +63,7 @@ def median_coverage(n: int) -> float:
 
 def ratio_cell(row: Mapping[str, Any] | None, prefix: str = "ratio", mark: bool = True) -> str:
     """``median [low, high] n=N pass|miss|undecided`` of one framework x model ratio, for the
-    lead table (the mark: ``stats.interval_verdict``, the same as the csv's verdict)."""
+    lead table (the mark: the csv's own verdict, ``stats.interval_verdict``'s)."""
     if row is None:
         return "not measured"
     text = fmt_range(row, prefix, 3)
@@ -74,8 +72,7 @@ def ratio_cell(row: Mapping[str, Any] | None, prefix: str = "ratio", mark: bool 
         return f"failed: {failure}" if isinstance(failure, str) and failure else "no ratio"
     n = int(row.get(f"{prefix}_n") or 0)
     cell = f"{text} n={n}"
-    summary = Summary(*(float(row[f"{prefix}_{part}"]) for part in ("median", "low", "high")), n)
-    return f"{cell} **{interval_verdict(summary, HARNESS)}**" if mark else cell
+    return f"{cell} **{row['verdict']}**" if mark else cell
 
 
 def lead_section(table: pd.DataFrame | None) -> str:

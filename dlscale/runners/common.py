@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -97,7 +98,6 @@ class RunContext:
     # Things a person must see although the run succeeded (e.g. BigDL failing to gather the
     # trained model after every step was measured): they go into rank_end and run_end.
     warnings: list[str] = field(default_factory=list)
-    _heldout_available: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def rank(self) -> int:
@@ -119,15 +119,13 @@ class RunContext:
         """The held-out shard set beside the training one (``dlscale.data.shards.heldout_dir``)."""
         return heldout_dir(self.data_dir)
 
-    @property
+    @cached_property
     def heldout_available(self) -> bool:
         """Whether a held-out shard set lies beside the training data (real ImageNet shards
         from a user's listing have none yet: such a run evaluates nothing and says so).
         Looked up once per run: ``eval_due`` asks after every iteration, and a stat of the
         shard index there cost a small step ~1 % of its time (docs/bench-cells.md)."""
-        if self._heldout_available is None:
-            self._heldout_available = (self.heldout_dir / INDEX_NAME).is_file()
-        return self._heldout_available
+        return (self.heldout_dir / INDEX_NAME).is_file()
 
     def eval_due(self, iteration: int) -> bool:
         """Whether to evaluate once ``iteration`` (0-based) has trained: every
