@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, NoReturn
 
 from dlscale import quality
 from dlscale.data.shards import INDEX_NAME, heldout_dir
@@ -391,6 +391,21 @@ def parse_args(argv: list[str] | None = None) -> SimpleNamespace:
     args = parser.parse_args(argv)
     # A spec that is not a run (SpecError) fails here, before any framework starts.
     return SimpleNamespace(spec=RunSpec.from_json(args.spec_json), data=args.data, work_dir=args.work_dir)
+
+
+def exit_skipping_teardown(code: int) -> NoReturn:
+    """End the process now, without the interpreter's teardown, once the rank's end is written.
+
+    After ``rank_end`` the run's records are whole; what is left is destructors, and a
+    framework's native ones can abort there (torch/gloo: "terminate called without an
+    active exception", SIGABRT after every rank had written ``rank_end`` ok, 2026-12-05,
+    docs/teardown.md). The launcher would record that abort as the run's failure, and
+    ``srun --kill-on-bad-exit`` would kill the peers. Only for runners whose teardown
+    releases nothing outside the process (not MPI, whose ``MPI_Finalize`` must run).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(runner: ModuleType, argv: list[str] | None = None) -> int:

@@ -237,3 +237,32 @@ def test_killed_rank_fails_the_run_quickly(torch_py, mnist_shards, tmp_path):
     with pytest.raises(ProcessLookupError):  # rank 0 was stopped, not left behind
         rank0 = json.loads((work / "rank0.jsonl").read_text().splitlines()[0])["pid"]
         os.kill(rank0, 0)
+
+
+#: A rank whose interpreter teardown aborts (as gloo's native destructors did after a whole
+#: 2-node run under SLURM, docs/teardown.md): an exit handler that raises SIGABRT.
+ABORTING_TEARDOWN = (
+    "import atexit, os, runpy; atexit.register(os.abort);"
+    " runpy.run_module('dlscale.runners.torch', run_name='__main__')"
+)
+
+
+def lone_process_env() -> dict[str, str]:
+    """This process's environment without a launcher's placement: the rank runs alone."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("DLSCALE_", "SLURM_"))}
+
+
+def test_a_rank_that_wrote_its_end_exits_without_teardown(torch_py, mnist_shards, tmp_path):
+    """Once ``rank_end`` is written the rank exits at once (``exit_skipping_teardown``): an
+    abort in teardown would otherwise fail a run whose records are whole."""
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [str(torch_py), "-c", ABORTING_TEARDOWN, "--spec-json", json.dumps(spec(iterations=3, warmup=1)),
+         "--data", str(mnist_shards), "--work-dir", str(work)],
+        capture_output=True, text=True, timeout=300, env=lone_process_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    part = [json.loads(line) for line in (work / "rank0.jsonl").read_text().splitlines()]
+    [end] = [e for e in part if e["event"] == "rank_end"]
+    assert end["status"] == "ok", end
