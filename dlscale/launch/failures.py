@@ -18,6 +18,30 @@ def finished_ok(events: list[dict[str, Any]]) -> bool:
     return any(e.get("event") == "rank_end" and e.get("status") == "ok" for e in events)
 
 
+def exit_after_end(
+    label: str,
+    rank: int | None,
+    returncode: int,
+    parts: dict[int, list[dict[str, Any]]],
+    reporting_ranks: int,
+) -> str | None:
+    """The run's warning for a process that exited badly once what it speaks for had all
+    recorded a successful end, or None when its exit is the run's failure.
+
+    The measurement is whole then; what failed is the framework's way out (gloo's teardown
+    aborted after ``rank_end``, docs/teardown.md). A rank's own process: its part ended ok.
+    A process for many ranks (srun, mpirun): every rank's part ended ok, which is also what
+    srun's exit looks like when one task aborts on its way out and srun then ends the others.
+    """
+    if rank is not None:
+        return (
+            f"{label} finished, then exited with {returncode}" if finished_ok(parts.get(rank, [])) else None
+        )
+    if parts and len(parts) >= reporting_ranks and all(finished_ok(events) for events in parts.values()):
+        return f"{label} exited with {returncode} after every rank had recorded its end"
+    return None
+
+
 def where_it_stopped(events: list[dict[str, Any]]) -> str:
     """ "at iteration N" (the one a rank was in when it stopped) or "before its first iteration"."""
     iterations = [e["iteration"] for e in events if e.get("event") == "iteration"]

@@ -24,7 +24,12 @@ from dlscale import networks
 from dlscale.base.sysutil import free_port
 from dlscale.host import netns, placement, userns
 from dlscale.launch import records
-from dlscale.launch.failures import describe_failure, describe_group_failure, finished_ok, startup_failure
+from dlscale.launch.failures import (
+    describe_failure,
+    describe_group_failure,
+    exit_after_end,
+    startup_failure,
+)
 from dlscale.launch.network import describe_network, joiner, launch_mode, master_address, setup_network
 from dlscale.launch.process import relay_stderr, spawn, stop
 from dlscale.launch.records import read_parts, read_spec, run_settings
@@ -200,10 +205,13 @@ class Launch:
                 for index, code in bad:
                     process = self.plan.processes[index]
                     events = parts.get(process.rank, []) if process.rank is not None else []
-                    if process.rank is not None and finished_ok(events):
+                    after_end = exit_after_end(
+                        process.label, process.rank, code, parts, self.plan.reporting_ranks
+                    )
+                    if after_end is not None:
                         # Every event is in, then the framework crashed on its way out (gloo
                         # teardown): the measurement stands; note it and keep watching.
-                        self.exit_warnings[index] = f"{process.label} finished, then exited with {code}"
+                        self.exit_warnings[index] = after_end
                         codes[index] = 0
                     elif process.rank is None:
                         # srun/mpirun speak for many ranks: ask srun (what it printed last

@@ -125,6 +125,25 @@ def test_srun_first_report_names_the_rank_when_every_rank_was_killed():
     )
 
 
+def test_an_exit_after_every_rank_ended_ok_is_a_warning_not_the_runs_failure():
+    """srun exits 143 when one task aborts in teardown after every rank wrote its ok end
+    (docs/teardown.md): the measurement stands; any rank without an ok end makes it a failure."""
+    ok = {rank: rank_events(rank, 3, status="ok") for rank in (0, 1)}
+    assert (
+        failures.exit_after_end("srun (2 ranks)", None, 143, ok, reporting_ranks=2)
+        == "srun (2 ranks) exited with 143 after every rank had recorded its end"
+    )
+    assert (
+        failures.exit_after_end("rank 1", 1, -6, ok, reporting_ranks=2)
+        == "rank 1 finished, then exited with -6"
+    )
+    one_failed = {**ok, 1: rank_events(1, 3, status="failed", reason="loss became nan at iteration 2")}
+    no_end = {**ok, 1: rank_events(1, 2)}
+    for parts in (one_failed, no_end, {0: ok[0]}, {}):  # {0: ...}: rank 1 never started
+        assert failures.exit_after_end("srun (2 ranks)", None, 143, parts, reporting_ranks=2) is None
+    assert failures.exit_after_end("rank 1", 1, -6, no_end, reporting_ranks=2) is None
+
+
 # --- records: part files and the spec in, the run's events out ------------------------------
 
 
