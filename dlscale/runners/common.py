@@ -411,7 +411,8 @@ def exit_skipping_teardown(code: int) -> NoReturn:
 def main(runner: ModuleType, argv: list[str] | None = None) -> int:
     """Entry point of one rank: set up, train, and leave a rank_end event whatever happens.
 
-    ``runner`` is the framework's ``train`` module (``dlscale.runners.contract.Trainer``)."""
+    ``runner`` is the framework's ``train`` module (``dlscale.runners.contract.Trainer``);
+    one that sets ``EXITS_WITHOUT_TEARDOWN`` ends here (``exit_skipping_teardown``)."""
     args = parse_args(argv)
     for key, value in thread_environment(args.spec.threads_per_rank).items():
         os.environ.setdefault(key, value)
@@ -451,7 +452,10 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
 
         traceback.print_exc()
     end.write(status, reason, **({"warnings": ctx.warnings} if ctx.warnings else {}))
+    code = 0
     if status != "ok":
         print(f"[rank {where.rank}] FAILED: {reason}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+        code = 1
+    if getattr(runner, "EXITS_WITHOUT_TEARDOWN", False):
+        exit_skipping_teardown(code)
+    return code

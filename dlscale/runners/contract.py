@@ -68,7 +68,12 @@ class Settings(Protocol):
 
 @runtime_checkable
 class Trainer(Protocol):
-    """``train.py``: one rank (or driver) of a run, in the framework's venv."""
+    """``train.py``: one rank (or driver) of a run, in the framework's venv.
+
+    Optional: ``EXITS_WITHOUT_TEARDOWN = True`` ends the rank with ``os._exit`` once its
+    ``rank_end`` is written (``common.exit_skipping_teardown``), for a framework whose native
+    teardown can abort after a whole run; not for one whose teardown must run (MPI).
+    """
 
     def versions(self) -> dict[str, str]:
         """The framework's and its libraries' versions, for rank_start."""

@@ -253,7 +253,7 @@ def lone_process_env() -> dict[str, str]:
 
 
 def test_a_rank_that_wrote_its_end_exits_without_teardown(torch_py, mnist_shards, tmp_path):
-    """Once ``rank_end`` is written the rank exits at once (``exit_skipping_teardown``): an
+    """Once ``rank_end`` is written the rank exits at once (``EXITS_WITHOUT_TEARDOWN``): an
     abort in teardown would otherwise fail a run whose records are whole."""
     work = tmp_path / "work"
     work.mkdir()

@@ -85,6 +85,11 @@ def rendezvous(ctx: RunContext, dist: Any, timeout: timedelta) -> Any:
     )
 
 
+#: The rank exits without the interpreter's teardown once its end is written
+#: (``common.exit_skipping_teardown``): gloo's native destructors aborted there after a
+#: whole 2-node run (docs/teardown.md).
+EXITS_WITHOUT_TEARDOWN = True
+
 #: Longest wait of rank 0 (the TCPStore's server) for the others to have left, after a
 #: run whose every step completed; past it rank 0 exits anyway (the run's events are whole).
 LEAVE_TIMEOUT_S = 30.0
