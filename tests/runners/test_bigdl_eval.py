@@ -62,6 +62,9 @@ def test_segments_end_where_an_evaluation_is_due():
     assert segment_ends(run_spec(eval_every=5)) == [5, 10, 15, 20, 22]
     target = run_spec(eval_every=5, quality_target=TARGET, max_iterations=8)
     assert segment_ends(target) == [5, 10]
+    # Nothing to evaluate (no held-out set): one segment, whatever the spacing or target.
+    assert segment_ends(run_spec(eval_every=5), evaluates=False) == [22]
+    assert segment_ends(target, evaluates=False) == [10]
 
 
 def test_eval_batch_splits_over_the_partitions_and_is_never_below_the_global_batch():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import startup
-from benchmarks.common import bench_init, bench_spec, bench_studies, default_config, worker_command
+from benchmarks.common import bench_init, bench_iterations, bench_spec, bench_studies, default_config, worker_command
 from benchmarks.registry import FRAMEWORKS
 from dlscale import catalog
 from dlscale.data import initweights
@@ -34,6 +34,8 @@ def test_every_cell_of_make_bench_is_planned() -> None:
             spec = bench_spec(studies, framework, model)
             assert RunSpec.from_json(spec.to_json()) == spec
             assert (spec.framework, spec.model, spec.world_size) == (framework, model, 1)
+            # It trains the benchmark's steps, not the study's time-to-target run of them.
+            assert spec.total_iterations == sum(bench_iterations(model)), (framework, model)
             shared = config_init == "shared" and model in initweights.LAYOUTS
             assert spec.init == ("shared" if shared else "framework"), (framework, model)
             if spec.init == "shared":
@@ -41,7 +43,7 @@ def test_every_cell_of_make_bench_is_planned() -> None:
             planned.append(spec.run_id)
         for model in startup.STARTUP_MODELS:
             spec = bench_spec(studies, framework, model, iterations=(int(studies[model]["warmup"]), 5))
-            assert spec.iterations == 5
+            assert spec.iterations == 5 and spec.total_iterations == spec.warmup + 5
     assert len(planned) == len(trained) * len(catalog.MODEL_NAMES)
     # Every framework the default study runs has its benchmarks, and they cover every model.
     assert set(default_config()["frameworks"]) <= set(FRAMEWORKS)

@@ -47,9 +47,15 @@ from dlscale.runspec import RunSpec
 MNIST_EVAL_BATCH = 1000
 
 
-def segment_ends(spec: RunSpec) -> list[int]:
+def segment_ends(spec: RunSpec, evaluates: bool = True) -> list[int]:
     """The completed iteration counts (warm-up included) after which the run evaluates:
-    every ``eval_every`` and after the last (``RunSpec.eval_due``). Each ends a segment."""
+    every ``eval_every`` and after the last (``RunSpec.eval_due``). Each ends a segment.
+
+    A run that cannot evaluate (no held-out set beside its data) is one segment: a segment
+    exists only to evaluate between them, and each further ``optimize`` call costs BigDL a
+    restart (~0.4 s of LeNet's on 2 cores, docs/bench-cells.md) and a slower first step."""
+    if not evaluates:
+        return [spec.total_iterations]
     return [done for done in range(1, spec.total_iterations + 1) if spec.eval_due(done)]
 
 

@@ -453,7 +453,7 @@ def _optimize(
         if ctx.heldout_available
         else None
     )
-    ends = segment_ends(spec)
+    ends = segment_ends(spec, evaluates=heldout is not None)
     optimizer = Optimizer.create(
         model=model,
         training_set=rdd,
