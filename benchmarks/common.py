@@ -225,7 +225,9 @@ def bench_spec(
     study = studies[model]
     run = matrix.Run(framework, model, nodes, 1, matrix.batch_per_rank(study, model, nodes), 0)
     warmup, timed = iterations or bench_iterations(model)
-    spec = dataclasses.replace(matrix.run_spec(study, run), warmup=warmup, iterations=timed, quality_target=None)
+    spec = dataclasses.replace(
+        matrix.run_spec(study, run), warmup=warmup, iterations=timed, quality_target=None
+    )
     return dataclasses.replace(spec, options=runnable_options(spec))
 
 

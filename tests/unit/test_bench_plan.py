@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks import startup
-from benchmarks.common import bench_init, bench_iterations, bench_spec, bench_studies, default_config, worker_command
+from benchmarks.common import (
+    bench_init,
+    bench_iterations,
+    bench_spec,
+    bench_studies,
+    default_config,
+    worker_command,
+)
 from benchmarks.registry import FRAMEWORKS
 from dlscale import catalog
 from dlscale.data import initweights
