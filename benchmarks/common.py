@@ -218,8 +218,7 @@ def bench_spec(
 
     The study's quality target is dropped: with one, a run trains up to ``max_iterations``
     until an evaluation meets it, and the benchmarks' data has no held-out set to meet it
-    on, so every LeNet arm trained 300 timed iterations instead of the benchmark's
-    (2026-12-05, docs/bench-cells.md). A benchmark times a fixed number of steps."""
+    on. A benchmark times a fixed number of steps (the evidence: docs/bench-cells.md)."""
     from dlscale.study import matrix
 
     study = studies[model]

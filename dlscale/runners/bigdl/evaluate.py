@@ -7,7 +7,7 @@ evaluation is due (``segment_ends``), evaluate the model it returns, go on. BigD
 what a segment must carry over: the iteration count (its optimiser state's ``neval``),
 the cached training RDD, the weights (gathered into the driver's model, from which the
 next segment starts) and, with ``reserveOptim``, each executor's optimiser state (SGD's
-momentum buffer). A run without evaluations before its end is one segment, as before.
+momentum buffer). A run without evaluations before its end, or with no held-out set, is one segment.
 
 BigDL's own validation trigger (``set_validation``) is not used: its ``SeveralIteration``
 fires when ``neval`` (the next iteration's 1-based number) is a multiple, one iteration
@@ -53,7 +53,7 @@ def segment_ends(spec: RunSpec, evaluates: bool = True) -> list[int]:
 
     A run that cannot evaluate (no held-out set beside its data) is one segment: a segment
     exists only to evaluate between them, and each further ``optimize`` call costs BigDL a
-    restart (~0.4 s of LeNet's on 2 cores, docs/bench-cells.md) and a slower first step."""
+    restart and a slower first step (measured: docs/bench-cells.md)."""
     if not evaluates:
         return [spec.total_iterations]
     return [done for done in range(1, spec.total_iterations + 1) if spec.eval_due(done)]
