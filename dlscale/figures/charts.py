@@ -129,7 +129,8 @@ def _cells(cells: pd.DataFrame) -> pd.DataFrame:
     table = cells[cells["throughput"].notna()].copy()
     table["series"] = _series(table)
     table["marker"] = np.where(table["flag"].notna(), MARKERS[1], MARKERS[0])
-    table["flag"] = table["flag"].fillna("")
+    # A cells table with no flag at all reads its column as float (all NaN): text first.
+    table["flag"] = table["flag"].astype(object).fillna("")
     return table
 
 

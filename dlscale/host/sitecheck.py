@@ -139,10 +139,15 @@ def probe(argv: list[str]) -> int:
 
 
 # ------------------------------------------------------------- the checks (in the job)
-def srun(*argv: str, mpi: str | None = None) -> list[str]:
-    """One task on each of the first two nodes; the step dies with any task."""
+def srun(*argv: str, mpi: str | None = None, coupled: bool = True) -> list[str]:
+    """One task on each of the first two nodes.
+
+    ``coupled`` (the tasks talk to each other, so one's death would hang the other): the
+    step dies with any task. Otherwise every task runs to its end, and srun then waits for
+    what each said: a step force-terminated at one task's failure can lose that very task's
+    last words (SLURM's I/O forwarding races the kill), the line that names the node."""
     return [
-        "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+        "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", f"--kill-on-bad-exit={int(coupled)}",
         *((f"--mpi={mpi}",) if mpi else ()), *argv,
     ]  # fmt: skip
 
@@ -180,7 +185,7 @@ def checks(frameworks: list[str], envs_dir: Path, shared: Path, python: str) -> 
             f'test -x {venv} || {{ echo "$SLURMD_NODENAME: {venv} not found" >&2; exit 1; }};'
             f' exec {venv} -c "{code}"'
         )
-        planned.append((f"venv:{framework}", srun("sh", "-c", probe_cmd)))
+        planned.append((f"venv:{framework}", srun("sh", "-c", probe_cmd, coupled=False)))
     planned.append(("tcp", srun(*me, "tcp", str(shared))))
     if "caffe" in frameworks:
         venv = str(venv_python(envs_dir, "caffe"))
@@ -190,7 +195,7 @@ def checks(frameworks: list[str], envs_dir: Path, shared: Path, python: str) -> 
             'j=$(command -v java || echo "$JAVA_HOME/bin/java"); "$j" -version >/dev/null 2>&1'
             ' || { echo "$SLURMD_NODENAME: no working java ($j)" >&2; exit 1; }; echo "$SLURMD_NODENAME ok"'
         )
-        planned.append(("java", srun("sh", "-c", java)))
+        planned.append(("java", srun("sh", "-c", java, coupled=False)))
     return planned
 
 
