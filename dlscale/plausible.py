@@ -69,6 +69,8 @@ NONNEGATIVE_COLUMNS: tuple[str, ...] = (
     "throughput_max",
     "step_s_min",
     "step_s_max",
+    "step_drift",
+    "step_drift_p",
     "speedup",
     "efficiency",
     "time_to_target_s",

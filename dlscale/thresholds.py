@@ -120,6 +120,23 @@ THRESHOLDS: Mapping[str, Threshold] = MappingProxyType(
                 "share of step",
                 "1-rank exposed 'communication' above this is a fixed per-step overhead, not communication",
             ),
+            Threshold(
+                "step_drift",
+                1.0,
+                "late/early median step",
+                0.9,
+                1 / 0.9,
+                False,
+                "a run's timed steps are steady when the second half's median step is within this band"
+                " of the first half's (or the halves do not differ at step_drift_p); outside it the run"
+                " is flagged unsteady",
+            ),
+            _at_most(
+                "step_drift_p",
+                0.01,
+                "p-value",
+                "significance level of the Mann-Whitney test between a run's halves of timed steps",
+            ),
             _at_most(
                 "contended_share",
                 0.2,

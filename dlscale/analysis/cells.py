@@ -28,6 +28,10 @@ Values outside physics are **flagged** with their likely cause and **never crown
   table, from the run's contention probe, ``dlscale.host.contention``) is left out of its
   cell; a cell whose every repeat was contended is ``excluded`` from the findings, with
   the reason shown.
+* *unsteady*: repeats whose timed steps drifted (``runstats.unsteady``: the halves' median
+  steps differ beyond the ``step_drift`` band, e.g. a JVM still compiling) are counted in
+  the ``note``, not left out: the cell's numbers are what runs of that length measure,
+  and the note says they are not a steady state.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import pandas as pd
 
 from dlscale import catalog
 from dlscale.analysis.convergence import CELL_QUALITY_COLUMNS, cell_quality
+from dlscale.analysis.runstats import unsteady
 from dlscale.analysis.speedup import SPEEDUP_GROUP, baseline_nodes, batch_key, group_keys
 from dlscale.analysis.stats import (
     BASELINE,
@@ -216,6 +221,9 @@ def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
     ok = table["_ok"].to_numpy(dtype=bool)
     contended = table["contended"].to_numpy(dtype=bool)
     failed = ~table["status"].eq("ok").to_numpy(dtype=bool)
+    drifting = unsteady(table).to_numpy(dtype=bool)
+    drift = pd.to_numeric(table.get("step_drift", np.nan), errors="coerce")
+    drift = np.broadcast_to(np.asarray(drift, dtype="float64"), (len(table),))
     rows: list[dict[str, Any]] = []
     samples: list[np.ndarray] = []
     for key, positions in table.groupby(list(CELL_KEYS), sort=False, dropna=False).indices.items():
@@ -260,6 +268,8 @@ def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
             other_busy_share=_max(value["other_busy_share"][where]),
         )
         row.update(cell_quality(table.iloc[used]))
+        moved = used[drifting[used]]
+        row["_unsteady"] = (len(moved), len(used), _median(drift[moved]) if len(moved) else math.nan)
         rows.append(row)
         samples.append(value["throughput"][used])
     _add_ratios(rows, samples, confidence)
@@ -338,6 +348,12 @@ def _add_flags(rows: list[dict[str, Any]]) -> None:
             blocks.update(QUESTIONS)
         if row["failed_runs"] > 0:
             notes.append(f"{row['failed_runs']} failed run(s)")
+        moved, used, drift = row.pop("_unsteady", (0, 0, math.nan))
+        if moved:
+            notes.append(
+                f"unsteady: {moved} of {used} repeat(s) timed outside a steady state (second half's median"
+                f" step {fmt(drift)}x the first half's; runs.csv step_drift)"
+            )
         if row["interval"] in (RANGE_LOW_N, SINGLE_RUN):
             notes.append(f"low-n: {row['repeats'] or row['runs'] - row['failed_runs']} repeat(s)")
         share = row["exposed_comm_share"]

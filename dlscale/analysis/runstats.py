@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.stats import mannwhitneyu
+
+from dlscale.thresholds import threshold
 
 
 def run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
@@ -57,6 +60,9 @@ def run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
         throughput_max=("throughput", "max"),
     ).reindex(index)
     stats["timed_iterations"] = stats["timed_iterations"].fillna(0).astype("int64")
+    drift = step_drift(timed["step_s"], index)
+    stats["step_drift"] = drift["step_drift"]
+    stats["step_drift_p"] = drift["step_drift_p"]
     partial = (~per_iter["warmup"] & ~complete).groupby(run_of_iter).sum()
     stats["partial_iterations"] = partial.reindex(index).fillna(0).astype("int64")
 
@@ -65,6 +71,51 @@ def run_statistics(iterations: pd.DataFrame, n_runs: int) -> pd.DataFrame:
     stats["loss_last"] = last.reindex(index)
     stats["_duplicates"] = duplicated_runs
     return stats
+
+
+#: Fewest timed steps in each half for ``step_drift`` to be computed (a rank test on fewer
+#: cannot reach p < 0.01: with 5 and 5 the smallest two-sided p is 0.008).
+DRIFT_MIN_HALF = 5
+
+
+def step_drift(step_s: pd.Series, index: pd.Index) -> pd.DataFrame:
+    """Whether each run's timed steps were steady: ``step_drift``, the median step of the
+    second half of its timed iterations over the first half's (below 1: the steps got faster
+    while timed, as a JIT compiler or cold caches make them; above 1: slower), and
+    ``step_drift_p``, the two-sided Mann-Whitney U p-value that the halves differ.
+
+    Hoefler and Belli (SC15, rule 4: state the measured state) ask that a run be timed in a
+    known state; a run whose halves differ was timed partly before (or after) its steady
+    state, so its median step is neither the cold nor the warm figure. ``step_s``: the timed
+    steps, indexed by (run, iteration); the middle step of an odd count is in neither half.
+    NaN where a half has fewer than ``DRIFT_MIN_HALF`` steps.
+    """
+    out = pd.DataFrame({"step_drift": np.nan, "step_drift_p": np.nan}, index=index)
+    for run, steps in step_s.groupby(level=0, sort=False):
+        values = steps.sort_index().to_numpy(dtype="float64")
+        values = values[np.isfinite(values)]
+        half = len(values) // 2
+        if half < DRIFT_MIN_HALF:
+            continue
+        early, late = values[:half], values[-half:]
+        first = float(np.median(early))
+        if first <= 0:
+            continue
+        out.at[run, "step_drift"] = float(np.median(late)) / first
+        out.at[run, "step_drift_p"] = float(mannwhitneyu(early, late, alternative="two-sided").pvalue)
+    return out
+
+
+def unsteady(runs: pd.DataFrame) -> pd.Series:
+    """Runs whose timed steps drifted: ``step_drift`` outside the ``step_drift`` threshold's
+    band and the halves different at ``step_drift_p`` below its significance level."""
+    if "step_drift" not in runs:
+        return pd.Series(False, index=runs.index)
+    drift = pd.to_numeric(runs["step_drift"], errors="coerce")
+    p = pd.to_numeric(runs["step_drift_p"], errors="coerce")
+    band = threshold("step_drift")
+    beyond = drift.map(band.fails).astype(bool)
+    return beyond & p.lt(threshold("step_drift_p").value).fillna(False).astype(bool)
 
 
 def loss_curve(iterations: pd.DataFrame, run_key: str = "run_id") -> pd.DataFrame:

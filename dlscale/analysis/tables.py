@@ -22,7 +22,9 @@ How a run's numbers are made (the definitions the figures and the report rely on
   out of every statistic except the loss curve.
 * Per run, each quantity is the **median over timed iterations** (robust to the odd slow
   step from a noisy neighbour); ``step_s_min``/``step_s_max`` and
-  ``throughput_min``/``throughput_max`` give the spread.
+  ``throughput_min``/``throughput_max`` give the spread, and ``step_drift`` (with its
+  Mann-Whitney ``step_drift_p``) whether the steps were steady: the second half's median
+  step over the first half's (``dlscale.analysis.runstats.step_drift``).
 * Throughput is global samples per second: the samples of one iteration summed over the
   ranks that report it, divided by that iteration's ``step_s``, median over iterations.
   Summing reported samples also serves frameworks whose logs report one global number
@@ -81,7 +83,7 @@ from dlscale.analysis import evals
 from dlscale.analysis.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
 from dlscale.analysis.eventchecks import check_iterations, check_run_start, check_schema, missing_reports
 from dlscale.analysis.readevents import RunEvents, read_run
-from dlscale.analysis.runstats import decide_status, run_statistics
+from dlscale.analysis.runstats import decide_status, run_statistics, unsteady
 from dlscale.analysis.speedup import add_speedup
 from dlscale.events import EventError
 from dlscale.host import roofline
@@ -101,6 +103,8 @@ STEP_COLUMNS: tuple[str, ...] = (
     "step_s",
     "step_s_min",
     "step_s_max",
+    "step_drift",
+    "step_drift_p",
     "compute_s",
     "comm_s",
     "exposed_comm_s",
@@ -469,7 +473,9 @@ def run_flags(runs: pd.DataFrame) -> pd.Series:
     ``contended``: the host's CPUs were busy with other work during the run (its
     contention probe's ``other_busy_share``); one rank with an exposed "communication"
     share that fails the ``fixed_overhead_share`` threshold: fixed per-iteration overhead, nothing is
-    communicated with one rank. Cell-level flags (superlinear efficiency) are in
+    communicated with one rank; ``unsteady``: the halves of its timed steps differ beyond
+    the ``step_drift`` band (``runstats.unsteady``), so its median step is neither the
+    cold nor the warm figure. Cell-level flags (superlinear efficiency) are in
     ``dlscale.analysis.cells``.
     """
     empty = pd.Series("", index=runs.index, dtype=object)
@@ -488,8 +494,21 @@ def run_flags(runs: pd.DataFrame) -> pd.Series:
         f"fixed overhead: exposed 'communication' is {v:.0%} of the step with one rank"
         for v in exposed[fixed]
     ]
-    both = busy.ne("") & overhead.ne("")
-    flags = busy + np.where(both, "; ", "") + overhead
+    drifted = empty.copy()
+    moved = unsteady(runs)  # all False without step_drift (a table from before it)
+    drifted[moved] = (
+        []
+        if not moved.any()
+        else [
+            f"unsteady: the second half of its timed steps ran at {d:.2f}x the first half's median step"
+            f" (Mann-Whitney p={p:.1g}): timed partly outside a steady state"
+            f" ({'still warming up: JIT compilation, cold caches' if d < 1 else 'slowed while timed'})"
+            for d, p in zip(runs.loc[moved, "step_drift"], runs.loc[moved, "step_drift_p"], strict=True)
+        ]
+    )
+    flags = empty.copy()
+    for part in (busy, overhead, drifted):
+        flags = flags + np.where(flags.ne("") & part.ne(""), "; ", "") + part
     return flags.where(flags.ne(""), None).astype(object)
 
 
