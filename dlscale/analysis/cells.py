@@ -352,7 +352,7 @@ def _add_flags(rows: list[dict[str, Any]]) -> None:
         if moved:
             notes.append(
                 f"unsteady: {moved} of {used} repeat(s) timed outside a steady state (second half's median"
-                f" step {fmt(drift)}x the first half's; runs.csv step_drift)"
+                f" step {fmt(drift)}x the first half's, runs.csv step_drift)"
             )
         if row["interval"] in (RANGE_LOW_N, SINGLE_RUN):
             notes.append(f"low-n: {row['repeats'] or row['runs'] - row['failed_runs']} repeat(s)")

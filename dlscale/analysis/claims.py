@@ -144,6 +144,12 @@ def claims(
                 continue
             _ran_with(row, runs, claim.framework, setup)
             verdict, reason, entry = judge(entries, claim.framework, higher != claim.worst)
+            unsteady = _unsteady(mine, claim.framework, nodes)
+            if unsteady:
+                reason += (
+                    f"; {_label(claim.framework)}'s {unsteady}: the verdict is for runs of this length,"
+                    " not for its steady speed"
+                )
             row["verdict"], row["reason"] = verdict, reason
             if entry is not None:
                 row.update(value=entry.value, low=entry.low, high=entry.high, repeats=entry.repeats)
@@ -160,6 +166,17 @@ def claims(
     for name in ("nodes", "ranks_per_node", "batch", "repeats"):
         table[name] = table[name].astype("Int64")
     return table
+
+
+def _unsteady(cells: pd.DataFrame, framework: str, nodes: Any) -> str | None:
+    """The ``unsteady: ...`` part of the claimed framework's cell note at the claim's node
+    count (its repeats timed while warming up or slowed: ``dlscale.analysis.cells``)."""
+    mine = cells[cells["framework"].eq(framework) & cells["nodes"].eq(nodes)]
+    for note in mine["note"].dropna():
+        for part in str(note).split("; "):
+            if part.startswith("unsteady: "):
+                return part
+    return None
 
 
 def _ran_with(row: dict[str, Any], runs: pd.DataFrame | None, framework: str, setup: tuple[Any, ...]) -> None:

@@ -84,3 +84,21 @@ def test_a_small_but_significant_drift_is_not_flagged(tmp_path: Path) -> None:
     runs, _ = tables.load_events([run_of(tmp_path, steps)])
     assert runs.at[0, "step_drift_p"] < 0.01
     assert pd.isna(runs.at[0, "flag"])
+
+
+def test_a_claim_on_an_unsteady_framework_says_so(tmp_path: Path) -> None:
+    from dlscale.analysis.claims import claims
+
+    rng = np.random.default_rng(9)
+    paths = []
+    for repeat in range(3):
+        events = [iteration(0, i, s, loss=1.0) for i, s in enumerate(noisy(rng, np.linspace(0.15, 0.05, 40)))]
+        paths.append(write_run(tmp_path, events, framework="bigdl", repeat=repeat))
+        events = [iteration(0, i, s, loss=1.0) for i, s in enumerate(noisy(rng, np.full(40, 0.01)))]
+        paths.append(write_run(tmp_path, events, framework="torch", repeat=repeat))
+    runs, _ = tables.load_events(paths)
+    table = claims(cells(runs), runs=runs)
+    fastest = table[table["claim"].eq("BigDL computes fastest")].iloc[0]
+    assert fastest["verdict"] == "contradicted"
+    assert "BigDL's unsteady: 3 of 3 repeat(s)" in fastest["reason"]
+    assert "not for its steady speed" in fastest["reason"]
