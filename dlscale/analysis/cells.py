@@ -222,8 +222,11 @@ def cells(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
     contended = table["contended"].to_numpy(dtype=bool)
     failed = ~table["status"].eq("ok").to_numpy(dtype=bool)
     drifting = unsteady(table).to_numpy(dtype=bool)
-    drift = pd.to_numeric(table.get("step_drift", np.nan), errors="coerce")
-    drift = np.broadcast_to(np.asarray(drift, dtype="float64"), (len(table),))
+    drift = (
+        pd.to_numeric(table["step_drift"], errors="coerce").to_numpy(dtype="float64")
+        if "step_drift" in table
+        else np.full(len(table), np.nan)
+    )
     rows: list[dict[str, Any]] = []
     samples: list[np.ndarray] = []
     for key, positions in table.groupby(list(CELL_KEYS), sort=False, dropna=False).indices.items():
@@ -319,6 +322,18 @@ def _add_ratios(rows: list[dict[str, Any]], samples: list[np.ndarray], confidenc
             row[f"efficiency{name}"] = row[f"speedup{name}"] / row["ideal_speedup"]
 
 
+#: How a cell's note starts its part on unsteady repeats (read back by ``unsteady_part``).
+UNSTEADY = "unsteady: "
+
+
+def unsteady_part(note: object) -> str | None:
+    """The part of a cell's ``note`` on its unsteady repeats, or None (notes join parts
+    with "; ", and that part holds none)."""
+    if not isinstance(note, str):
+        return None
+    return next((part for part in note.split("; ") if part.startswith(UNSTEADY)), None)
+
+
 def _add_flags(rows: list[dict[str, Any]]) -> None:
     """``excluded``, ``flag``, ``not_crowned_for`` and ``note`` of every cell, in place."""
     fixed = {
@@ -351,7 +366,7 @@ def _add_flags(rows: list[dict[str, Any]]) -> None:
         moved, used, drift = row.pop("_unsteady", (0, 0, math.nan))
         if moved:
             notes.append(
-                f"unsteady: {moved} of {used} repeat(s) timed outside a steady state (second half's median"
+                f"{UNSTEADY}{moved} of {used} repeat(s) timed outside a steady state (second half's median"
                 f" step {fmt(drift)}x the first half's, runs.csv step_drift)"
             )
         if row["interval"] in (RANGE_LOW_N, SINGLE_RUN):

@@ -17,7 +17,14 @@ import numpy as np
 import pandas as pd
 
 from dlscale import catalog
-from dlscale.analysis.cells import BEST_COMMUNICATION, BEST_SCALING, FASTEST_COMPUTE, QUESTIONS, empty_table
+from dlscale.analysis.cells import (
+    BEST_COMMUNICATION,
+    BEST_SCALING,
+    FASTEST_COMPUTE,
+    QUESTIONS,
+    empty_table,
+    unsteady_part,
+)
 from dlscale.analysis.findings import Competitor, better, comparison_groups, competitors
 from dlscale.analysis.speedup import COMPARISON_GROUP
 from dlscale.analysis.stats import separated
@@ -169,14 +176,10 @@ def claims(
 
 
 def _unsteady(cells: pd.DataFrame, framework: str, nodes: Any) -> str | None:
-    """The ``unsteady: ...`` part of the claimed framework's cell note at the claim's node
-    count (its repeats timed while warming up or slowed: ``dlscale.analysis.cells``)."""
+    """The unsteady part of the claimed framework's cell note at the claim's node count (its
+    repeats timed while warming up or slowed: ``dlscale.analysis.cells.unsteady_part``)."""
     mine = cells[cells["framework"].eq(framework) & cells["nodes"].eq(nodes)]
-    for note in mine["note"].dropna():
-        for part in str(note).split("; "):
-            if part.startswith("unsteady: "):
-                return part
-    return None
+    return next(filter(None, map(unsteady_part, mine["note"])), None)
 
 
 def _ran_with(row: dict[str, Any], runs: pd.DataFrame | None, framework: str, setup: tuple[Any, ...]) -> None:

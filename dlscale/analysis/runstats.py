@@ -91,8 +91,8 @@ def step_drift(step_s: pd.Series, index: pd.Index) -> pd.DataFrame:
     NaN where a half has fewer than ``DRIFT_MIN_HALF`` steps.
     """
     out = pd.DataFrame({"step_drift": np.nan, "step_drift_p": np.nan}, index=index)
-    for run, steps in step_s.groupby(level=0, sort=False):
-        values = steps.sort_index().to_numpy(dtype="float64")
+    for run, steps in step_s.sort_index().groupby(level=0, sort=False):
+        values = steps.to_numpy(dtype="float64")
         values = values[np.isfinite(values)]
         half = len(values) // 2
         if half < DRIFT_MIN_HALF:

@@ -496,16 +496,13 @@ def run_flags(runs: pd.DataFrame) -> pd.Series:
     ]
     drifted = empty.copy()
     moved = unsteady(runs)  # all False without step_drift (a table from before it)
-    drifted[moved] = (
-        []
-        if not moved.any()
-        else [
+    if moved.any():
+        drifted[moved] = [
             f"unsteady: the second half of its timed steps ran at {d:.2f}x the first half's median step"
             f" (Mann-Whitney p={p:.1g}): timed partly outside a steady state"
             f" ({'still warming up: JIT compilation, cold caches' if d < 1 else 'slowed while timed'})"
             for d, p in zip(runs.loc[moved, "step_drift"], runs.loc[moved, "step_drift_p"], strict=True)
         ]
-    )
     flags = empty.copy()
     for part in (busy, overhead, drifted):
         flags = flags + np.where(flags.ne("") & part.ne(""), "; ", "") + part
