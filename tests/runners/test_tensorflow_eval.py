@@ -1,8 +1,9 @@
 """The TensorFlow runner's held-out evaluation and time to target, for real (issue 34).
 
 Real runs through the launcher on real MNIST, as tests/runners/test_tensorflow_runner.py starts
-them: rank 0 (ps mode: the chief) evaluates LeNet on the 10,000 test images between
-steps, eval time is kept out of the training clock, a run at learning rate 0 stays at
+them: every MWMS worker evaluates its share of LeNet's 10,000 test images and rank 0
+records the sum (checked against the whole set on the same weights; ps mode: the chief
+evaluates the whole set), between steps, eval time is kept out of the training clock, a run at learning rate 0 stays at
 chance, and a run with a quality target stops at the first evaluation that meets it, on
 every rank at once. No timing threshold is asserted: only that the clocks are kept apart.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.heldout_shares import SCRIPT_HEAD, run_and_check
 from helpers.paths import framework_python
 from helpers.tensorflow_runs import iterations_of, launch, spec
 
@@ -134,3 +136,45 @@ def test_ps_chief_evaluates_and_scales_each_workers_update(tf_py, mnist_shards, 
     assert evals[-1]["value"] >= 0.5 and len(iters) == evals[-1]["iteration"] < 62
     runs, _ = tables.load_events([tmp_path / "events.jsonl"])
     assert runs.iloc[0]["status"] == "ok" and bool(runs.iloc[0]["reached_target"]) is True
+
+
+#: In the TensorFlow venv: each model's held-out sums, the whole set at once and in 2 and 3
+#: workers' shares (each share loaded and converted as every MWMS worker's Evaluator does),
+#: on the same weights.
+SHARDED = (
+    SCRIPT_HEAD
+    + """
+import tensorflow as tf
+from dlscale.data.shards import ShardSet
+from dlscale.runners.tensorflow.evaluate import Evaluator
+from dlscale.runners.tensorflow.models import build_model
+out = {}
+for spec, ctx in contexts():
+    tf.keras.utils.set_random_seed(3)
+    train = ShardSet(ctx.data_dir)
+    model = build_model(spec.model, tuple(train.image_shape))
+    def evaluator(rank=0, world=1):
+        return Evaluator(tf, ctx, model, tuple(train.image_shape), train.mean, train.std, rank, world)
+    whole = evaluator()
+    found = {"whole": whole.evaluate()}
+    try:
+        evaluator(0, 2).evaluate()
+    except RuntimeError:
+        pass
+    else:
+        raise SystemExit("a share alone gave a metric of its own")
+    for world in (2, 3):
+        parts = [evaluator(rank, world).sums() for rank in range(world)]
+        found[world] = whole.results({k: sum(p[k] for p in parts) for k in parts[0]})
+    out[spec.model] = found
+print(json.dumps(out))
+"""
+)
+
+
+def test_shares_summed_give_the_whole_sets_metric_on_the_same_weights(tf_py, mnist_shards, tmp_path):
+    """What an MWMS run records (every worker's share, the sums all-reduced) is the metric
+    of the whole set evaluated at once, on the same weights (LeNet and AutoEncoder); a
+    share alone has no metric of its own."""
+    specs = [spec(model=m) for m in ("lenet", "autoencoder")]
+    run_and_check(tf_py, SHARDED, specs, mnist_shards, tmp_path)

@@ -23,8 +23,9 @@ less its timed parts (TensorFlow's import: ``import_s``); the launcher's ``start
 the whole run's.
 
 Held-out quality (``evaluate.py``): after each iteration the spec's ``eval_due`` names,
-rank 0 evaluates its replica, between steps (nothing of it is timed in any iteration);
-with a quality target it shares its decision to stop through the same one-float all-reduce
+every worker evaluates its replica on its share of the held-out set and a float64 sum
+all-reduce adds the shares, between steps (nothing of it is timed in any iteration);
+rank 0 records the whole set's metric; with a quality target it shares its decision to stop through the same one-float all-reduce
 as the barrier, so every rank stops after the same iteration.
 
 A dead peer does not hang a worker: collectives carry ``timeout_seconds`` (the
@@ -39,6 +40,7 @@ import os
 import time
 from typing import Any
 
+from dlscale import quality
 from dlscale.runners.common import RunContext, startup_seconds
 from dlscale.runners.tensorflow import batches as batches_mod
 from dlscale.runners.tensorflow import cluster as cluster_mod
@@ -127,23 +129,37 @@ def train(ctx: RunContext, tf: Any) -> None:
         for var, value in zip(variables, steps.unflatten(tf, weights, variables), strict=True):
             var.assign(value)
         barrier_fn(tf.constant(0.0))
+        # The held-out shares' sums (top-k hits, squared errors), added in float64: traced
+        # here with the others, run only between steps.
+        sums_spec = tf.TensorSpec([len(quality.metrics_of(spec.model))], tf.float64)
+        shares_fn = steps.sum_all_reduce(tf, strategy, sums_spec)
+        shares_fn.get_concrete_function()
+
+        def add_shares(sums: Any) -> Any:
+            return strategy.experimental_local_results(shares_fn(tf.constant(sums)))[0].numpy()
+    else:
+        add_shares = None
     # The rank's start to its first step: connect, trace, broadcast (its import: import_s)
     setup_s = time.time() - ctx.started - sum(startup_seconds().values())
 
     comm_bytes = size * 4 if distributed else 0
     last = ctx.total_iterations - 1
     targeted = spec.quality_target is not None
-    evaluate = (
-        Evaluator(tf, ctx, model, batches.image_shape, batches.mean, batches.std) if ctx.rank == 0 else None
-    )
+    evaluate = Evaluator(
+        tf, ctx, model, batches.image_shape, batches.mean, batches.std,
+        rank=ctx.rank, world=world, add_shares=add_shares,
+    )  # fmt: skip
 
     def stops(iteration: int) -> bool:
-        """Evaluate (rank 0) after ``iteration``; whether every rank stops training now.
+        """Evaluate (every worker its share) after ``iteration``; whether every rank stops.
 
         Rank 0 alone decides, and with a target its decision reaches every rank through
         a sum all-reduce of one float (1 from rank 0 when the target is met, 0 elsewhere),
         outside every timed step: all ranks stop at the same iteration."""
-        met = evaluate(iteration) if evaluate is not None else False
+        try:
+            met = evaluate(iteration)
+        except tf.errors.OpError as err:  # the shares' all-reduce
+            raise CollectiveFailed(iteration, err) from None
         if not (targeted and distributed and iteration < last):
             return met
         try:
