@@ -25,13 +25,14 @@ try:
     if previous:
         with open(previous if isinstance(previous, str) else previous[0], encoding="utf-8") as handle:
             dropped = json.load(handle)["status"]
-    samples, failed = choice.race_samples(events)
+    samples, failed, unlearned = choice.race_samples(events)
     check = choice.race(
         samples,
         default=next(iter(settings)),
         budget=int(snakemake.params.budget),
         dropped=dropped,
         failed=failed,
+        unlearned=unlearned,
     )
     check["done"] = int(snakemake.wildcards.done)
     for sid, state in check["status"].items():

@@ -4,7 +4,9 @@ The median throughput over each setting's repeats (the repeats are the samples; 
 value is its median over timed iterations), with the interval of
 ``dlscale.analysis.stats.median_interval``. Failed and contended runs are left out (a setting that
 fails to start, e.g. an engine that refuses a layer, is recorded with its reason and never
-chosen). Runs inside the tuning rule's job (pandas, scipy), never at DAG time.
+chosen), and so is a setting any of whose runs ended ok without its model learning (its
+final held-out quality no better than chance, ``dlscale.quality.learned``): a speed bought
+by not training is no gain, so such a setting is dropped and never chosen. Runs inside the tuning rule's job (pandas, scipy), never at DAG time.
 
 Racing (``race``, one check per round of the tuning stage): after each round every
 setting still in contention is judged against the default. It **wins** when the 95 %
@@ -27,6 +29,9 @@ import os
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from dlscale.analysis.stats import BOOTSTRAP, median_interval, ratio_interval, separated
 from dlscale.analysis.tables import load_events
@@ -57,14 +62,17 @@ def choose(
     samples: dict[str, list[float]] = {}
     race_samples: dict[str, list[float]] = {}
     failed: set[str] = set()
+    unlearned: set[str] = set()
     for sid, setting in settings.items():
         runs, _ = load_events([str(p) for p in events.get(sid, ())])
-        usable = runs[runs["status"].eq("ok") & ~runs["contended"].astype(bool)]
+        usable = runs[_usable(runs)]
         values = [float(v) for v in usable["throughput"]]
         interval = median_interval(values)
         raced = _race_values(runs)
         if len(runs) and not runs["status"].eq("ok").any():
             failed.add(sid)
+        if _did_not_learn(runs).any():
+            unlearned.add(sid)
         fraction = math.nan
         if len(usable):
             first = usable.iloc[0]
@@ -80,6 +88,7 @@ def choose(
                 "ok_runs": len(values),
                 "failed": sorted({str(r) for r in runs.loc[runs["status"].ne("ok"), "reason"]}),
                 "contended_runs": int(runs["contended"].astype(bool).sum()),
+                "not_learned_runs": int(_did_not_learn(runs).sum()),
                 "throughput": _num(interval.value),
                 "low": _num(interval.low),
                 "high": _num(interval.high),
@@ -90,7 +99,7 @@ def choose(
         )
     if race_record is None:
         spent = max(1, sum(len(v) for v in race_samples.values()))
-        race_record = race(race_samples, default, budget=spent, failed=failed)
+        race_record = race(race_samples, default, budget=spent, failed=failed, unlearned=unlearned)
     status = race_record["status"]
     chosen, reason = decide(samples, default, status)
     for row in rows:
@@ -113,25 +122,41 @@ def choose(
     }
 
 
+def _did_not_learn(runs: Any) -> Any:
+    """Per run: it ended ok, and its final held-out quality says its model did not learn
+    (``learned`` False; None, unknown, is not held against it)."""
+    learned = runs["learned"] if "learned" in runs else pd.Series(None, index=runs.index, dtype=object)
+    return runs["status"].eq("ok") & learned.map(lambda v: v is False or v is np.False_)
+
+
+def _usable(runs: Any) -> Any:
+    """Per run: a sample of the setting's speed (ok, uncontended, and its model learned)."""
+    return runs["status"].eq("ok") & ~runs["contended"].astype(bool) & ~_did_not_learn(runs)
+
+
 def _race_values(runs: Any) -> list[float]:
-    """The race's samples of a setting's runs: one per run, NaN for a failed or contended
-    one (it was spent, and says nothing of the setting's speed)."""
-    usable = runs["status"].eq("ok") & ~runs["contended"].astype(bool)
-    return [float(v) if ok else math.nan for v, ok in zip(runs["throughput"], usable, strict=True)]
+    """The race's samples of a setting's runs: one per run, NaN for a failed, contended or
+    unlearned one (it was spent, and says nothing of the setting's speed)."""
+    return [float(v) if ok else math.nan for v, ok in zip(runs["throughput"], _usable(runs), strict=True)]
 
 
 def race_samples(
     events: Mapping[str, Sequence[str | os.PathLike[str]]],
-) -> tuple[dict[str, list[float]], set[str]]:
-    """setting id -> the race's samples of its runs' events files, and the settings none
-    of whose runs ended ok (``race``'s ``samples`` and ``failed``)."""
-    out, failed = {}, set()
+) -> tuple[dict[str, list[float]], set[str], set[str]]:
+    """setting id -> the race's samples of its runs' events files; the settings none of
+    whose runs ended ok; the settings with a run that ended ok without its model learning
+    (``race``'s ``samples``, ``failed`` and ``unlearned``)."""
+    out: dict[str, list[float]] = {}
+    failed: set[str] = set()
+    unlearned: set[str] = set()
     for sid, paths in events.items():
         runs, _ = load_events([str(p) for p in paths])
         out[sid] = _race_values(runs)
         if len(runs) and not runs["status"].eq("ok").any():
             failed.add(sid)
-    return out, failed
+        if _did_not_learn(runs).any():
+            unlearned.add(sid)
+    return out, failed, unlearned
 
 
 def _num(value: float) -> float | None:
@@ -153,7 +178,11 @@ def decide(
         failed = {sid for sid, values in samples.items() if values and all(math.isnan(v) for v in values)}
         status = race(samples, default, budget=spent, failed=failed)["status"]
     intervals = {sid: median_interval(values) for sid, values in samples.items()}
-    ok = {sid: iv for sid, iv in intervals.items() if not math.isnan(iv.value)}
+    ok = {
+        sid: iv
+        for sid, iv in intervals.items()
+        if not math.isnan(iv.value) and status.get(sid, {}).get("state") != UNLEARNED
+    }
     if default not in ok:
         if not ok:
             return default, "no setting has an ok, uncontended run: the default stays"
@@ -181,6 +210,8 @@ def verdict(row: Mapping[str, Any], chosen: str) -> str:
         return f"dropped after {after}: clearly worse ({gain}n={n})"
     if state == FAILED:
         return f"dropped after {after}: every run failed"
+    if state == UNLEARNED:
+        return f"dropped after {after}: its model did not learn ({row.get('not_learned_runs', '?')} run(s))"
     if state == BUDGET:
         return f"budget spent: undecided ({gain}n={n})"
     if row["id"] == chosen:
@@ -193,9 +224,10 @@ CONTENTION = "in contention"
 WON = "won"
 WORSE = "clearly worse"
 FAILED = "failed"
+UNLEARNED = "did not learn"
 BUDGET = "budget spent: undecided"
 #: The states after which a setting is measured no more (carried from check to check).
-DROPPED = (WORSE, FAILED)
+DROPPED = (WORSE, FAILED, UNLEARNED)
 
 
 def race(
@@ -204,6 +236,7 @@ def race(
     budget: int,
     dropped: Mapping[str, Mapping[str, Any]] | None = None,
     failed: Collection[str] = (),
+    unlearned: Collection[str] = (),
 ) -> dict[str, Any]:
     """One racing check (module docstring) after a round of the tuning stage.
 
@@ -211,7 +244,9 @@ def race(
     ``default`` the default's id, ``budget`` the most runs of this (framework, model), all
     settings together; ``dropped``: the states of settings an earlier check dropped (they
     stay dropped: their samples no longer grow); ``failed``: the settings none of whose runs
-    so far ended ok (dropped; a setting whose runs were only contended races on). Returns ``more`` (run another round),
+    so far ended ok (dropped; a setting whose runs were only contended races on);
+    ``unlearned``: the settings with a run that ended ok without its model learning
+    (dropped: never chosen, whatever its speed). Returns ``more`` (run another round),
     ``next`` (the ids that round runs, the default first), ``runs`` (spent so far) and
     ``status``: id -> {state, n (its ok runs), after (its runs when it stopped)}.
     """
@@ -234,6 +269,8 @@ def race(
         state = CONTENTION
         if values and sid in failed:
             state = FAILED
+        elif sid in unlearned:
+            state = UNLEARNED
         elif separated(base, median_interval(values), higher=True):
             state = WORSE
         else:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dlscale import quality
 from dlscale.events import write_atomic
 
 
@@ -177,3 +178,60 @@ def steady_run(
         for rank in range(world)
     ]
     return write_run(root, events, nodes=nodes, **{"batch": batch, **kwargs})
+
+
+def run_with_evals(
+    root: Path,
+    *,
+    framework: str = "torch",
+    model: str = "lenet",
+    nodes: int = 1,
+    repeat: int = 0,
+    step_s: float = 0.01,
+    iterations: int = 6,
+    warmup: int = 1,
+    evals: list[tuple[int, float]] | None = None,
+    metric: str | None = None,
+    target: dict[str, Any] | None = None,
+    eval_overrides: dict[str, Any] | None = None,
+) -> Path:
+    """One run: ``iterations`` training iterations (the first ``warmup`` of them warm-up) and
+    rank 0's evaluations ``(iterations completed, value)`` with the training clock they had."""
+    run_id = f"{framework}/{model}/n{nodes}x1/b64/r{repeat}"
+    spec: dict[str, Any] = {"run_id": run_id, "iterations": iterations - warmup, "warmup": warmup}
+    if target is not None:
+        spec["quality_target"] = target
+    start = {
+        "event": "run_start", "run_id": run_id, "framework": framework, "model": model, "dataset": "mnist",
+        "nodes": nodes, "ranks_per_node": 1, "batch": 64, "global_batch": 64 * nodes, "repeat": repeat,
+        "scaling": "weak", "world_size": nodes, "hosts": [f"cn{r}" for r in range(nodes)],
+        "threads_per_rank": 1, "versions": {}, "config_sha256": "c0ffee", "git_sha": "deadbeef",
+        "time": 1000.0, "spec": spec,
+    }  # fmt: skip
+    events: list[dict[str, Any]] = [start]
+    for index in range(iterations):
+        for rank in range(nodes):
+            events.append(
+                {
+                    "event": "iteration",
+                    "rank": rank,
+                    "iteration": index,
+                    "samples": 64,
+                    "step_s": step_s,
+                    "compute_s": step_s,
+                    "comm_s": 0.0,
+                    "loss": 1.0,
+                    "time": 1001.0 + index,
+                    "warmup": index < warmup,
+                }  # fmt: skip
+            )
+    name = metric or quality.primary_metric(model)
+    for done, value in evals or []:
+        event = {
+            "event": "eval", "rank": 0, "iteration": done, "split": "test", "metric": name, "value": value,
+            "samples": 10000, "eval_s": 0.5, "train_s": step_s * max(0, done - warmup), "time": 1050.0 + done,
+        }  # fmt: skip
+        event.update(eval_overrides or {})
+        events.append(event)
+    events.append({"event": "run_end", "status": "ok", "reason": None, "time": 1100.0})
+    return write_atomic(root / run_id / "events.jsonl", events)

@@ -15,70 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.events import run_with_evals
 
 from dlscale import quality
 from dlscale.analysis import aggregate, convergence, tables
 from dlscale.analysis.evals import Target, parse_target
-from dlscale.events import EventError, write_atomic
+from dlscale.events import EventError
 from dlscale.figures.quality import make_quality_figures
-
-
-def run_events(
-    root: Path,
-    *,
-    framework: str = "torch",
-    model: str = "lenet",
-    nodes: int = 1,
-    repeat: int = 0,
-    step_s: float = 0.01,
-    iterations: int = 6,
-    warmup: int = 1,
-    evals: list[tuple[int, float]] | None = None,
-    metric: str | None = None,
-    target: dict[str, Any] | None = None,
-    eval_overrides: dict[str, Any] | None = None,
-) -> Path:
-    """One run: ``iterations`` training iterations (the first ``warmup`` of them warm-up) and
-    rank 0's evaluations ``(iterations completed, value)`` with the training clock they had."""
-    run_id = f"{framework}/{model}/n{nodes}x1/b64/r{repeat}"
-    spec: dict[str, Any] = {"run_id": run_id, "iterations": iterations - warmup, "warmup": warmup}
-    if target is not None:
-        spec["quality_target"] = target
-    start = {
-        "event": "run_start", "run_id": run_id, "framework": framework, "model": model, "dataset": "mnist",
-        "nodes": nodes, "ranks_per_node": 1, "batch": 64, "global_batch": 64 * nodes, "repeat": repeat,
-        "scaling": "weak", "world_size": nodes, "hosts": [f"cn{r}" for r in range(nodes)],
-        "threads_per_rank": 1, "versions": {}, "config_sha256": "c0ffee", "git_sha": "deadbeef",
-        "time": 1000.0, "spec": spec,
-    }  # fmt: skip
-    events: list[dict[str, Any]] = [start]
-    for index in range(iterations):
-        for rank in range(nodes):
-            events.append(
-                {
-                    "event": "iteration",
-                    "rank": rank,
-                    "iteration": index,
-                    "samples": 64,
-                    "step_s": step_s,
-                    "compute_s": step_s,
-                    "comm_s": 0.0,
-                    "loss": 1.0,
-                    "time": 1001.0 + index,
-                    "warmup": index < warmup,
-                }  # fmt: skip
-            )
-    name = metric or quality.primary_metric(model)
-    for done, value in evals or []:
-        event = {
-            "event": "eval", "rank": 0, "iteration": done, "split": "test", "metric": name, "value": value,
-            "samples": 10000, "eval_s": 0.5, "train_s": step_s * max(0, done - warmup), "time": 1050.0 + done,
-        }  # fmt: skip
-        event.update(eval_overrides or {})
-        events.append(event)
-    events.append({"event": "run_end", "status": "ok", "reason": None, "time": 1100.0})
-    return write_atomic(root / run_id / "events.jsonl", events)
-
 
 # --- eval events against their run ----------------------------------------------------------
 
@@ -100,14 +43,14 @@ def run_events(
 def test_an_eval_event_no_run_can_write_is_an_error_naming_the_line(
     tmp_path: Path, overrides: dict[str, Any], message: str
 ) -> None:
-    path = run_events(tmp_path, evals=[(6, 0.9)], eval_overrides=overrides)
+    path = run_with_evals(tmp_path, evals=[(6, 0.9)], eval_overrides=overrides)
     with pytest.raises(EventError, match=message) as err:
         tables.load_events([path])
     assert str(err.value).startswith(f"{path}:")
 
 
 def test_a_training_clock_that_runs_backwards_is_an_error(tmp_path: Path) -> None:
-    path = run_events(tmp_path, evals=[(3, 0.5), (6, 0.9)])
+    path = run_with_evals(tmp_path, evals=[(3, 0.5), (6, 0.9)])
     lines = path.read_text().splitlines()
     lines[-2] = lines[-2].replace('"train_s":0.05', '"train_s":0.001')
     path.write_text("\n".join(lines) + "\n")
@@ -116,7 +59,7 @@ def test_a_training_clock_that_runs_backwards_is_an_error(tmp_path: Path) -> Non
 
 
 def test_evaluations_of_one_run_over_different_samples_are_an_error(tmp_path: Path) -> None:
-    path = run_events(tmp_path, evals=[(3, 0.5), (6, 0.9)])
+    path = run_with_evals(tmp_path, evals=[(3, 0.5), (6, 0.9)])
     lines = path.read_text().splitlines()
     lines[-2] = lines[-2].replace('"samples":10000', '"samples":5000')
     path.write_text("\n".join(lines) + "\n")
@@ -125,13 +68,13 @@ def test_evaluations_of_one_run_over_different_samples_are_an_error(tmp_path: Pa
 
 
 def test_a_second_evaluation_of_one_metric_at_one_iteration_is_an_error(tmp_path: Path) -> None:
-    path = run_events(tmp_path, evals=[(6, 0.9), (6, 0.91)])
+    path = run_with_evals(tmp_path, evals=[(6, 0.9), (6, 0.91)])
     with pytest.raises(EventError, match="a second top1 evaluation at iteration 6"):
         tables.load_events([path])
 
 
 def test_eval_events_are_not_stray_events_and_keep_eval_time_apart(tmp_path: Path) -> None:
-    path = run_events(tmp_path, evals=[(3, 0.5), (6, 0.9)], step_s=0.01)
+    path = run_with_evals(tmp_path, evals=[(3, 0.5), (6, 0.9)], step_s=0.01)
     runs, _, evals = tables.load_study([path])
     row = runs.iloc[0]
     assert row["status"] == "ok"
@@ -149,8 +92,8 @@ def test_eval_events_are_not_stray_events_and_keep_eval_time_apart(tmp_path: Pat
 def test_chance_level_quality_is_not_learned_and_never_crowned(tmp_path: Path) -> None:
     for repeat in range(3):
         # torch's steps are faster, but its model sits at chance (lr 0): it is never crowned.
-        run_events(tmp_path, framework="torch", repeat=repeat, step_s=0.005, evals=[(6, 0.098)])
-        run_events(
+        run_with_evals(tmp_path, framework="torch", repeat=repeat, step_s=0.005, evals=[(6, 0.098)])
+        run_with_evals(
             tmp_path, framework="tensorflow", repeat=repeat, step_s=0.01 + 1e-4 * repeat, evals=[(6, 0.93)]
         )
     built = aggregate.aggregate(aggregate.find_events(tmp_path))
@@ -178,8 +121,8 @@ def test_learned_is_clearly_better_than_a_model_that_learned_nothing() -> None:
 
 def test_time_to_target_is_the_training_clock_of_the_first_evaluation_that_met_it(tmp_path: Path) -> None:
     target = {"metric": "top1", "value": 0.9}
-    reached = run_events(tmp_path, repeat=0, target=target, evals=[(2, 0.5), (4, 0.92), (6, 0.95)])
-    missed = run_events(tmp_path, repeat=1, target=target, evals=[(2, 0.5), (4, 0.6), (6, 0.7)])
+    reached = run_with_evals(tmp_path, repeat=0, target=target, evals=[(2, 0.5), (4, 0.92), (6, 0.95)])
+    missed = run_with_evals(tmp_path, repeat=1, target=target, evals=[(2, 0.5), (4, 0.6), (6, 0.7)])
     runs = tables.load_events([reached, missed])[0].set_index("repeat")
     assert runs.loc[0, "reached_target"] and runs.loc[0, "time_to_target_s"] == pytest.approx(0.03)
     assert runs.loc[0, "iterations_to_target"] == 4
@@ -187,7 +130,7 @@ def test_time_to_target_is_the_training_clock_of_the_first_evaluation_that_met_i
 
 
 def test_a_run_that_stopped_at_its_target_is_ok_not_missing_iterations(tmp_path: Path) -> None:
-    path = run_events(tmp_path, iterations=4, target={"metric": "top1", "value": 0.9}, evals=[(4, 0.95)])
+    path = run_with_evals(tmp_path, iterations=4, target={"metric": "top1", "value": 0.9}, evals=[(4, 0.95)])
     # The spec asked for up to 20 timed iterations; it stopped after 4, at the target.
     lines = path.read_text().replace('"iterations":3', '"iterations":19').splitlines()
     path.write_text("\n".join(lines) + "\n")
@@ -201,7 +144,7 @@ def test_the_target_option_on_copied_runs_gives_the_workflows_tables(tmp_path: P
     for root, spec_target in ((with_spec, target), (copied, None)):
         for framework, step in (("torch", 0.01), ("tensorflow", 0.02)):
             for repeat in range(6):
-                run_events(
+                run_with_evals(
                     root, framework=framework, repeat=repeat, step_s=step * (1 + 0.01 * repeat),
                     target=spec_target, evals=[(3, 0.5), (6, 0.95)],
                 )  # fmt: skip
@@ -243,7 +186,7 @@ def _cells_with_targets(tmp_path: Path, times: dict[str, list[float | None]]) ->
         for repeat, seconds in enumerate(per_repeat):
             step = 0.01
             done = 6 if seconds is None else 1 + round(seconds / step)
-            run_events(
+            run_with_evals(
                 tmp_path, framework=framework, repeat=repeat, step_s=step, iterations=max(done, 6),
                 target={"metric": "top1", "value": 0.9},
                 evals=[(done, 0.5 if seconds is None else 0.95)],
@@ -293,7 +236,7 @@ def test_the_quality_figures_draw_every_run_and_both_efficiencies(tmp_path: Path
     for framework, step in (("torch", 0.01), ("tensorflow", 0.02)):
         for nodes in (1, 2):
             for repeat in range(2):
-                run_events(
+                run_with_evals(
                     tmp_path / "runs", framework=framework, nodes=nodes, repeat=repeat, iterations=12,
                     step_s=step * (1 + 0.02 * repeat) * nodes, target={"metric": "top1", "value": 0.9},
                     evals=[(4, 0.5), (8, 0.85), (12, 0.93)],
@@ -314,11 +257,11 @@ def test_the_seed_claims_are_judged_again_as_time_to_target(tmp_path: Path) -> N
     # BigDL's steps are faster, but its model needs twice the iterations to reach the target.
     for repeat in range(6):
         jitter = 1 + 0.01 * repeat
-        run_events(
+        run_with_evals(
             tmp_path, framework="bigdl", repeat=repeat, step_s=0.01 * jitter, iterations=13,
             target={"metric": "top1", "value": 0.9}, evals=[(7, 0.6), (13, 0.92)],
         )  # fmt: skip
-        run_events(
+        run_with_evals(
             tmp_path, framework="caffe", repeat=repeat, step_s=0.015 * jitter, iterations=7,
             target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)],
         )  # fmt: skip
@@ -337,7 +280,7 @@ def test_the_claims_are_asked_at_the_largest_node_count_where_a_model_learned(tm
         for framework in ("caffe", "torch"):
             for nodes in (1, 2, 4):
                 for repeat in range(3):
-                    run_events(
+                    run_with_evals(
                         root, framework=framework, nodes=nodes, repeat=repeat, iterations=7,
                         step_s=0.01 * (1 + 0.01 * repeat) * nodes, target={"metric": "top1", "value": 0.9},
                         evals=[(7, 0.91 if nodes < learns_below else 0.1)],
@@ -361,7 +304,7 @@ def test_a_contended_cell_decides_no_time_to_target_scaling_claim(tmp_path: Path
     for framework, step in (("caffe", 0.01), ("torch", 0.02)):
         for nodes in (1, 2):
             for repeat in range(3):
-                path = run_events(
+                path = run_with_evals(
                     tmp_path, framework=framework, nodes=nodes, repeat=repeat, iterations=7,
                     step_s=step * (1 + 0.01 * repeat) * (1 if framework == "caffe" else nodes),
                     target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)],
@@ -379,9 +322,9 @@ def test_a_contended_cell_decides_no_time_to_target_scaling_claim(tmp_path: Path
 
 def test_a_designed_difference_is_named_and_kept_out_of_time_to_target(tmp_path: Path) -> None:
     for repeat in range(3):
-        run_events(tmp_path, framework="torch", repeat=repeat, step_s=0.02, iterations=7,
+        run_with_evals(tmp_path, framework="torch", repeat=repeat, step_s=0.02, iterations=7,
                    target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)])  # fmt: skip
-        run_events(tmp_path, framework="bigdl", repeat=repeat, step_s=0.01, iterations=7,
+        run_with_evals(tmp_path, framework="bigdl", repeat=repeat, step_s=0.01, iterations=7,
                    target={"metric": "top1", "value": 0.9}, evals=[(7, 0.91)])  # fmt: skip
     built = aggregate.aggregate(aggregate.find_events(tmp_path))
     assert built.runs.set_index("framework").loc["bigdl", "designed_difference"].str.contains("FP16").all()

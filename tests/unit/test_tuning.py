@@ -9,6 +9,7 @@ import subprocess
 
 import pandas as pd
 import pytest
+from helpers.events import run_with_evals
 from helpers.paths import torch_python
 
 from dlscale.host import roofline
@@ -268,6 +269,38 @@ def test_failed_settings_are_never_chosen():
         "d",
         "no setting has an ok, uncontended run: the default stays",
     )
+
+
+@pytest.mark.parametrize(("fast_final", "chosen"), [(0.10, "d"), (0.85, "fast")])
+def test_a_faster_setting_whose_model_did_not_learn_is_dropped_and_never_chosen(tmp_path, fast_final, chosen):
+    """Speed bought by not training is no gain: a setting twice as fast as the default whose
+    runs end at chance (MNIST top-1 0.10) is dropped by the race, its runs are no samples of
+    its speed, the default stays and the verdict says why; the same setting that learned
+    wins (the control: the first case fails only for the reason it names)."""
+    finals = {"d": 0.85, "fast": fast_final}
+    events = {
+        sid: [
+            run_with_evals(tmp_path / sid, repeat=r, step_s=step * (1 + 0.01 * r), iterations=8, evals=[(8, finals[sid])])
+            for r in range(6)
+        ]
+        for sid, step in (("d", 0.02), ("fast", 0.01))
+    }  # fmt: skip
+    samples, failed, unlearned = choice.race_samples(events)
+    check = choice.race(samples, "d", budget=24, failed=failed, unlearned=unlearned)
+    record = choice.choose("torch", "lenet", {"d": {}, "fast": {"x": 1}}, events, "d", race_record=check)
+    fast = next(row for row in record["settings"] if row["id"] == "fast")
+    assert record["chosen"] == chosen and not failed
+    if chosen == "d":
+        assert unlearned == {"fast"} and all(math.isnan(v) for v in samples["fast"])
+        assert check["status"]["fast"]["state"] == "did not learn" and not check["more"]
+        assert fast["verdict"] == "dropped after 6: its model did not learn (6 run(s))"
+        # A later check keeps it dropped, and the fallback never picks it either.
+        later = choice.race(samples, "d", budget=24, dropped=check["status"])
+        assert later["status"]["fast"]["state"] == "did not learn"
+        assert choice.decide({"d": [math.nan], "fast": [200.0]}, "d", check["status"])[0] == "d"
+    else:
+        assert not unlearned and check["status"]["fast"]["state"] == "won"
+        assert fast["verdict"].startswith("won: +")
 
 
 # --- the settings record ----------------------------------------------------------------------
