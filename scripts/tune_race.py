@@ -25,10 +25,11 @@ try:
     if previous:
         with open(previous if isinstance(previous, str) else previous[0], encoding="utf-8") as handle:
             dropped = json.load(handle)["status"]
-    samples, failed, unlearned = choice.race_samples(events)
+    default = next(iter(settings))
+    samples, failed, unlearned = choice.race_samples(events, default)
     check = choice.race(
         samples,
-        default=next(iter(settings)),
+        default=default,
         budget=int(snakemake.params.budget),
         dropped=dropped,
         failed=failed,

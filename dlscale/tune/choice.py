@@ -5,8 +5,9 @@ value is its median over timed iterations), with the interval of
 ``dlscale.analysis.stats.median_interval``. Failed and contended runs are left out (a setting that
 fails to start, e.g. an engine that refuses a layer, is recorded with its reason and never
 chosen), and so is a setting any of whose runs ended ok without its model learning (its
-final held-out quality no better than chance, ``dlscale.quality.learned``): a speed bought
-by not training is no gain, so such a setting is dropped and never chosen. Runs inside the tuning rule's job (pandas, scipy), never at DAG time.
+final held-out quality no better than chance, ``dlscale.quality.learned``) where a run of
+the default learned: a speed bought by not training is no gain, so such a setting is
+dropped and never chosen. Runs inside the tuning rule's job (pandas, scipy), never at DAG time.
 
 Racing (``race``, one check per round of the tuning stage): after each round every
 setting still in contention is judged against the default. It **wins** when the 95 %
@@ -63,15 +64,16 @@ def choose(
     race_samples: dict[str, list[float]] = {}
     failed: set[str] = set()
     unlearned: set[str] = set()
+    loaded = _load_settings(events, settings, default)
     for sid, setting in settings.items():
-        runs, _ = load_events([str(p) for p in events.get(sid, ())])
-        usable = runs[_usable(runs)]
+        runs, not_learned = loaded[sid]
+        usable = runs[_usable(runs, not_learned)]
         values = [float(v) for v in usable["throughput"]]
         interval = median_interval(values)
-        raced = _race_values(runs)
+        raced = _race_values(runs, not_learned)
         if len(runs) and not runs["status"].eq("ok").any():
             failed.add(sid)
-        if _did_not_learn(runs).any():
+        if not_learned.any():
             unlearned.add(sid)
         fraction = math.nan
         if len(usable):
@@ -88,7 +90,7 @@ def choose(
                 "ok_runs": len(values),
                 "failed": sorted({str(r) for r in runs.loc[runs["status"].ne("ok"), "reason"]}),
                 "contended_runs": int(runs["contended"].astype(bool).sum()),
-                "not_learned_runs": int(_did_not_learn(runs).sum()),
+                "not_learned_runs": int(not_learned.sum()),
                 "throughput": _num(interval.value),
                 "low": _num(interval.low),
                 "high": _num(interval.high),
@@ -122,39 +124,56 @@ def choose(
     }
 
 
-def _did_not_learn(runs: Any) -> Any:
-    """Per run: it ended ok, and its final held-out quality says its model did not learn
-    (``learned`` False; None, unknown, is not held against it)."""
+def _learned_is(runs: Any, value: bool) -> Any:
+    """Per run: it ended ok and its ``learned`` (runs.csv: final held-out quality against
+    chance, ``dlscale.quality.learned``) is ``value``; None, unknown, is neither."""
     learned = runs["learned"] if "learned" in runs else pd.Series(None, index=runs.index, dtype=object)
-    return runs["status"].eq("ok") & learned.map(lambda v: v is False or v is np.False_)
+    return runs["status"].eq("ok") & learned.map(
+        lambda v: isinstance(v, (bool, np.bool_)) and bool(v) is value
+    )
 
 
-def _usable(runs: Any) -> Any:
-    """Per run: a sample of the setting's speed (ok, uncontended, and its model learned)."""
-    return runs["status"].eq("ok") & ~runs["contended"].astype(bool) & ~_did_not_learn(runs)
+def _load_settings(
+    events: Mapping[str, Sequence[str | os.PathLike[str]]], ids: Collection[str], default: str
+) -> dict[str, tuple[Any, Any]]:
+    """setting id -> (its runs, per run whether it did not learn). A run counts as not
+    learning only where a run of the default learned: then the setting, not the run's
+    length, kept it from training. Where no default run learned (runs too short for any
+    setting to learn, or a default that failed), learning separates no setting; the
+    study's own cells still say what its runs learned."""
+    runs = {sid: load_events([str(p) for p in events.get(sid, ())])[0] for sid in ids}
+    judged = default in runs and bool(_learned_is(runs[default], True).any())
+    return {
+        sid: (frame, _learned_is(frame, False) & (judged and sid != default)) for sid, frame in runs.items()
+    }
 
 
-def _race_values(runs: Any) -> list[float]:
+def _usable(runs: Any, not_learned: Any) -> Any:
+    """Per run: a sample of the setting's speed (ok, uncontended, not a run that did not learn)."""
+    return runs["status"].eq("ok") & ~runs["contended"].astype(bool) & ~not_learned
+
+
+def _race_values(runs: Any, not_learned: Any) -> list[float]:
     """The race's samples of a setting's runs: one per run, NaN for a failed, contended or
     unlearned one (it was spent, and says nothing of the setting's speed)."""
-    return [float(v) if ok else math.nan for v, ok in zip(runs["throughput"], _usable(runs), strict=True)]
+    usable = _usable(runs, not_learned)
+    return [float(v) if ok else math.nan for v, ok in zip(runs["throughput"], usable, strict=True)]
 
 
 def race_samples(
-    events: Mapping[str, Sequence[str | os.PathLike[str]]],
+    events: Mapping[str, Sequence[str | os.PathLike[str]]], default: str
 ) -> tuple[dict[str, list[float]], set[str], set[str]]:
     """setting id -> the race's samples of its runs' events files; the settings none of
-    whose runs ended ok; the settings with a run that ended ok without its model learning
-    (``race``'s ``samples``, ``failed`` and ``unlearned``)."""
+    whose runs ended ok; the settings with a run that did not learn where the default's
+    did (``_load_settings``): ``race``'s ``samples``, ``failed`` and ``unlearned``."""
     out: dict[str, list[float]] = {}
     failed: set[str] = set()
     unlearned: set[str] = set()
-    for sid, paths in events.items():
-        runs, _ = load_events([str(p) for p in paths])
-        out[sid] = _race_values(runs)
+    for sid, (runs, not_learned) in _load_settings(events, events, default).items():
+        out[sid] = _race_values(runs, not_learned)
         if len(runs) and not runs["status"].eq("ok").any():
             failed.add(sid)
-        if _did_not_learn(runs).any():
+        if not_learned.any():
             unlearned.add(sid)
     return out, failed, unlearned
 
@@ -245,8 +264,8 @@ def race(
     settings together; ``dropped``: the states of settings an earlier check dropped (they
     stay dropped: their samples no longer grow); ``failed``: the settings none of whose runs
     so far ended ok (dropped; a setting whose runs were only contended races on);
-    ``unlearned``: the settings with a run that ended ok without its model learning
-    (dropped: never chosen, whatever its speed). Returns ``more`` (run another round),
+    ``unlearned``: the settings with a run that did not learn where the default's did
+    (``race_samples``; dropped: never chosen, whatever its speed). Returns ``more`` (run another round),
     ``next`` (the ids that round runs, the default first), ``runs`` (spent so far) and
     ``status``: id -> {state, n (its ok runs), after (its runs when it stopped)}.
     """
