@@ -257,6 +257,12 @@ def refusal_of(peak: Mapping[str, Any] | None, threads: Any) -> str | None:
         return None
 
 
+def above_roofline(fraction: float) -> bool:
+    """Whether a roofline fraction is above the ``roofline_fraction`` threshold: a speed a
+    matmul roofline rules out (NaN, no fraction, is not)."""
+    return _ROOFLINE.fails(fraction)
+
+
 def flag_of(fraction: float, threads: Any, peak: Mapping[str, Any] | None) -> str | None:
     """A run's roofline flag (None: nothing to say): its peak refused, so no fraction; or a
     fraction above the ``roofline_fraction`` threshold, which a matmul roofline cannot reach
@@ -264,7 +270,7 @@ def flag_of(fraction: float, threads: Any, peak: Mapping[str, Any] | None) -> st
     why = refusal_of(peak, threads)
     if why is not None:
         return f"roofline: no fraction, the matmul peak at {threads} thread(s) was refused ({why})"
-    if _ROOFLINE.fails(fraction):  # NaN is unknown, not a failure
+    if above_roofline(fraction):  # NaN is unknown, not a failure
         return (
             f"roofline: fraction {fraction:.2f} of the matmul peak at {threads} thread(s), above"
             f" {_ROOFLINE.value:g}: the peak was measured slow (a busy host?) or the FLOP count is wrong"

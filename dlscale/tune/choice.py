@@ -7,7 +7,9 @@ fails to start, e.g. an engine that refuses a layer, is recorded with its reason
 chosen), and so is a setting any of whose runs ended ok without its model learning (its
 final held-out quality no better than chance, ``dlscale.quality.learned``) where a run of
 the default learned: a speed bought by not training is no gain, so such a setting is
-dropped and never chosen. Runs inside the tuning rule's job (pandas, scipy), never at DAG time.
+dropped and never chosen. Nor is a setting whose median throughput lies above the host's
+matmul roofline (``dlscale.host.roofline.above_roofline``: the peak was measured slow or the
+FLOP count is wrong, so the speed is not one to crown). Runs inside the tuning rule's job (pandas, scipy), never at DAG time.
 
 Racing (``race``, one check per round of the tuning stage): after each round every
 setting still in contention is judged against the default. It **wins** when the 95 %
@@ -102,8 +104,18 @@ def choose(
     if race_record is None:
         spent = max(1, sum(len(v) for v in race_samples.values()))
         race_record = race(race_samples, default, budget=spent, failed=failed, unlearned=unlearned)
-    status = race_record["status"]
+    status = {sid: dict(state) for sid, state in race_record["status"].items()}
+    for row in rows:  # a speed the host's matmul roofline rules out is not crowned
+        if (
+            row["id"] != default
+            and row["id"] in status
+            and roofline.above_roofline(_nan(row["roofline_fraction"]))
+        ):
+            status[row["id"]]["state"] = ABOVE_ROOFLINE
     chosen, reason = decide(samples, default, status)
+    above = [sid for sid, state in status.items() if state["state"] == ABOVE_ROOFLINE]
+    if above:
+        reason += "; not crowned, faster than the host's matmul roofline allows: " + ", ".join(above)
     for row in rows:
         gain = ratio_interval(samples[row["id"]], samples.get(default, []))
         row.update(gain=_num(gain.value - 1), gain_low=_num(gain.low - 1), gain_high=_num(gain.high - 1))
@@ -182,6 +194,10 @@ def _num(value: float) -> float | None:
     return None if math.isnan(value) else float(value)  # NaN -> null in JSON
 
 
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
 def decide(
     samples: Mapping[str, Sequence[float]],
     default: str,
@@ -200,7 +216,7 @@ def decide(
     ok = {
         sid: iv
         for sid, iv in intervals.items()
-        if not math.isnan(iv.value) and status.get(sid, {}).get("state") != UNLEARNED
+        if not math.isnan(iv.value) and status.get(sid, {}).get("state") not in REFUSED
     }
     if default not in ok:
         if not ok:
@@ -231,6 +247,11 @@ def verdict(row: Mapping[str, Any], chosen: str) -> str:
         return f"dropped after {after}: every run failed"
     if state == UNLEARNED:
         return f"dropped after {after}: its model did not learn ({row.get('not_learned_runs', '?')} run(s))"
+    if state == ABOVE_ROOFLINE:
+        return (
+            f"not chosen: {row.get('roofline_fraction', math.nan):.2f} of the matmul peak, above the"
+            f" roofline (the peak measured slow, or the FLOP count wrong) ({gain}n={n})"
+        )
     if state == BUDGET:
         return f"budget spent: undecided ({gain}n={n})"
     if row["id"] == chosen:
@@ -244,9 +265,14 @@ WON = "won"
 WORSE = "clearly worse"
 FAILED = "failed"
 UNLEARNED = "did not learn"
+#: Set by the choice (it has the host's peak; the race has not): a median throughput above
+#: the matmul roofline (``roofline.above_roofline``), which no honest run reaches.
+ABOVE_ROOFLINE = "above the roofline"
 BUDGET = "budget spent: undecided"
 #: The states after which a setting is measured no more (carried from check to check).
 DROPPED = (WORSE, FAILED, UNLEARNED)
+#: The states that are never chosen, not even where the default had no ok run.
+REFUSED = (UNLEARNED, ABOVE_ROOFLINE)
 
 
 def race(

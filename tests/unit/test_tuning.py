@@ -309,6 +309,31 @@ def test_a_faster_setting_whose_model_did_not_learn_is_dropped_and_never_chosen(
         assert fast["verdict"].startswith("won: +") and fast["not_learned_runs"] == 0
 
 
+def test_a_setting_faster_than_the_roofline_allows_is_not_crowned(tmp_path):
+    """A median throughput above the host's matmul roofline (the peak measured slow, or the
+    FLOP count wrong) is a speed physics rules out: the setting that won its race on it is
+    not chosen, the default stays and both the verdict and the reason say why; with a peak
+    that allows it (the control) the same runs crown it."""
+    events = {
+        sid: [run_with_evals(tmp_path / sid, repeat=r, step_s=step * (1 + 0.01 * r), iterations=8, evals=[(8, 0.85)]) for r in range(6)]
+        for sid, step in (("d", 0.02), ("fast", 0.01))
+    }  # fmt: skip
+    samples, failed, unlearned = choice.race_samples(events, "d")
+    check = choice.race(samples, "d", budget=24, failed=failed, unlearned=unlearned)
+    assert check["status"]["fast"]["state"] == "won"
+    flops = roofline.flops_per_sample("lenet")
+    for peak_samples, chosen in ((4800.0, "d"), (48000.0, "fast")):  # fast runs ~6,300 samples/s
+        peak = {"peak_flops": {"1": peak_samples * flops}}
+        record = choice.choose("torch", "lenet", {"d": {}, "fast": {"x": 1}}, events, "d", peak, check)
+        fast = next(row for row in record["settings"] if row["id"] == "fast")
+        assert record["chosen"] == chosen
+        if chosen == "d":
+            assert fast["roofline_fraction"] > 1 and fast["verdict"].startswith("not chosen: 1.3")
+            assert "matmul roofline allows: fast" in record["reason"]
+        else:
+            assert fast["roofline_fraction"] < 1 and fast["verdict"].startswith("won: +")
+
+
 # --- the settings record ----------------------------------------------------------------------
 
 
