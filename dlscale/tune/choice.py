@@ -63,26 +63,20 @@ def choose(
     rows: list[dict[str, Any]] = []
     intervals: dict[str, Any] = {}
     samples: dict[str, list[float]] = {}
-    race_samples: dict[str, list[float]] = {}
-    failed: set[str] = set()
-    unlearned: set[str] = set()
+    fractions: dict[str, float] = {}
     loaded = _load_settings(events, settings, default)
+    raced, failed, unlearned = _race_inputs(loaded)
     for sid, setting in settings.items():
         runs, not_learned = loaded[sid]
         usable = runs[_usable(runs, not_learned)]
         values = [float(v) for v in usable["throughput"]]
         interval = median_interval(values)
-        raced = _race_values(runs, not_learned)
-        if len(runs) and not runs["status"].eq("ok").any():
-            failed.add(sid)
-        if not_learned.any():
-            unlearned.add(sid)
         fraction = math.nan
         if len(usable):
             first = usable.iloc[0]
             denominator = float(first["world_size"]) * roofline.peak_of(peak, first["threads_per_rank"])
             fraction = interval.value * roofline.flops_per_sample(model) / denominator
-        intervals[sid], samples[sid], race_samples[sid] = interval, values, raced
+        intervals[sid], samples[sid], fractions[sid] = interval, values, fraction
         rows.append(
             {
                 "id": sid,
@@ -102,16 +96,12 @@ def choose(
             }
         )
     if race_record is None:
-        spent = max(1, sum(len(v) for v in race_samples.values()))
-        race_record = race(race_samples, default, budget=spent, failed=failed, unlearned=unlearned)
+        spent = max(1, sum(len(v) for v in raced.values()))
+        race_record = race(raced, default, budget=spent, failed=failed, unlearned=unlearned)
     status = {sid: dict(state) for sid, state in race_record["status"].items()}
-    for row in rows:  # a speed the host's matmul roofline rules out is not crowned
-        if (
-            row["id"] != default
-            and row["id"] in status
-            and roofline.above_roofline(_nan(row["roofline_fraction"]))
-        ):
-            status[row["id"]]["state"] = ABOVE_ROOFLINE
+    for sid, fraction in fractions.items():  # a speed the matmul roofline rules out is not crowned
+        if sid != default and sid in status and roofline.above_roofline(fraction):
+            status[sid]["state"] = ABOVE_ROOFLINE
     chosen, reason = decide(samples, default, status)
     above = [sid for sid, state in status.items() if state["state"] == ABOVE_ROOFLINE]
     if above:
@@ -178,24 +168,21 @@ def race_samples(
     """setting id -> the race's samples of its runs' events files; the settings none of
     whose runs ended ok; the settings with a run that did not learn where the default's
     did (``_load_settings``): ``race``'s ``samples``, ``failed`` and ``unlearned``."""
-    out: dict[str, list[float]] = {}
-    failed: set[str] = set()
-    unlearned: set[str] = set()
-    for sid, (runs, not_learned) in _load_settings(events, events, default).items():
-        out[sid] = _race_values(runs, not_learned)
-        if len(runs) and not runs["status"].eq("ok").any():
-            failed.add(sid)
-        if not_learned.any():
-            unlearned.add(sid)
-    return out, failed, unlearned
+    return _race_inputs(_load_settings(events, events, default))
+
+
+def _race_inputs(
+    loaded: Mapping[str, tuple[Any, Any]],
+) -> tuple[dict[str, list[float]], set[str], set[str]]:
+    """``race``'s ``samples``, ``failed`` and ``unlearned`` of ``_load_settings``' runs."""
+    samples = {sid: _race_values(runs, not_learned) for sid, (runs, not_learned) in loaded.items()}
+    failed = {sid for sid, (runs, _) in loaded.items() if len(runs) and not runs["status"].eq("ok").any()}
+    unlearned = {sid for sid, (_, not_learned) in loaded.items() if not_learned.any()}
+    return samples, failed, unlearned
 
 
 def _num(value: float) -> float | None:
     return None if math.isnan(value) else float(value)  # NaN -> null in JSON
-
-
-def _nan(value: float | None) -> float:
-    return math.nan if value is None else float(value)
 
 
 def decide(
