@@ -38,6 +38,7 @@ try:
         "fits": read_csv_table(inputs.fits),
         "by_nodes": read_csv_table(inputs.by_nodes),
         "projected": curves,
+        "summary": summary,
     }
     out = {
         name: {fmt: snakemake.output[f"{name}_{fmt}"] for fmt in snakemake.params.formats}

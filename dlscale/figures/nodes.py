@@ -45,20 +45,71 @@ def _finite(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     return frame[np.isfinite(pd.to_numeric(frame[column], errors="coerce").astype("float64"))]
 
 
-def _log2_axis(rows: pd.DataFrame, field: str, title: str) -> alt.X:
-    """A log2 axis with its ticks at the powers of two across the rows' values (batches,
-    node counts; every other one past eight, so labels never run together), not at every
-    point of a fitted or projected curve."""
+#: Pixels between the points of two series (framework and rule) at one x: series whose
+#: values agree (every framework's 80 steps at batch 64 in the demo) would otherwise be drawn
+#: on top of one another, one colour hiding the others. A series keeps its offset in every
+#: layer, so its points stay on its own line.
+DODGE_PX = 6
+#: Pixels between the outermost point and the panel's frame.
+MARGIN_PX = 8
+#: A panel's width in pixels (the dodge is set in pixels through it).
+PANEL_WIDTH = 240
+
+
+def _blank(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _described(layers: list[alt.Chart]) -> list[alt.Chart]:
+    """Every layer described by its row's table values (``_dodged_x``'s ``described``)."""
+    return [layer.encode(description="described:N") for layer in layers]
+
+
+def _series(rows: pd.DataFrame) -> pd.Series:
+    return rows["framework"].astype(str) + "\x00" + rows["lr_rule"].astype(str)
+
+
+def _dodged_x(rows: pd.DataFrame, field: str, title: str) -> tuple[pd.DataFrame, alt.X]:
+    """``rows`` with ``x_drawn`` (``field`` moved a few pixels per series, multiplicatively
+    on the log axis; the tables' values stay in ``field``, which tooltips and the read-back
+    check use) and the log2 axis that draws it: ticks at the powers of two across the rows'
+    values (every other one past eight, so labels never run together), not at every point of
+    a fitted or projected curve; the domain padded so no dodged point leaves the panel."""
     finite = [float(v) for v in rows[field] if math.isfinite(float(v)) and float(v) > 0]
     low, high = (math.floor(math.log2(min(finite))), math.ceil(math.log2(max(finite)))) if finite else (0, 0)
     powers = [2.0**k for k in range(low, high + 1)]
     values = powers if len(powers) <= 8 else powers[:: math.ceil(len(powers) / 8)]
-    return alt.X(
-        f"{field}:Q",
+    series = sorted(set(_series(rows)))
+    centre = (len(series) - 1) / 2
+    # The domain: the ticks' octaves (one octave around a single value), and a margin of
+    # the outermost dodge plus MARGIN_PX on each side, so no point is cut at the frame.
+    core_low, core_high = (low, high) if high > low else (low - 0.5, high + 0.5)
+    # Many series share at most half the panel's width: their dodge narrows.
+    dodge_px = min(DODGE_PX, (PANEL_WIDTH / 4 - MARGIN_PX) / centre) if centre else 0.0
+    margin_px = centre * dodge_px + MARGIN_PX
+    octave_px = (PANEL_WIDTH - 2 * margin_px) / (core_high - core_low)
+    offsets = _series(rows).map(
+        {name: (index - centre) * dodge_px / octave_px for index, name in enumerate(series)}
+    )
+    drawn = rows.assign(x_drawn=rows[field].astype("float64") * np.exp2(offsets.astype("float64")))
+    # What a screen reader (and the SVG's aria-label) says of a mark: the table's values, not
+    # the dodged x Vega would describe by default.
+    drawn["described"] = [
+        "; ".join(
+            f"{column}: {value}" for column, value in row.items() if column != "kind" and not _blank(value)
+        )
+        for row in rows.to_dict("records")
+    ]
+    pad = margin_px / octave_px
+    x = alt.X(
+        "x_drawn:Q",
         title=title,
-        scale=alt.Scale(type="log", base=2),
+        scale=alt.Scale(
+            type="log", base=2, domain=[2.0 ** (core_low - pad), 2.0 ** (core_high + pad)], nice=False
+        ),
         axis=alt.Axis(values=values, format="d", grid=False),
     )
+    return drawn, x
 
 
 def steps_rows(steps: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
@@ -120,6 +171,56 @@ def steps_rows(steps: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[_STEPS_COLUMNS]
 
 
+#: Reasons named in a title, at most; the rest are counted (their tables name each).
+TITLE_REASONS = 3
+
+
+def _label(framework: object, model: object, rule: object) -> str:
+    return f"{framework} {model} ({rule})"
+
+
+def _not_drawn(reasons: Mapping[str, str], everyone: int, what: str, table: str) -> list[str]:
+    """Title lines for the series (``framework model (rule)`` -> why) that a layer does not
+    draw: one line per reason, naming the series unless every one of ``everyone`` lacks it."""
+    by_reason: dict[str, list[str]] = {}
+    for series, reason in sorted(reasons.items()):
+        by_reason.setdefault(reason, []).append(series)
+    lines = []
+    for reason, names in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0])):
+        who = "" if len(names) >= everyone else " for " + ", ".join(names[:TITLE_REASONS])
+        if len(names) > TITLE_REASONS and who:
+            who += f" and {len(names) - TITLE_REASONS} more"
+        lines.append(f"{what}{who}: {reason}")
+    if len(lines) > TITLE_REASONS:
+        lines = [*lines[:TITLE_REASONS], f"and {len(lines) - TITLE_REASONS} more reason(s): {table}"]
+    return lines
+
+
+def steps_title(rows: pd.DataFrame, fits: pd.DataFrame) -> list[str]:
+    """What the steps figure draws, and why a series has no fitted S(B) (batch_fit.csv's
+    ``refused``): a title never promises a curve the figure does not show."""
+    title = ["Steps to the target against the global batch"]
+    fitted = rows[rows["kind"].eq("fit")]
+    drawn = {_label(*key) for key in fitted[["framework", "model", "lr_rule"]].itertuples(index=False)}
+    if drawn:
+        title[0] += ","
+        title.append("dashed: the fitted S(B) over the measured batches")
+    shown = rows[rows["kind"].eq("median")]
+    everyone = {_label(*key) for key in shown[["framework", "model", "lr_rule"]].itertuples(index=False)}
+    refused: dict[str, str] = {}
+    for fit in fits.to_dict("records") if not fits.empty else []:
+        series = _label(
+            fit.get("framework"),
+            fit.get("model"),
+            fit.get("lr_rule") if isinstance(fit.get("lr_rule"), str) else "fixed",
+        )
+        if series in everyone and series not in drawn:
+            refused[series] = str(fit.get("refused") or "not fitted")
+    for series in everyone - drawn - set(refused):
+        refused[series] = "not fitted (no row in batch_fit.csv)"
+    return title + _not_drawn(refused, len(everyone), "no S(B)", "batch_fit.csv")
+
+
 def steps_chart(steps: pd.DataFrame, fits: pd.DataFrame) -> alt.TopLevelMixin:
     """Steps to target against the global batch (log-log), a panel per model: the medians
     with their intervals, the fitted S(B) dashed, a dotted vertical line at a batch where
@@ -128,10 +229,10 @@ def steps_chart(steps: pd.DataFrame, fits: pd.DataFrame) -> alt.TopLevelMixin:
     if rows.empty:
         return empty_chart("no batch reached the target: no steps to target to show")
     frameworks = sorted(rows["framework"].unique())
-    x = _log2_axis(rows, "global_batch", "global batch")
+    drawn, x = _dodged_x(rows, "global_batch", "global batch")
     y = alt.Y("steps:Q", title="steps to target", scale=alt.Scale(type="log"))
     colour = framework_colour(frameworks)
-    base = alt.Chart(rows)
+    base = alt.Chart(drawn)
     medians = base.transform_filter(alt.datum.kind == "median")
     layers = [
         base.transform_filter(alt.datum.kind == "fit").mark_line(strokeDash=[4, 3]).encode(
@@ -147,13 +248,11 @@ def steps_chart(steps: pd.DataFrame, fits: pd.DataFrame) -> alt.TopLevelMixin:
         ),
     ]  # fmt: skip
     return (
-        alt.layer(*layers)
-        .properties(width=240, height=180)
+        alt.layer(*_described(layers))
+        .properties(width=PANEL_WIDTH, height=180)
         .facet(facet=alt.Facet("model:N", title=None), columns=2)
         .resolve_scale(y="independent")
-        .properties(
-            title=alt.TitleParams(["Steps to the target against the global batch,", "with the fitted S(B)"])
-        )
+        .properties(title=alt.TitleParams(steps_title(rows, fits)))
     )
 
 
@@ -200,18 +299,54 @@ def nodes_rows(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[_NODES_COLUMNS]
 
 
-def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevelMixin:
+def nodes_title(rows: pd.DataFrame, summary: pd.DataFrame | None = None) -> list[str]:
+    """What the nodes figure draws, and why a measured series is not projected
+    (time_to_target_summary.csv's ``not_projected``): no promise of a line it lacks."""
+    projected = rows[rows["kind"].eq("projected")]
+    measured = rows[~rows["kind"].eq("projected")]
+    keys = ["framework", "model", "lr_rule"]
+    drawn = {_label(*key) for key in projected[keys].itertuples(index=False)}
+    everyone = {_label(*key) for key in measured[keys].itertuples(index=False)}
+    said: dict[str, str] = {}
+    if summary is not None and not summary.empty and "not_projected" in summary:
+        for row in summary.to_dict("records"):
+            rule = row.get("lr_rule") if isinstance(row.get("lr_rule"), str) else "fixed"
+            if isinstance(row.get("not_projected"), str) and row["not_projected"]:
+                said[_label(row.get("framework"), row.get("model"), rule)] = row["not_projected"]
+    missing = {
+        series: said.get(series, "no curve in time_to_target_projection.csv") for series in everyone - drawn
+    }
+    what = ["measured (points, with their intervals)"] if not measured.empty else []
+    if drawn:
+        what.append(f"projected to {int(projected['nodes'].max())} nodes (lines, bands)")
+    title = ["Time and node-hours to the target against the node count:", "; ".join(what)]
+    title += _not_drawn(missing, len(everyone), "not projected", "time_to_target_summary.csv")
+    if rows["kind"].eq("excluded").any():
+        title.append("hollow: contended repeats, excluded from the verdicts")
+    return title
+
+
+def nodes_chart(
+    by_nodes: pd.DataFrame, projected: pd.DataFrame, summary: pd.DataFrame | None = None
+) -> alt.TopLevelMixin:
     """Time and node-hours to target against nodes (log-log): measured points with their
     intervals (hollow and dashed where the table excludes them: contended seconds, shown,
-    never compared), the projection's line and band."""
+    never compared), the projection's line and band; ``summary`` (the projection's) says in
+    the title why a series has none."""
     rows = nodes_rows(by_nodes, projected)
     if rows.empty:
         return empty_chart("no node count reached the target: no time to target to show")
     frameworks = sorted(rows["framework"].unique())
-    x = _log2_axis(rows, "nodes", "nodes")
+    drawn, x = _dodged_x(rows, "nodes", "nodes")
     y = alt.Y("value:Q", title=None, scale=alt.Scale(type="log"))
-    colour = framework_colour(frameworks)
-    base = alt.Chart(rows)
+    # The bands' opacity would otherwise pale the legend's symbols.
+    colour = alt.Color(
+        "framework:N",
+        title="framework",
+        scale=alt.Scale(domain=frameworks, scheme="tableau10"),
+        legend=alt.Legend(symbolOpacity=1),
+    )
+    base = alt.Chart(drawn)
     band = base.transform_filter(alt.datum.kind == "projected")
     points = base.transform_filter(alt.datum.kind == "measured")
     excluded = base.transform_filter(alt.datum.kind == "excluded")
@@ -231,15 +366,12 @@ def nodes_chart(by_nodes: pd.DataFrame, projected: pd.DataFrame) -> alt.TopLevel
             tooltip=["framework", "lr_rule", "nodes", "value", "low", "high", "kind"],
         ),
     ]  # fmt: skip
-    title = ["Time and node-hours to the target:", "measured (points) and projected (lines, bands)"]
-    if rows["kind"].eq("excluded").any():
-        title.append("hollow: contended repeats, excluded from the verdicts")
     return (
-        alt.layer(*layers)
-        .properties(width=240, height=160)
+        alt.layer(*_described(layers))
+        .properties(width=PANEL_WIDTH, height=160)
         .facet(row=alt.Row("quantity:N", title=None), column=alt.Column("model:N", title=None))
         .resolve_scale(y="independent")
-        .properties(title=alt.TitleParams(title))
+        .properties(title=alt.TitleParams(nodes_title(rows, summary)))
     )
 
 
@@ -258,7 +390,7 @@ def claims(tables: Mapping[str, pd.DataFrame]) -> dict[str, Claim]:
 def charts(tables: Mapping[str, pd.DataFrame]) -> dict[str, alt.TopLevelMixin]:
     return {
         "steps_to_target": steps_chart(tables["steps"], tables["fits"]),
-        "nodes_to_target": nodes_chart(tables["by_nodes"], tables["projected"]),
+        "nodes_to_target": nodes_chart(tables["by_nodes"], tables["projected"], tables.get("summary")),
     }
 
 

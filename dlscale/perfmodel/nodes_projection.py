@@ -37,7 +37,8 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "fastest_nodes", "stops_paying_nodes", "held_out_nodes", "calibrated_on", "predicted_s",
     "predicted_lo", "predicted_hi", "measured_s", "measured_low", "measured_high", "measured_bracket_s",
     "relative_error", "within_band", "held_out_step_time", "steps_held_out_batch", "steps_predicted",
-    "steps_measured", "steps_measured_low", "steps_measured_high", "steps_relative_error", "note",
+    "steps_measured", "steps_measured_low", "steps_measured_high", "steps_relative_error", "not_projected",
+    "note",
 )  # fmt: skip
 #: Where the held-out check's step time comes from, by input (``held_out_step_time``).
 HOST_STEP_TIME = "the model on this host (loopback, a core per rank)"
@@ -97,10 +98,17 @@ def project_to_target(
             notes.append("runs of more than one batch per rank or ranks per node: projected from the first")
         fit = fit_steps(group)
         row.update(b_noise=fit.b_noise, b_noise_low=fit.b_noise_low, b_noise_high=fit.b_noise_high)
-        if steps.empty:
-            notes.append(f"no projected step time for {framework} {model}")
-        elif not fit.fitted:
-            notes.append(f"no S(B): {fit.refused}")
+        # Why no curve is projected (the figure's title says it), also the note's own clause.
+        not_projected = (
+            f"no projected step time for {framework} {model}"
+            if steps.empty
+            else None
+            if fit.fitted
+            else f"no S(B): {fit.refused}"
+        )
+        row["not_projected"] = not_projected
+        if not_projected:
+            notes.append(not_projected)
         else:
             row["network"] = str(steps["network"].iloc[0])
             curve = project(steps, fit, batch_per_rank, ranks, warmup_iterations=warmup_iterations)

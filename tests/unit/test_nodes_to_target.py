@@ -235,3 +235,77 @@ def test_a_study_whose_every_repeat_was_contended_names_no_winner_and_does_not_s
     by_nodes = ntt.nodes_to_target(runs, evals).nodes_to_target
     assert by_nodes["excluded"].all()
     assert set(by_nodes["fastest"]) == set(by_nodes["cheapest"]) == {"no clear winner"}
+
+
+def _symbols(spec: dict) -> list[dict]:
+    """Every drawn symbol (point) of a rendered figure: its x and its ARIA description."""
+    import vl_convert
+
+    found: list[dict] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if node.get("marktype") == "symbol" and node.get("role") == "mark":
+                found.extend(item for item in node.get("items", []) if item.get("description"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(vl_convert.vegalite_to_scenegraph(spec)["scenegraph"])
+    return found
+
+
+def test_frameworks_that_agree_are_drawn_apart_and_a_missing_curve_is_named_with_its_reason(tmp_path):
+    """Two frameworks with the same steps and times at 1 and 2 nodes (the demo's case: every
+    framework needed 80 steps at batch 64) are drawn side by side, never one on the other,
+    each described by its table's values; with two batches S(B) is refused, and both titles
+    say so, with the reason, instead of promising a fitted curve or a projection."""
+    from dlscale.figures import nodes
+    from dlscale.figures.panels import spec_of_html
+
+    torch_runs, torch_evals = study()
+    keep = torch_runs["nodes"].le(2)
+    torch_runs, torch_evals = torch_runs[keep], torch_evals[torch_evals["run_id"].isin(torch_runs["run_id"])]
+    caffe_runs = torch_runs.assign(
+        framework="caffe", run_id=torch_runs["run_id"].str.replace("torch", "caffe")
+    )
+    caffe_evals = torch_evals.assign(run_id=torch_evals["run_id"].str.replace("torch", "caffe"))
+    made = ntt.nodes_to_target(pd.concat([torch_runs, caffe_runs]), pd.concat([torch_evals, caffe_evals]))
+    two_frameworks = projection().pipe(lambda p: pd.concat([p, p.assign(setup="caffe", framework="caffe")]))
+    curves, summary = npj.project_to_target(two_frameworks, made.target_runs)
+    assert curves.empty and summary["not_projected"].str.startswith("no S(B): 2 batch(es)").all()
+    tables = {"steps": made.steps_to_target, "fits": made.batch_fit, "by_nodes": made.nodes_to_target,
+              "projected": curves, "summary": summary}  # fmt: skip
+    out = {name: {"html": str(tmp_path / f"{name}.html")} for name in nodes.NODES_FIGURES}
+    nodes.draw_checked(tables, out)
+    for name, value_field, x_field in (("steps_to_target", "steps", "global_batch"),
+                                       ("nodes_to_target", "value", "nodes")):  # fmt: skip
+        spec = spec_of_html(out[name]["html"])
+        title = " / ".join(spec["title"]["text"])
+        assert "needs 3 or more distinct global batches" in title, title
+        assert "dashed" not in title and "projected to" not in title, title
+        by_place: dict[tuple, dict[str, float]] = {}
+        for item in _symbols(spec):
+            said = dict(part.split(": ", 1) for part in item["description"].split("; "))
+            place = (said.get("quantity"), said[x_field], said[value_field])
+            by_place.setdefault(place, {})[said["framework"]] = item["x"]
+        assert by_place and all(set(xs) == {"caffe", "torch"} for xs in by_place.values()), by_place
+        # Same value, same table x: a few pixels apart, never on top of one another.
+        assert all(abs(xs["caffe"] - xs["torch"]) >= nodes.DODGE_PX - 0.01 for xs in by_place.values())
+    # With a fit and a projection the titles say what is drawn, and name the one left out.
+    runs, evals = study()
+    made = ntt.nodes_to_target(runs, evals)
+    curves, summary = npj.project_to_target(projection(), made.target_runs)
+    assert set(nodes.steps_title(nodes.steps_rows(made.steps_to_target, made.batch_fit), made.batch_fit)) == {
+        "Steps to the target against the global batch,",
+        "dashed: the fitted S(B) over the measured batches",
+    }
+    rows = nodes.nodes_rows(made.nodes_to_target, curves)
+    assert nodes.nodes_title(rows, summary)[1:] == [
+        "measured (points, with their intervals); projected to 1024 nodes (lines, bands)"
+    ]
+    alone = rows[~(rows["kind"].eq("projected"))]
+    said = summary.assign(not_projected="no projected step time for torch lenet")
+    assert nodes.nodes_title(alone, said)[2] == "not projected: no projected step time for torch lenet"
