@@ -93,7 +93,14 @@ def _series(ok: pd.DataFrame) -> pd.Series:
 
 
 def framework_colour(frameworks: list[str]) -> alt.Color:
-    return alt.Color("framework:N", title="framework", scale=alt.Scale(domain=frameworks, scheme="tableau10"))
+    """Colour by framework, its legend's symbols solid (a band's or a point's opacity would
+    otherwise pale them)."""
+    return alt.Color(
+        "framework:N",
+        title="framework",
+        scale=alt.Scale(domain=frameworks, scheme="tableau10"),
+        legend=alt.Legend(symbolOpacity=1),
+    )
 
 
 def nodes_axis(ok: pd.DataFrame) -> alt.X:

@@ -339,13 +339,7 @@ def nodes_chart(
     frameworks = sorted(rows["framework"].unique())
     drawn, x = _dodged_x(rows, "nodes", "nodes")
     y = alt.Y("value:Q", title=None, scale=alt.Scale(type="log"))
-    # The bands' opacity would otherwise pale the legend's symbols.
-    colour = alt.Color(
-        "framework:N",
-        title="framework",
-        scale=alt.Scale(domain=frameworks, scheme="tableau10"),
-        legend=alt.Legend(symbolOpacity=1),
-    )
+    colour = framework_colour(frameworks)
     base = alt.Chart(drawn)
     band = base.transform_filter(alt.datum.kind == "projected")
     points = base.transform_filter(alt.datum.kind == "measured")

@@ -37,7 +37,13 @@ def _model_order(values: pd.Series) -> list[str]:
 
 
 def _colour(setups: list[str], title: str = "framework") -> alt.Color:
-    return alt.Color("setup:N", title=title, scale=alt.Scale(domain=setups, scheme="tableau10"))
+    # Solid legend symbols: the bands' opacity would otherwise pale them.
+    return alt.Color(
+        "setup:N",
+        title=title,
+        scale=alt.Scale(domain=setups, scheme="tableau10"),
+        legend=alt.Legend(symbolOpacity=1),
+    )
 
 
 def _nodes_x(top: int) -> alt.X:
