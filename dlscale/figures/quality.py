@@ -67,24 +67,27 @@ def quality_chart(evals: pd.DataFrame, runs: pd.DataFrame) -> alt.TopLevelMixin:
     if data.empty:
         return empty_chart("Held-out quality: no ok run recorded an evaluation")
     frameworks = ordered(data["framework"], FRAMEWORK_ORDER)
-    lines = (
+    tooltip = ["run_id:N", "iteration:Q", "metric:N", alt.Tooltip("value:Q", format=".4f"), "train_s:Q"]
+    x = alt.X("train_s:Q", title="timed training seconds")
+    y = alt.Y("value:Q", title="held-out quality")
+    colour = framework_colour(frameworks)
+    lines = alt.Chart().mark_line(opacity=0.7).encode(x=x, y=y, color=colour, detail="run_id:N")
+    # Hollow points shaped by framework: runs of the same work on frameworks of the same
+    # speed (torch's and Caffe's AutoEncoder) draw the same line, and one colour would hide
+    # the other; two shapes at one place show both.
+    points = (
         alt.Chart()
-        .mark_line(point=True, opacity=0.7)
+        .mark_point(filled=False, size=45, strokeWidth=1.5)
         .encode(
-            x=alt.X("train_s:Q", title="timed training seconds"),
-            y=alt.Y("value:Q", title="held-out quality"),
-            color=framework_colour(frameworks),
+            x=x,
+            y=y,
+            color=colour,
+            shape=alt.Shape("framework:N", title="framework", scale=alt.Scale(domain=frameworks)),
             detail="run_id:N",
-            tooltip=[
-                "run_id:N",
-                "iteration:Q",
-                "metric:N",
-                alt.Tooltip("value:Q", format=".4f"),
-                "train_s:Q",
-            ],
+            tooltip=tooltip,
         )
     )
-    layers = [lines]
+    layers = [lines, points]
     targets = runs.dropna(subset=["target_value"]) if "target_value" in runs else runs.iloc[0:0]
     if len(targets):
         rule_data = targets.drop_duplicates("model")[["model", "target_value"]]
@@ -96,7 +99,9 @@ def quality_chart(evals: pd.DataFrame, runs: pd.DataFrame) -> alt.TopLevelMixin:
         .properties(width=_WIDTH, height=_HEIGHT)
         .facet(facet=alt.Facet("panel:N", title=None, sort=order), columns=4)
         .resolve_scale(x="independent", y="independent")
-        .properties(title="Held-out quality vs timed training seconds (one line per run; dashed: the target)")
+        .properties(
+            title="Held-out quality vs timed training seconds (one line per run, points shaped by framework; dashed: the target)"
+        )
     )
 
 

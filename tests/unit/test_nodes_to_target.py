@@ -237,31 +237,13 @@ def test_a_study_whose_every_repeat_was_contended_names_no_winner_and_does_not_s
     assert set(by_nodes["fastest"]) == set(by_nodes["cheapest"]) == {"no clear winner"}
 
 
-def _symbols(spec: dict) -> list[dict]:
-    """Every drawn symbol (point) of a rendered figure: its x and its ARIA description."""
-    import vl_convert
-
-    found: list[dict] = []
-
-    def walk(node: object) -> None:
-        if isinstance(node, dict):
-            if node.get("marktype") == "symbol" and node.get("role") == "mark":
-                found.extend(item for item in node.get("items", []) if item.get("description"))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(vl_convert.vegalite_to_scenegraph(spec)["scenegraph"])
-    return found
-
-
 def test_frameworks_that_agree_are_drawn_apart_and_a_missing_curve_is_named_with_its_reason(tmp_path):
     """Two frameworks with the same steps and times at 1 and 2 nodes (the demo's case: every
     framework needed 80 steps at batch 64) are drawn side by side, never one on the other,
     each described by its table's values; with two batches S(B) is refused, and both titles
     say so, with the reason, instead of promising a fitted curve or a projection."""
+    from helpers.figures import described, drawn_symbols
+
     from dlscale.figures import nodes
     from dlscale.figures.panels import spec_of_html
 
@@ -287,8 +269,8 @@ def test_frameworks_that_agree_are_drawn_apart_and_a_missing_curve_is_named_with
         assert "needs 3 or more distinct global batches" in title, title
         assert "dashed" not in title and "projected to" not in title, title
         by_place: dict[tuple, dict[str, float]] = {}
-        for item in _symbols(spec):
-            said = dict(part.split(": ", 1) for part in item["description"].split("; "))
+        for item in drawn_symbols(spec):
+            said = described(item)
             place = (said.get("quantity"), said[x_field], said[value_field])
             by_place.setdefault(place, {})[said["framework"]] = item["x"]
         assert by_place and all(set(xs) == {"caffe", "torch"} for xs in by_place.values()), by_place

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers.events import run_with_evals
+from helpers.figures import described, drawn_symbols
 
 from dlscale import quality
 from dlscale.analysis import aggregate, convergence, tables
@@ -251,6 +252,29 @@ def test_the_quality_figures_draw_every_run_and_both_efficiencies(tmp_path: Path
     html = (tmp_path / "quality.html").read_text()
     assert "torch/lenet/n2x1/b64/r1" in html and "tensorflow" in html
     assert "time-to-target efficiency" in (tmp_path / "efficiencies.html").read_text()
+
+
+def test_two_frameworks_on_the_same_curve_are_both_seen_in_the_quality_figure(tmp_path: Path) -> None:
+    """The same work at the same speed (the demo's torch and Caffe AutoEncoder: the same
+    losses from one initialisation) draws two runs' points at one place: each framework's
+    points have a shape of their own, so the one drawn last does not hide the other."""
+    from dlscale.figures.panels import spec_of_html
+
+    for framework in ("torch", "caffe"):
+        run_with_evals(
+            tmp_path / "runs", framework=framework, iterations=12, step_s=0.01,
+            evals=[(4, 0.5), (8, 0.85), (12, 0.93)],
+        )  # fmt: skip
+    built = aggregate.aggregate(aggregate.find_events(tmp_path / "runs"))
+    out = {"quality": {"html": str(tmp_path / "quality.html")}}
+    make_quality_figures(built.runs, built.cells, built.evals, out)
+    shapes: dict[tuple[str, str], set[str]] = {}
+    for item in drawn_symbols(spec_of_html(out["quality"]["html"])):
+        said = described(item)
+        shapes.setdefault((said["timed training seconds"], said["held-out quality"]), set()).add(
+            item["shape"]
+        )
+    assert len(shapes) == 3 and all(len(drawn) == 2 for drawn in shapes.values()), shapes
 
 
 def test_the_seed_claims_are_judged_again_as_time_to_target(tmp_path: Path) -> None:
