@@ -133,8 +133,29 @@ def every_panel(data: pd.DataFrame, row: str, column: str) -> pd.DataFrame:
     )
 
 
+def efficiencies_missing(cells: pd.DataFrame, both: pd.DataFrame) -> list[str]:
+    """Title lines for the models with throughput efficiencies but no time-to-target ones,
+    and why (their empty panel would otherwise say nothing): no quality target set for the
+    model, or no two node counts of one framework both reached it."""
+    kinds = both.groupby("model")["kind"].agg(set) if not both.empty else pd.Series(dtype=object)
+    lines = []
+    for model in ordered(both["model"], MODEL_ORDER):
+        if convergence.EFFICIENCY_KINDS[1] in kinds.get(model, set()):
+            continue
+        mine = cells[cells["model"].eq(model)] if "model" in cells else cells.iloc[0:0]
+        targeted = "target_value" in mine and mine["target_value"].notna().any()
+        why = (
+            "no two node counts of one framework reached its target"
+            if targeted
+            else "the study sets no quality target for it"
+        )
+        lines.append(f"no time-to-target efficiency for {model}: {why}")
+    return lines
+
+
 def efficiencies_chart(cells: pd.DataFrame) -> alt.TopLevelMixin:
-    """Throughput efficiency and time-to-target efficiency vs nodes, per model."""
+    """Throughput efficiency and time-to-target efficiency vs nodes, per model; the title
+    names each model whose time-to-target panel is empty, and why."""
     if cells is None or cells.empty:
         return empty_chart("Efficiencies: no cells to plot")
     both = efficiencies_table(cells)
@@ -177,7 +198,12 @@ def efficiencies_chart(cells: pd.DataFrame) -> alt.TopLevelMixin:
             column=alt.Column("kind:N", title=None, sort=list(convergence.EFFICIENCY_KINDS)),
         )
         .properties(
-            title="Throughput efficiency beside time-to-target efficiency (medians with intervals; 1 = ideal)"
+            title=alt.TitleParams(
+                [
+                    "Throughput efficiency beside time-to-target efficiency (medians with intervals; 1 = ideal)",
+                    *efficiencies_missing(cells, both),
+                ]
+            )
         )
     )
 

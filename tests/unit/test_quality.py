@@ -254,6 +254,34 @@ def test_the_quality_figures_draw_every_run_and_both_efficiencies(tmp_path: Path
     assert "time-to-target efficiency" in (tmp_path / "efficiencies.html").read_text()
 
 
+def test_an_empty_time_to_target_panel_says_why(tmp_path: Path) -> None:
+    """A model without a target (the demo's AutoEncoder) has throughput efficiencies and an
+    empty time-to-target panel: the title says it has no target; a model with a target that
+    no run reached says that instead."""
+    from dlscale.figures.panels import spec_of_html
+    from dlscale.figures.quality import efficiencies_missing, efficiencies_table
+
+    for model, target, last in (
+        ("lenet", {"metric": "top1", "value": 0.9}, 0.93),
+        ("autoencoder", None, 0.93),
+        ("alexnet", {"metric": "top1", "value": 0.9}, 0.5),
+    ):
+        for nodes, repeat in ((1, 0), (1, 1), (2, 0), (2, 1)):
+            run_with_evals(
+                tmp_path / "runs", model=model, nodes=nodes, repeat=repeat, iterations=12,
+                step_s=0.01 * nodes * (1 + 0.02 * repeat), target=target, evals=[(4, 0.5), (12, last)],
+            )  # fmt: skip
+    built = aggregate.aggregate(aggregate.find_events(tmp_path / "runs"))
+    assert sorted(efficiencies_missing(built.cells, efficiencies_table(built.cells))) == [
+        "no time-to-target efficiency for alexnet: no two node counts of one framework reached its target",
+        "no time-to-target efficiency for autoencoder: the study sets no quality target for it",
+    ]
+    out = {"efficiencies": {"html": str(tmp_path / "efficiencies.html")}}
+    make_quality_figures(built.runs, built.cells, built.evals, out)
+    title = spec_of_html(out["efficiencies"]["html"])["title"]["text"]
+    assert title[1:] == efficiencies_missing(built.cells, efficiencies_table(built.cells))
+
+
 def test_two_frameworks_on_the_same_curve_are_both_seen_in_the_quality_figure(tmp_path: Path) -> None:
     """The same work at the same speed (the demo's torch and Caffe AutoEncoder: the same
     losses from one initialisation) draws two runs' points at one place: each framework's
