@@ -10,7 +10,8 @@ Debian 12's, writes the year too: ``I20261129 ...``). The messages read here:
   ``lr`` and ``step_s`` (1 / iter/s, or from the glog stamps of consecutive displays when
   the log has no rate). The first display, with nothing before it to time it by, has no
   step time, which an iteration event must have: it is a ``display`` event, a loss
-  reading. ``samples`` is the net's batch, read from the first ``Top shape:`` line of the
+  reading; its printed rate is not read (BVLC's solver computes it from a counter it never
+  initialises: 0, ``-1.4013e-45`` or garbage in real logs), so ``iter_per_s`` is None. ``samples`` is the net's batch, read from the first ``Top shape:`` line of the
   net set-up (0 when the log has none by the time the display is complete). Caffe cannot
   split a step, so ``compute_s`` and ``comm_s`` are None. ``loss`` is a float, NaN or
   infinite as glog printed it (``nan``, ``inf``); the CLI writes those as the strings
@@ -277,6 +278,14 @@ class _Reader:
         """The messages that start with "Iteration": displays, learning rates, benchmark
         iterations, and those this parser knows and does not read (testing, snapshots)."""
         if match := ITERATION_RATE.match(text):
+            if self.last_display is None:
+                # The first display's rate is (iter - iterations_last_) / lapse, and BVLC's
+                # solver never initialises iterations_last_: real logs print 0, -1.4013e-45
+                # or any garbage there. Nothing was timed before it, so it carries no rate.
+                self.solver_iteration(
+                    line, int(match["it"]), float(match["loss"]), None, now, iter_per_s=None
+                )
+                return True
             rate = _finite(self.path, line, match["rate"], "rate")
             step = 1.0 / rate if rate > 0 else None
             self.solver_iteration(line, int(match["it"]), float(match["loss"]), step, now, iter_per_s=rate)

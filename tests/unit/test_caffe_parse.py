@@ -74,6 +74,30 @@ def test_bvlc_rate_format_gives_step_time(tmp_path):
     assert second["lr"] == 0.001 and second["time"] == pytest.approx(1.9)
 
 
+@pytest.mark.parametrize("first_rate", ["0", "-1.4013e-45", "1.4013e-45", "3.35544e+07", "-2.1e+09", "nan"])
+def test_the_first_displays_rate_is_not_read_a_later_impossible_one_is_refused(tmp_path, first_rate):
+    """BVLC's solver prints the first display's rate from ``iterations_last_``, which it
+    never initialises: real logs read "Iteration 0 (-1.4013e-45 iter/s, ...)" or "(0
+    iter/s, ...)". That display times nothing (no display before it), so whatever it
+    prints is no rate: the log parses, the display has no step time and no rate. A later
+    display's negative rate is still impossible."""
+    head = (
+        "I1129 19:45:13.000000  4242 solver.cpp:218] Iteration 0 ({rate} iter/s, 0.05s/10 iters), loss = 2.31\n"
+        "I1129 19:45:14.000000  4242 solver.cpp:218] Iteration 10 ({later} iter/s, 0.8s/10 iters), loss = 1.5\n"
+        "I1129 19:45:14.500000  4242 solver.cpp:310] Iteration 20, loss = 1.2\n"
+        "I1129 19:45:14.600000  4242 solver.cpp:315] Optimization Done.\n"
+    )
+    path = tmp_path / "bvlc.log"
+    path.write_text(head.format(rate=first_rate, later="12.5"))
+    first, second, last = parser.parse(path)
+    assert first["event"] == "display" and first["step_s"] is None and first["iter_per_s"] is None
+    assert second["step_s"] == pytest.approx(0.08) and second["iter_per_s"] == 12.5
+    assert last["iteration"] == 20 and last["step_s"] == pytest.approx(0.05)  # from the stamps
+    path.write_text(head.format(rate=first_rate, later="-1.4013e-45"))
+    with pytest.raises(ParseError, match="impossible rate"):
+        parser.parse(path)
+
+
 def test_time_log_gives_per_layer_table():
     events = parser.parse(DATA / "lenet_time.log")
     bench = [e for e in events if e["event"] == "benchmark"]
