@@ -13,7 +13,8 @@ line prefix depends on who set log4j up, so the parser anchors on the logger nam
 
 What becomes of each iteration (BigDL's ``[Iteration N]`` is 1-based; events are 0-based):
 
-- ``Trained R records in S seconds ... Loss is L.`` -> ``step_s`` = S, the driver's wall
+- ``Trained R records in S seconds ... Loss is L.`` (BigDL 0.1-0.4: ``Train R in Sseconds.
+  ... Loss is L.``) -> ``step_s`` = S, the driver's wall
   time of the whole synchronous step (all executors' forward/backward, the parameter
   synchronisation through Spark's block manager, and Spark's job scheduling); ``samples``
   = R, the GLOBAL batch (one driver reports for the whole run); ``loss`` = L; plus
@@ -77,10 +78,13 @@ ANCHOR = "DistriOptimizer$"
 # backtrack quadratically on a long run of digits that is not followed by what is expected.
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 LOSS = r"[-+]?(?:NaN|Infinity|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+# "Trained R records in S seconds." (BigDL >= 0.5) or "Train R in Sseconds." (BigDL 0.1-0.4,
+# the 2017-2018 releases of the seed study's time: the same step, worded before a rename).
 ITERATION = re.compile(
     rf"\[Epoch (?P<epoch>\d+) (?P<done>\d+)/(?P<size>\d+)\]\[Iteration (?P<iteration>\d+)\]"
-    rf"\[Wall Clock (?P<wall>{NUMBER})s\] Trained (?P<records>{NUMBER}) records in (?P<seconds>{NUMBER})"
-    rf" seconds\. Throughput is (?P<throughput>{NUMBER}) records/second\. Loss is (?P<loss>{LOSS})\.(?:\s|$)"
+    rf"\[Wall Clock (?P<wall>{NUMBER})s\] Train(?:ed)? (?P<records>{NUMBER})(?: records)? in"
+    rf" (?P<seconds>{NUMBER}) ?seconds\. Throughput is (?P<throughput>{NUMBER}) records/second\."
+    rf" Loss is (?P<loss>{LOSS})\.(?:\s|$)"
 )
 # The rate BigDL's optimiser used for the step, from its hyper-parameter log (absent in
 # logs of other optim methods): the evidence that a learning-rate rule reached BigDL.
@@ -201,7 +205,7 @@ def _message(line: str) -> tuple[int, str]:
 def _kind(message: str) -> str | None:
     """What a DistriOptimizer message is to this parser: an iteration, part of the input
     caching measure, or (None) nothing it reads."""
-    if "Trained" in message and "[Iteration" in message:
+    if "[Iteration" in message and ("Trained" in message or " Train " in message):
         return "iteration"
     if message.startswith(("caching training rdd", "Cache thread models")):
         return "caching"

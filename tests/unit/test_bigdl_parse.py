@@ -128,6 +128,24 @@ def test_epoch_finished_and_other_loggers_are_ignored():
     assert parse_text(text, strict=False) == []  # a killed run's log may stop before its first step
 
 
+def test_the_pre_0_5_wording_of_a_step_is_read_as_the_same_step():
+    """BigDL 0.1-0.4 (2017-2018, the seed study's releases) logged a step as "Train R in
+    Sseconds." where later releases write "Trained R records in S seconds."; a driver log of
+    that time is read, not refused as having no iteration line."""
+    old = (
+        "2017-09-10 10:03:55 INFO  DistriOptimizer$:241 - [Epoch 1 512/60000][Iteration 1][Wall Clock 1.420345s]"
+        " Train 512 in 1.420345seconds. Throughput is 360.47 records/second. Loss is 2.3025851."
+        " Current learning rate is 0.01. Current dampening is 0.0.\n"
+        "2017-09-10 10:03:56 INFO  DistriOptimizer$:241 - [Epoch 1 1024/60000][Iteration 2][Wall Clock 2.110223s]"
+        " Train 512 in 0.689878seconds. Throughput is 742.16 records/second. Loss is 2.2871.\n"
+    )
+    first, second = parse_text(old)
+    assert (first["iteration"], first["samples"], first["step_s"], first["lr"]) == (0, 512, 1.420345, 0.01)
+    assert (second["iteration"], second["step_s"], second["loss"]) == (1, 0.689878, pytest.approx(2.2871))
+    with pytest.raises(ParseError, match="unreadable BigDL iteration line"):
+        parse_text(old.replace("Train 512 in 0.689878seconds", "Train 512 in a while"))
+
+
 @pytest.mark.parametrize(
     "text, line, message",
     [
