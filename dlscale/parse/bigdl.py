@@ -98,10 +98,12 @@ TIMESTAMPS = (
 )  # each: the regex, and the order of the date's fields (Y: 4-digit year, y: 2-digit)
 METRICS_START = re.compile(r"^=+ Metrics Summary =+\s*$")
 METRICS_END = re.compile(r"^=+\s*$")
-# "NAME : VALUE s", or "NAME :  " (BigDL's per-node lines, empty). The name takes its
-# trailing blanks (stripped after): a lazy name followed by "\s*" would let both share
-# the blanks and backtrack quadratically.
+# "NAME : VALUE s", or "NAME :  " (BigDL's per-node lines, empty in the releases run here;
+# ``_per_node`` reads those a release fills). The name takes its trailing blanks (stripped
+# after): a lazy name followed by "\s*" would let both share the blanks and backtrack
+# quadratically.
 METRIC = re.compile(rf"(?P<name>[A-Za-z][\w \t]*):(?:\s*(?P<value>{NUMBER})\s*s)?\s*")
+NUMBER_ONLY = re.compile(NUMBER)
 EXTRA_METRICS = {
     "get weights average": "get_weights_s",
     "put gradient": "put_gradient_s",
@@ -200,6 +202,17 @@ def _message(line: str) -> tuple[int, str]:
     anchor = line.index(ANCHOR)
     found = MESSAGE.match(line, anchor)
     return anchor, (found["message"] if found else "")
+
+
+def _per_node(line: str) -> bool:
+    """A per-node line of a Metrics Summary block with its values: "NAME for each node :
+    V1 V2 ..." (one unit-less number per node, where a release fills them; not read)."""
+    name, colon, values = line.partition(":")
+    return (
+        bool(colon)
+        and name.rstrip().endswith("for each node")
+        and all(NUMBER_ONLY.fullmatch(value) for value in values.split())
+    )
 
 
 def _kind(message: str) -> str | None:
@@ -470,6 +483,8 @@ class LogParser:
                 return self._complete()
             return []
         metric = METRIC.fullmatch(line)
+        if metric is None and _per_node(line):
+            return []
         if metric is None:
             raise ParseError(
                 self.path, self.number, f"unreadable line in a Metrics Summary block: {line[:200]!r}"

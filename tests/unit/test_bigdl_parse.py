@@ -131,7 +131,8 @@ def test_epoch_finished_and_other_loggers_are_ignored():
 def test_the_pre_0_5_wording_of_a_step_is_read_as_the_same_step():
     """BigDL 0.1-0.4 (2017-2018, the seed study's releases) logged a step as "Train R in
     Sseconds." where later releases write "Trained R records in S seconds."; a driver log of
-    that time is read, not refused as having no iteration line."""
+    that time is read, not refused as having no iteration line. A per-node metrics line with
+    its numbers is read past; one with anything else is still unreadable."""
     old = (
         "2017-09-10 10:03:55 INFO  DistriOptimizer$:241 - [Epoch 1 512/60000][Iteration 1][Wall Clock 1.420345s]"
         " Train 512 in 1.420345seconds. Throughput is 360.47 records/second. Loss is 2.3025851."
@@ -139,11 +140,24 @@ def test_the_pre_0_5_wording_of_a_step_is_read_as_the_same_step():
         "2017-09-10 10:03:56 INFO  DistriOptimizer$:241 - [Epoch 1 1024/60000][Iteration 2][Wall Clock 2.110223s]"
         " Train 512 in 0.689878seconds. Throughput is 742.16 records/second. Loss is 2.2871.\n"
     )
-    first, second = parse_text(old)
+    # Its Metrics Summary (logged at INFO then) fills the per-node lines: read past, not refused.
+    block = (
+        "========== Metrics Summary ==========\n"
+        "get weights average : 0.0148 s\n"
+        "computing time average : 0.28 s\n"
+        "get weights for each node : 0.0148 0.0151 \n"
+        "computing time for each node : 0.2805 0.2764 \n"
+        "=====================================\n"
+    )
+    lines = old.splitlines(keepends=True)
+    first, second = parse_text(lines[0] + block + lines[1])
+    assert first["get_weights_s"] == 0.0148
     assert (first["iteration"], first["samples"], first["step_s"], first["lr"]) == (0, 512, 1.420345, 0.01)
     assert (second["iteration"], second["step_s"], second["loss"]) == (1, 0.689878, pytest.approx(2.2871))
     with pytest.raises(ParseError, match="unreadable BigDL iteration line"):
         parse_text(old.replace("Train 512 in 0.689878seconds", "Train 512 in a while"))
+    with pytest.raises(ParseError, match="unreadable line in a Metrics Summary block"):
+        parse_text(lines[0] + block.replace("0.2805 0.2764", "0.2805 slow") + lines[1])
 
 
 @pytest.mark.parametrize(
