@@ -370,7 +370,18 @@ def test_interrupted_snakemake_leaves_no_shared_spark_cluster(
         stale = list((workdir / "results" / "spark").glob("*/lease.json"))
         events = workdir / run / "events.jsonl"
         end = json.loads(events.read_text().splitlines()[-1]) if events.exists() else {}
-        as_expected = (end.get("event"), end.get("status")) == ("run_end", recorded) and proc.returncode != 0
+        # Snakemake's own exit status after Ctrl-C is Snakemake's, and it does not always see
+        # the interrupt: in a full suite (2026-12-06 00:07, and once on 12-05) it logged "4 of 4
+        # steps (100%) done" and exited 0 with no "Terminating processes on user request", while
+        # the launcher beside it took the same SIGINT and recorded the run failed. snakemake
+        # 9.27 swallows a KeyboardInterrupt raised inside its log handler (snakemake/logging.py:
+        # `except (KeyboardInterrupt, SystemExit): pass`), one path by which that happens. What
+        # is the study's holds either way: the run recorded failed with the signal as its
+        # reason (so redone next time), nothing left running, no lease. SIGTERM goes to
+        # Snakemake's own handler (exit_gracefully) and its failure status is asserted.
+        exit_checked = sig != signal.SIGINT
+        snakemake_failed = proc.returncode != 0 or not exit_checked
+        as_expected = (end.get("event"), end.get("status")) == ("run_end", recorded) and snakemake_failed
         name = signal.Signals(sig).name
         fault = "interrupted" if sig == signal.SIGINT else "terminated"
         record(
@@ -390,7 +401,7 @@ def test_interrupted_snakemake_leaves_no_shared_spark_cluster(
         told = f"{output[-3000:]}\n--- run.log ---\n{run_log.read_text()[-2000:] if run_log.exists() else '(none)'}"
         assert not left, f"processes left behind: {left}\n{told}"
         assert not stale, f"leases left behind: {stale}\n{told}"
-        assert proc.returncode != 0, told
+        assert snakemake_failed, told
         assert (end.get("event"), end.get("status")) == ("run_end", recorded), f"{end}\n{told}"
         if recorded == "failed":
             # The interrupted run says why (and so is redone next time).
