@@ -92,12 +92,12 @@ def _series(ok: pd.DataFrame) -> pd.Series:
     return ok["framework"].astype(str).where(setups.le(1), ok["framework"].astype(str) + " (" + setup + ")")
 
 
-def framework_colour(frameworks: list[str]) -> alt.Color:
-    """Colour by framework, its legend's symbols solid (a band's or a point's opacity would
-    otherwise pale them)."""
+def framework_colour(frameworks: list[str], field: str = "framework", title: str = "framework") -> alt.Color:
+    """Colour by framework (or by ``field``, e.g. the projection's set-ups), its legend's
+    symbols solid (a band's or a point's opacity would otherwise pale them)."""
     return alt.Color(
-        "framework:N",
-        title="framework",
+        f"{field}:N",
+        title=title,
         scale=alt.Scale(domain=frameworks, scheme="tableau10"),
         legend=alt.Legend(symbolOpacity=1),
     )

@@ -179,6 +179,17 @@ def _label(framework: object, model: object, rule: object) -> str:
     return f"{framework} {model} ({rule})"
 
 
+def _row_label(row: Mapping[str, object]) -> str:
+    """A table row's series label; a row without a rule is the fixed rate, as ``*_rows`` say."""
+    rule = row.get("lr_rule")
+    return _label(row.get("framework"), row.get("model"), rule if isinstance(rule, str) else "fixed")
+
+
+def _labels(rows: pd.DataFrame) -> set[str]:
+    """The series labels of drawn rows (their rule already filled in)."""
+    return {_label(*key) for key in rows[["framework", "model", "lr_rule"]].itertuples(index=False)}
+
+
 def _not_drawn(reasons: Mapping[str, str], everyone: int, what: str, table: str) -> list[str]:
     """Title lines for the series (``framework model (rule)`` -> why) that a layer does not
     draw: one line per reason, naming the series unless every one of ``everyone`` lacks it."""
@@ -200,20 +211,14 @@ def steps_title(rows: pd.DataFrame, fits: pd.DataFrame) -> list[str]:
     """What the steps figure draws, and why a series has no fitted S(B) (batch_fit.csv's
     ``refused``): a title never promises a curve the figure does not show."""
     title = ["Steps to the target against the global batch"]
-    fitted = rows[rows["kind"].eq("fit")]
-    drawn = {_label(*key) for key in fitted[["framework", "model", "lr_rule"]].itertuples(index=False)}
+    drawn = _labels(rows[rows["kind"].eq("fit")])
     if drawn:
         title[0] += ","
         title.append("dashed: the fitted S(B) over the measured batches")
-    shown = rows[rows["kind"].eq("median")]
-    everyone = {_label(*key) for key in shown[["framework", "model", "lr_rule"]].itertuples(index=False)}
+    everyone = _labels(rows[rows["kind"].eq("median")])
     refused: dict[str, str] = {}
     for fit in fits.to_dict("records") if not fits.empty else []:
-        series = _label(
-            fit.get("framework"),
-            fit.get("model"),
-            fit.get("lr_rule") if isinstance(fit.get("lr_rule"), str) else "fixed",
-        )
+        series = _row_label(fit)
         if series in everyone and series not in drawn:
             refused[series] = str(fit.get("refused") or "not fitted")
     for series in everyone - drawn - set(refused):
@@ -304,15 +309,12 @@ def nodes_title(rows: pd.DataFrame, summary: pd.DataFrame | None = None) -> list
     (time_to_target_summary.csv's ``not_projected``): no promise of a line it lacks."""
     projected = rows[rows["kind"].eq("projected")]
     measured = rows[~rows["kind"].eq("projected")]
-    keys = ["framework", "model", "lr_rule"]
-    drawn = {_label(*key) for key in projected[keys].itertuples(index=False)}
-    everyone = {_label(*key) for key in measured[keys].itertuples(index=False)}
+    drawn, everyone = _labels(projected), _labels(measured)
     said: dict[str, str] = {}
     if summary is not None and not summary.empty and "not_projected" in summary:
         for row in summary.to_dict("records"):
-            rule = row.get("lr_rule") if isinstance(row.get("lr_rule"), str) else "fixed"
             if isinstance(row.get("not_projected"), str) and row["not_projected"]:
-                said[_label(row.get("framework"), row.get("model"), rule)] = row["not_projected"]
+                said[_row_label(row)] = row["not_projected"]
     missing = {
         series: said.get(series, "no curve in time_to_target_projection.csv") for series in everyone - drawn
     }

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dlscale import catalog
-from dlscale.figures.charts import draw, empty_chart
+from dlscale.figures.charts import draw, empty_chart, framework_colour
 from dlscale.outputs import REPLAY_FIGURE
 from dlscale.perfmodel.replay import PATTERN_NAMES
 from dlscale.perfmodel.runs import setup_of
@@ -37,13 +37,7 @@ def _model_order(values: pd.Series) -> list[str]:
 
 
 def _colour(setups: list[str], title: str = "framework") -> alt.Color:
-    # Solid legend symbols: the bands' opacity would otherwise pale them.
-    return alt.Color(
-        "setup:N",
-        title=title,
-        scale=alt.Scale(domain=setups, scheme="tableau10"),
-        legend=alt.Legend(symbolOpacity=1),
-    )
+    return framework_colour(setups, field="setup", title=title)
 
 
 def _nodes_x(top: int) -> alt.X:
