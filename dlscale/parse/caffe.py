@@ -25,6 +25,19 @@ Debian 12's, writes the year too: ``I20261129 ...``). The messages read here:
   ends the events with ``{"event": "run_end", "status": "failed", "reason": <that line's
   message>, "time": ..., "line": N}`` after whatever was complete before it.
 
+Logs of several ranks. A launcher may tag each line of a rank (Open MPI's ``--tag-output``
+``[1,0]<stderr>:``, MPICH's and Intel MPI's ``-l`` ``[0] ``, ``srun --label``'s ``0: ``), and
+Caffe's MPI builds may put the rank before a display (Intel Caffe's ``[0] Iteration ...``,
+Caffe-MPI's ``rank = 0 Iteration ...``; Intel's ``(X iter/s, Ys/D iter), loss = L, Z iter/s
+avg`` is read as BVLC's rate). A display's rank is Caffe's tag, else the launcher's, else
+none; the displays read are those of the first display's rank (an event's ``rank``), and
+another rank's are skipped, while a failure on any rank fails the run. Displays with and
+without a rank are refused (whose is the untagged one?). A display's train-net outputs and
+learning rate are read from the thread that logged it (glog's thread id, and the launcher's
+rank), so another rank's lines merged among them are not taken for its own; a rate logged
+by another thread (Caffe-MPI displays from a thread of its own) is not read. Each writer's
+stamps must go forwards; across writers they may interleave.
+
 Events are produced as the log is read (``iter_events``): a display is complete when the
 next one starts or the log ends, a layer when its backward time is read, so memory does
 not grow with the log. ``time`` is seconds since the log's first glog line (year-less
@@ -32,10 +45,11 @@ stamps may cross one New Year: December to January). Lines that are not glog lin
 (Python's own output, mpirun's messages) are skipped. Malformed, ``ParseError`` with
 ``FILE:LINE`` (``python -m dlscale.parse caffe`` exits 2): a glog line that starts like
 one of the messages above but does not parse, a cut-off glog line, glog time going
-backwards, display or benchmark iteration numbers not increasing, a last line without its
-newline that would be read for numbers, a benchmark that stops before its averages (when
-no failure explains it), an empty or binary file, or a log with none of the above. No
-regular expression here can backtrack more than linearly in a line's length.
+backwards within one writer, display or benchmark iteration numbers not increasing, a
+last line without its newline that would be read for numbers, a benchmark that stops
+before its averages (when no failure explains it), an empty or binary file, or a log with
+none of the above. No regular expression here can backtrack more than linearly in a
+line's length.
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ import datetime as dt
 import math
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +69,23 @@ NUMBER = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|inf|nan
 
 GLOG_START = re.compile(r"^[IWEF](?:\d{4}|\d{8}) ")
 GLOG = re.compile(
-    r"^(?P<level>[IWEF])(?P<year>\d{4})?(?P<month>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d\.\d+)\s+\d+\s+"
-    r"(?P<source>[^\s:\]]+):\d+\] ?(?P<message>.*)$"
+    r"^(?P<level>[IWEF])(?P<year>\d{4})?(?P<month>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d\.\d+)\s+"
+    r"(?P<thread>\d+)\s+(?P<source>[^\s:\]]+):\d+\] ?(?P<message>.*)$"
 )
+# What a launcher writes before each line of a rank when asked to (the rank: group "rank"):
+# Open MPI's --tag-output ("[1,0]<stderr>:", PRRTE's "[prterun-host-42@1,0]<stdout>: "),
+# MPICH's and Intel MPI's -l / -prepend-rank ("[0] "), SLURM's srun --label ("0: ", padded).
+LAUNCHER_TAGS = (
+    re.compile(r"^\[(?:[^\]\s@]*@)?\d+,(?P<rank>\d+)\]<std(?:out|err|diag)>: ?"),
+    re.compile(r"^\[(?P<rank>\d+)\] "),
+    re.compile(r"^ *(?P<rank>\d+): "),
+)
+# The rank Caffe's MPI builds write before a display: Intel Caffe's "[3] Iteration N, ...",
+# Caffe-MPI's " rank = 3 Iteration N (...)".
+SOLVER_TAG = re.compile(r"^\s*(?:\[(?P<bracketed>\d+)\]|rank = (?P<named>\d+)) +(?=Iteration )")
 ITERATION_RATE = re.compile(
-    rf"^Iteration (?P<it>\d+) \((?P<rate>{NUMBER}) iter/s, (?P<lapse>{NUMBER})s/(?P<display>\d+) iters\),"
-    rf" loss = (?P<loss>{NUMBER})$"
+    rf"^Iteration (?P<it>\d+) \((?P<rate>{NUMBER}) iter/s, (?P<lapse>{NUMBER})s/(?P<display>\d+) iters?\),"
+    rf" loss = (?P<loss>{NUMBER})(?:, {NUMBER} iter/s avg)?$"
 )
 ITERATION_LOSS = re.compile(rf"^Iteration (?P<it>\d+), loss = (?P<loss>{NUMBER})$")
 ITERATION_LR = re.compile(rf"^Iteration (?P<it>\d+), lr = (?P<lr>{NUMBER})$")
@@ -108,13 +134,44 @@ def _crash_report(text: str) -> str | None:
     return None
 
 
-class _Clock:
-    """Seconds since the first glog stamp; refuses time going backwards.
+@dataclass
+class _Stream:
+    """Where one writer's stamps stand: a log may interleave several (threads, ranks)."""
 
-    A year-less stamp earlier than the one before is a New Year only from December to
-    January; any other step back is impossible (two logs in one file, an edited log).
-    The date and time to the second are converted once per second of log (the lines of
-    one second share them), which makes reading stamps cheap.
+    last: int = -1  # its last stamp, as microseconds since the log's first (integers: exact)
+    last_text: str = ""
+    last_month: int = 0
+    years: int = 0  # New Years it crossed (a year-less log)
+
+
+class _Unset:
+    """The reporting rank before the first display (None is a value: untagged)."""
+
+
+UNSET = _Unset()
+
+
+def _launcher_tag(text: str) -> tuple[str, int | None]:
+    """A line without the tag its launcher put before it, and the rank the tag names (None:
+    no tag). See LAUNCHER_TAGS; glog lines start with a letter, so no tag is ambiguous."""
+    if text[:1] in ("[", " ") or text[:1].isdigit():
+        for tag in LAUNCHER_TAGS:
+            if match := tag.match(text):
+                return text[match.end() :], int(match["rank"])
+    return text, None
+
+
+class _Clock:
+    """Seconds since the log's first glog stamp; refuses time going backwards.
+
+    glog takes a line's stamp in the thread that logs it, so stamps only go forwards within
+    one writer: one thread (glog's thread id) of one rank (its launcher tag). Several
+    writers' lines may interleave a few microseconds out of order (a solver's display
+    thread beside its main thread, a log that mpirun merged), so each writer's stamps are
+    checked on their own. A year-less stamp earlier than the one before is a New Year only
+    from December to January; any other step back is impossible (two logs in one file, an
+    edited log). The date and time to the second are converted once per second of log (the
+    lines of one second share them), which makes reading stamps cheap.
     """
 
     def __init__(self, path: str) -> None:
@@ -124,11 +181,8 @@ class _Clock:
         self.key = ""  # the last stamp's text to the whole second
         self.second = 0  # its microseconds since the first stamp (in a year-less log's year 2000)
         self.month = 0
-        self.last = -1  # the last stamp, as microseconds since the first (integers: exact)
-        self.last_text = ""
-        self.last_month = 0
-        self.years = 0  # New Years crossed by a year-less log
         self.origin: int | None = None  # the first stamp's microseconds in its second
+        self.streams: dict[tuple[int | None, str], _Stream] = {}
 
     def _new_second(self, number: int, match: re.Match[str], key: str) -> None:
         try:
@@ -142,7 +196,8 @@ class _Clock:
             raise ParseError(self.path, number, "glog stamps with and without the year in one log")
         self.key, self.second, self.month = key, (stamp - self.first) // MICROSECOND, stamp.month
 
-    def seconds(self, number: int, match: re.Match[str]) -> float:
+    def seconds(self, number: int, match: re.Match[str], writer: tuple[int | None, str]) -> float:
+        """The line's stamp in seconds since the log's first; ``writer``: (rank, thread)."""
         text, dot, end = match.string, match.start("clock") + 8, match.end("clock")
         if text[1:dot] != self.key:
             self._new_second(number, match, text[1:dot])
@@ -150,16 +205,19 @@ class _Clock:
         if len(fraction) > 6:
             raise ParseError(self.path, number, f"bad glog time stamp: {fraction}: more than microseconds")
         now = self.second + int(fraction.ljust(6, "0"))
-        if now < self.last:
-            if self.with_year or not (self.last_month == 12 and self.month == 1):
+        stream = self.streams.get(writer)
+        if stream is None:
+            stream = self.streams[writer] = _Stream()
+        if now < stream.last:
+            if self.with_year or not (stream.last_month == 12 and self.month == 1):
                 raise ParseError(
-                    self.path, number, f"time goes backwards: {text[1:end]!r} after {self.last_text!r}"
+                    self.path, number, f"time goes backwards: {text[1:end]!r} after {stream.last_text!r}"
                 )
-            self.years += 1
-        self.last, self.last_text, self.last_month = now, text[1:end], self.month
+            stream.years += 1
+        stream.last, stream.last_text, stream.last_month = now, text[1:end], self.month
         if self.origin is None:
             self.origin = now
-        return (now - self.origin + self.years * LEAP_YEAR) / 1e6
+        return (now - self.origin + stream.years * LEAP_YEAR) / 1e6
 
 
 def _finite(path: str, number: int, text: str, what: str) -> float:
@@ -187,6 +245,9 @@ class _Reader:
         self.produced = 0  # events returned so far
         self.out: list[dict[str, Any]] = []  # completed by the current line
         self.recognised = False  # whether the last message read was one of Caffe's
+        # Whose displays are read: the rank of the first display (None: untagged), set once.
+        self.reporting: int | None | _Unset = UNSET
+        self.display_writer: tuple[int | None, str] | None = None  # (rank, thread) of the open display
 
     def error(self, line: int, message: str) -> ParseError:
         return ParseError(self.path, line, message)
@@ -208,7 +269,7 @@ class _Reader:
     def line(self, line: Line) -> list[dict[str, Any]]:
         """The events completed by one line of the log."""
         self.out = []
-        text = line.text
+        text, rank = _launcher_tag(line.text)
         if self.failure is None and (reason := _crash_report(text)):
             self.failure = {"reason": shorten(reason), "time": None, "line": line.number}
         match = GLOG.match(text)
@@ -218,21 +279,24 @@ class _Reader:
             if self.failure is not None and not line.terminated:
                 return self.done()  # the crash cut the last line: the failure says why
             raise self.error(line.number, f"cut-off or malformed glog line: {text[:80]!r}")
-        now = self.clock.seconds(line.number, match)
+        writer = (rank, match["thread"])
+        now = self.clock.seconds(line.number, match, writer)
         if self.failure is not None and self.failure["line"] == line.number:
             self.failure["time"] = now
         if not line.terminated:
-            return self.last_line(line.number, match["message"].rstrip(), now)
-        self.message(line.number, match["message"].rstrip(), now)
+            return self.last_line(line.number, match["message"].rstrip(), now, writer)
+        self.message(line.number, match["message"].rstrip(), now, writer)
         return self.done()
 
-    def last_line(self, number: int, message: str, now: float) -> list[dict[str, Any]]:
+    def last_line(
+        self, number: int, message: str, now: float, writer: tuple[int | None, str]
+    ) -> list[dict[str, Any]]:
         """A last line without its newline: cut while being written, so not to be read for
         numbers (``loss = 0.76`` may be what is left of ``0.762439``)."""
         if self.failure is not None:
             return self.done()
         try:
-            self.message(number, message, now)
+            self.message(number, message, now, writer)
         except ParseError:
             self.recognised = True  # what it started as is one of Caffe's messages
         if self.recognised:
@@ -243,20 +307,48 @@ class _Reader:
         self.produced += len(self.out)
         return self.out
 
+    def reads(self, line: int, rank: int | None) -> bool:
+        """Whether a display of ``rank`` (None: untagged) is read: the first display's rank
+        is the one read; another rank's displays are skipped (its failures still count)."""
+        if isinstance(self.reporting, _Unset):
+            self.reporting = rank
+        if rank == self.reporting:
+            return True
+        if rank is None or self.reporting is None:
+            raise self.error(
+                line, "display lines with and without a rank tag in one log: cannot tell whose they are"
+            )
+        return False
+
     def solver_iteration(
-        self, line: int, number: int, loss: float, step_s: float | None, now: float, **extra: Any
+        self,
+        line: int,
+        number: int,
+        loss: float,
+        step_s: float | None,
+        now: float,
+        who: tuple[int | None, tuple[int | None, str]],
+        **extra: Any,
     ) -> None:
+        rank, writer = who
+        if not self.reads(line, rank):
+            return
         if self.last_display is not None:
             before, then = self.last_display
             if number <= before:
-                raise self.error(line, f"iteration {number} follows iteration {before}: two runs in one log?")
+                raise self.error(
+                    line,
+                    f"iteration {number} follows iteration {before}: two runs in one log, or several"
+                    " ranks' logs merged without rank tags (mpirun --tag-output, srun --label)?",
+                )
             if step_s is None:
                 step_s = (now - then) / (number - before)
         self.close_display()
         self.last_display = (number, now)
+        self.display_writer = writer
         self.display = {
             "event": "iteration",
-            "rank": 0,
+            "rank": rank or 0,
             "iteration": number,
             "samples": self.batch,
             "step_s": step_s,
@@ -267,32 +359,40 @@ class _Reader:
             **extra,
         }
 
-    def message(self, line: int, text: str, now: float) -> None:
+    def message(self, line: int, text: str, now: float, writer: tuple[int | None, str]) -> None:
         """Read one glog message; ``self.recognised`` says whether it was one of Caffe's."""
+        rank = writer[0]
+        if tag := SOLVER_TAG.match(text):
+            rank, text = int(tag["bracketed"] or tag["named"]), text[tag.end() :]
         if text.startswith("Iteration"):
-            self.recognised = self.iteration_message(line, text, now)
+            self.recognised = self.iteration_message(line, text, now, (rank, writer))
         else:
-            self.recognised = self.other_message(line, text)
+            self.recognised = self.other_message(line, text, writer)
 
-    def iteration_message(self, line: int, text: str, now: float) -> bool:
+    def iteration_message(
+        self, line: int, text: str, now: float, who: tuple[int | None, tuple[int | None, str]]
+    ) -> bool:
         """The messages that start with "Iteration": displays, learning rates, benchmark
-        iterations, and those this parser knows and does not read (testing, snapshots)."""
+        iterations, and those this parser knows and does not read (testing, snapshots).
+        ``who``: the rank the line is of (Caffe's own tag, else the launcher's) and its writer."""
         if match := ITERATION_RATE.match(text):
             if self.last_display is None:
                 # The first display's rate is (iter - iterations_last_) / lapse, and BVLC's
                 # solver never initialises iterations_last_: real logs print 0, -1.4013e-45
                 # or any garbage there. Nothing was timed before it, so it carries no rate.
                 self.solver_iteration(
-                    line, int(match["it"]), float(match["loss"]), None, now, iter_per_s=None
+                    line, int(match["it"]), float(match["loss"]), None, now, who, iter_per_s=None
                 )
                 return True
             rate = _finite(self.path, line, match["rate"], "rate")
             step = 1.0 / rate if rate > 0 else None
-            self.solver_iteration(line, int(match["it"]), float(match["loss"]), step, now, iter_per_s=rate)
+            self.solver_iteration(
+                line, int(match["it"]), float(match["loss"]), step, now, who, iter_per_s=rate
+            )
         elif match := ITERATION_LOSS.match(text):
-            self.solver_iteration(line, int(match["it"]), float(match["loss"]), None, now)
+            self.solver_iteration(line, int(match["it"]), float(match["loss"]), None, now, who)
         elif match := ITERATION_LR.match(text):
-            self.learning_rate(line, int(match["it"]), float(match["lr"]))
+            self.learning_rate(line, int(match["it"]), float(match["lr"]), who[1])
         elif match := BENCH_ITERATION.match(text):
             self.bench_iteration(line, int(match["it"]), _finite(self.path, line, match["ms"], "time"), now)
         elif ITERATION_OTHER.match(text):
@@ -301,10 +401,10 @@ class _Reader:
             raise self.error(line, f"unrecognised Caffe iteration line: {text[:200]!r}")
         return True
 
-    def other_message(self, line: int, text: str) -> bool:
+    def other_message(self, line: int, text: str, writer: tuple[int | None, str]) -> bool:
         """The messages that are neither display nor benchmark iteration lines."""
         if match := TRAIN_OUTPUT.match(text):
-            if self.display is not None:
+            if self.display is not None and writer == self.display_writer:  # not another rank's
                 self.display.setdefault("outputs", {})[match["name"]] = float(match["value"])
         elif "Train net output" in text:
             raise self.error(line, f"unrecognised train net output line: {text[:200]!r}")
@@ -326,12 +426,19 @@ class _Reader:
             return False
         return True
 
-    def learning_rate(self, line: int, number: int, lr: float) -> None:
-        if self.display is None or self.display["iteration"] != number:
+    def learning_rate(self, line: int, number: int, lr: float, writer: tuple[int | None, str]) -> None:
+        """The rate of the open display's iteration, from the thread that logged the display.
+        A rate from another writer cannot be told apart from another rank's (a merged log
+        without launcher tags, or Caffe-MPI's, which displays from a thread of its own) and
+        is not read; nor is a rate before any display (whose displays are read is not known)."""
+        display = self.display
+        if self.display_writer is None or writer != self.display_writer:
+            return
+        if display is None or display["iteration"] != number:
             raise self.error(
                 line, f"learning rate of iteration {number}, which has no loss line just before it"
             )
-        self.display["lr"] = lr
+        display["lr"] = lr
 
     def bench_iteration(self, line: int, number: int, ms: float, now: float) -> None:
         if self.last_bench is not None and number <= self.last_bench:
