@@ -2,7 +2,8 @@
 
 BigDL's DistriOptimizer reports every iteration itself, on the driver, through log4j; the
 line prefix depends on who set log4j up, so the parser anchors on the logger name
-(``DistriOptimizer$``) and reads whatever timestamp precedes it. Three prefixes are known
+(``DistriOptimizer$``, or ``DistriLogger``, through which DistriOptimizerV2 writes the same
+messages) and reads whatever timestamp precedes it. Three prefixes are known
 (each seen in real runs; tests/data/bigdl holds samples):
 
 - Spark's default pattern:        ``26/11/29 19:38:39 INFO DistriOptimizer$: ...``
@@ -73,7 +74,10 @@ from typing import Any
 
 from dlscale.parse import Line, ParseError, read_lines, shorten, text_lines
 
-ANCHOR = "DistriOptimizer$"
+# The loggers that write a distributed optimiser's lines: DistriOptimizer's own, and the
+# DistriLogger through which DistriOptimizerV2 (BigDL 0.10+, chosen with
+# Engine.setOptimizerVersion) writes the same messages.
+ANCHORS = ("DistriOptimizer$", "DistriLogger")
 # Unambiguous numbers: "\d+\.?\d*" would let two quantifiers share the digits and
 # backtrack quadratically on a long run of digits that is not followed by what is expected.
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
@@ -90,7 +94,7 @@ ITERATION = re.compile(
 # logs of other optim methods): the evidence that a learning-rate rule reached BigDL.
 LEARNING_RATE = re.compile(rf"Current learning rate is (?P<lr>{NUMBER})\.(?:\s|$)")
 # What follows the logger name: ": msg" (PatternLayout %c{1}: %m) or ":432 - msg" (%c{1}:%L - %m).
-MESSAGE = re.compile(r"DistriOptimizer\$(?::\d+ -|:)? ?(?P<message>.*)$")
+MESSAGE = re.compile(r"(?:DistriOptimizer\$|DistriLogger)(?::\d+ -|:)? ?(?P<message>.*)$")
 TIMESTAMPS = (
     (re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,3}))?"), "Ymd"),
     (re.compile(r"(\d{2}/\d{2}/\d{2}) (\d{2}:\d{2}:\d{2})()"), "ymd"),
@@ -197,9 +201,15 @@ def _learning_rate(message: str) -> dict[str, float]:
     return {"lr": rate} if math.isfinite(rate) else {}
 
 
+def _anchor(line: str) -> int:
+    """Where the first optimiser logger name (ANCHORS) starts in ``line``; -1: none."""
+    found = [at for name in ANCHORS if (at := line.find(name)) >= 0]
+    return min(found, default=-1)
+
+
 def _message(line: str) -> tuple[int, str]:
     """Where the logger name starts in a DistriOptimizer line, and the message after it."""
-    anchor = line.index(ANCHOR)
+    anchor = _anchor(line)
     found = MESSAGE.match(line, anchor)
     return anchor, (found["message"] if found else "")
 
@@ -451,7 +461,7 @@ class LogParser:
         """Whether this parser would read anything (numbers, times) from ``line``."""
         if self._block is not None or METRICS_START.match(line):
             return True
-        return ANCHOR in line and _kind(_message(line)[1]) is not None
+        return _anchor(line) >= 0 and _kind(_message(line)[1]) is not None
 
     def _complete(self) -> list[dict[str, Any]]:
         done, self._pending = self._pending, None
@@ -523,7 +533,7 @@ class LogParser:
         if METRICS_START.match(line):
             self._block, self._block_line = {}, self.number
             return []
-        if ANCHOR not in line:
+        if _anchor(line) < 0:
             return []
         anchor, message = _message(line)
         kind = _kind(message)

@@ -160,6 +160,17 @@ def test_the_pre_0_5_wording_of_a_step_is_read_as_the_same_step():
         parse_text(lines[0] + block.replace("0.2805 0.2764", "0.2805 slow") + lines[1])
 
 
+def test_distri_optimizer_v2_through_its_logger_is_read_as_distri_optimizer():
+    """DistriOptimizerV2 (BigDL 0.10+, chosen with Engine.setOptimizerVersion) writes the
+    same messages through a logger of its own, ``DistriLogger``; such a driver log was
+    refused as having no iteration line."""
+    text = (DATA / "full-pattern.log").read_text()
+    assert "DistriLogger" not in text
+    v2 = parse_text(text.replace("DistriOptimizer$", "DistriLogger"))
+    assert v2 == parse_text(text) and len(v2) >= 10
+    assert all(event["compute_s"] is not None for event in v2)  # its Metrics Summary blocks too
+
+
 @pytest.mark.parametrize(
     "text, line, message",
     [
