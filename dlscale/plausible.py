@@ -36,7 +36,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlscale.base.foreign import Refused
@@ -160,11 +160,12 @@ def _check_row(row: dict[str, Any], at: str, seen: dict[str, int], line: int) ->
             f"compute_s {compute:g} is longer than {MAX_COMPUTE_OVER_STEP:g} x the step ({step:g} s) it is part of"
             " (dlscale.plausible.MAX_COMPUTE_OVER_STEP)",
         )
-    _check_roofline(values, at)
+    check_roofline(values, at)
 
 
-def _check_roofline(values: dict[str, float | None], at: str) -> None:
-    """Throughput x FLOPs per sample over the ranks within ``MAX_RANK_FLOPS``."""
+def check_roofline(values: Mapping[str, float | None], at: str) -> None:
+    """Throughput x FLOPs per sample over the ranks within ``MAX_RANK_FLOPS`` (``values``:
+    ``throughput``, ``flops_per_sample``, and ``world_size`` or ``nodes`` x ``ranks_per_node``)."""
     throughput, flops = values.get("throughput"), values.get("flops_per_sample")
     world = values.get("world_size") or (values.get("nodes") or 0) * (values.get("ranks_per_node") or 0)
     if throughput is None or not flops or not world:

@@ -74,10 +74,8 @@ from typing import Any
 
 from dlscale.parse import Line, ParseError, read_lines, shorten, text_lines
 
-# The loggers that write a distributed optimiser's lines: DistriOptimizer's own, and the
-# DistriLogger through which DistriOptimizerV2 (BigDL 0.10+, chosen with
-# Engine.setOptimizerVersion) writes the same messages.
-ANCHORS = ("DistriOptimizer$", "DistriLogger")
+# The optimiser's logger: DistriOptimizer's, or DistriOptimizerV2's (BigDL 0.10+) DistriLogger.
+ANCHOR = re.compile(r"DistriOptimizer\$|DistriLogger")
 # Unambiguous numbers: "\d+\.?\d*" would let two quantifiers share the digits and
 # backtrack quadratically on a long run of digits that is not followed by what is expected.
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
@@ -201,15 +199,10 @@ def _learning_rate(message: str) -> dict[str, float]:
     return {"lr": rate} if math.isfinite(rate) else {}
 
 
-def _anchor(line: str) -> int:
-    """Where the first optimiser logger name (ANCHORS) starts in ``line``; -1: none."""
-    found = [at for name in ANCHORS if (at := line.find(name)) >= 0]
-    return min(found, default=-1)
-
-
 def _message(line: str) -> tuple[int, str]:
     """Where the logger name starts in a DistriOptimizer line, and the message after it."""
-    anchor = _anchor(line)
+    logger = ANCHOR.search(line)
+    anchor = logger.start() if logger else 0
     found = MESSAGE.match(line, anchor)
     return anchor, (found["message"] if found else "")
 
@@ -461,7 +454,7 @@ class LogParser:
         """Whether this parser would read anything (numbers, times) from ``line``."""
         if self._block is not None or METRICS_START.match(line):
             return True
-        return _anchor(line) >= 0 and _kind(_message(line)[1]) is not None
+        return ANCHOR.search(line) is not None and _kind(_message(line)[1]) is not None
 
     def _complete(self) -> list[dict[str, Any]]:
         done, self._pending = self._pending, None
@@ -533,7 +526,7 @@ class LogParser:
         if METRICS_START.match(line):
             self._block, self._block_line = {}, self.number
             return []
-        if _anchor(line) < 0:
+        if ANCHOR.search(line) is None:
             return []
         anchor, message = _message(line)
         kind = _kind(message)

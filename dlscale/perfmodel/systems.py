@@ -33,6 +33,7 @@ import yaml
 
 from dlscale import catalog, plausible
 from dlscale.base import foreign, strictyaml
+from dlscale.host import roofline
 from dlscale.networks import GBIT, PRESETS, NetworkPreset
 from dlscale.perfmodel.comm import Gradient
 from dlscale.perfmodel.patterns import PS, RING, SETUP_PATTERN
@@ -200,7 +201,7 @@ def _check_plausible(
 ) -> None:
     """What a schema's types let through but no system can measure (``dlscale.plausible``):
     a gradient of more than ``MAX_PARAMETERS``, a throughput that needs a step shorter than
-    ``MIN_STEP_S``, a network outside its bandwidth and latency bounds, more parameter
+    ``MIN_STEP_S`` or (a catalog model's) more FLOP/s a rank than ``MAX_RANK_FLOPS``, a network outside its bandwidth and latency bounds, more parameter
     servers than parameters or than ``MAX_NODES``."""
     bounds = plausible
     if parameters > bounds.MAX_PARAMETERS:
@@ -222,6 +223,15 @@ def _check_plausible(
                 f"{where}: key 'measured.{nodes}': {value:g} samples/s would need a step shorter than"
                 f" {bounds.MIN_STEP_S:g} s ({nodes} x {batch} samples a step; dlscale.plausible.MIN_STEP_S)"
             )
+    model = data.get("model")
+    ranks_per_node = int(data.get("ranks_per_node", 1))
+    for nodes, value in measured.items():
+        if model is not None and value is not None:  # a catalog model: its FLOPs a sample are known
+            values = {"throughput": value, "flops_per_sample": roofline.flops_per_sample(model)}
+            try:
+                bounds.check_roofline({**values, "nodes": nodes, "ranks_per_node": ranks_per_node}, where)
+            except foreign.Refused as err:
+                raise SystemFileError(f"{where}: key 'measured.{nodes}': {err.rule}") from None
     compute = data.get("compute_step_s")
     if compute is not None and compute < bounds.MIN_STEP_S:
         raise SystemFileError(

@@ -142,6 +142,19 @@ def test_files_are_read_and_their_errors_name_them(tmp_path: Path) -> None:
     assert replay.main([str(good), "--out", str(good)]) == 2  # a file, not a folder
 
 
+def test_a_catalog_models_throughput_past_any_processors_flops_is_refused() -> None:
+    """A published ResNet-50 row of 97 million images/s on 8 nodes of 8 ranks (a typo's
+    worth of digits) passed every bound a step's length sets (42 us a step) and was replayed
+    as a 4,500-fold error; at 24.3 GFLOPs a sample it needs 3.7e16 FLOP/s a rank."""
+    data = ring_system(model="resnet50", batch_per_node=512, ranks_per_node=8)
+    del data["parameters"]
+    data["measured"] = {1: 2697.29, 8: 9745.38}
+    assert systems.parse(data, "sys.yaml").measured[8] == 9745.38
+    data["measured"] = {1: 2697.29, 8: 97450000.38}
+    with pytest.raises(systems.SystemFileError, match=r"^sys.yaml: key 'measured.8': .*MAX_RANK_FLOPS"):
+        systems.parse(data, "sys.yaml")
+
+
 def test_yaml_a_system_file_has_no_use_for_is_refused_while_read(tmp_path: Path) -> None:
     """A key given twice (PyYAML keeps the last: a published point lost without a word) and
     aliases, nested ones above all (a billion laughs: 10^8 list items from 10 short lines)."""
