@@ -77,6 +77,21 @@ NONNEGATIVE_COLUMNS: tuple[str, ...] = (
     "flops_per_sample",
 )
 
+#: Counts a run row carries, where given: whole numbers from 0.
+COUNT_COLUMNS: tuple[str, ...] = (
+    "repeat",
+    "iteration_events",
+    "timed_iterations",
+    "partial_iterations",
+    "evals",
+)
+#: Quality columns whose metric is a share (top-1, top-5: of held-out samples; mse: of pixels
+#: on [0, 1], ``dlscale.quality``): from 0 to 1 where the row's metric is one of SHARE_METRICS.
+SHARE_COLUMNS: tuple[str, ...] = ("final_quality", "target_value")
+SHARE_METRICS: tuple[str, ...] = ("top1", "top5", "mse")
+#: A float's relative rounding over the few operations between two of a row's columns.
+ROUNDING = 1e-9
+
 _INTEGER = re.compile(r"[0-9]+(?:\.0*)?")
 
 
@@ -93,8 +108,9 @@ def check_runs_table(text: str, where: str) -> int:
     that is not one of ``STATUSES``, a cell key that is not an integer from 1 to
     ``MAX_NODES`` (``MAX_EXACT_INT`` for batches), a measurement that is not a finite
     number, an ok run without a positive throughput and step, a step below ``MIN_STEP_S``,
-    compute longer than twice its step, or a throughput past the roofline's ``MAX_RANK_FLOPS``.
-    Returns the number of rows."""
+    compute longer than twice its step, a throughput past the roofline's ``MAX_RANK_FLOPS``,
+    a count that is not a whole number from 0, a share (top-1, top-5, mse) outside 0 to 1,
+    or columns that contradict each other (``_check_consistent``). Returns the number of rows."""
     reader = csv.DictReader(io.StringIO(text, newline=""))
     seen: dict[str, int] = {}
     rows = 0
@@ -143,6 +159,11 @@ def _check_row(row: dict[str, Any], at: str, seen: dict[str, int], line: int) ->
         if value is not None and (not math.isfinite(value) or value < 0):
             raise Refused(at, f"{column} {text!r} is not a finite number >= 0")
         values[column] = value
+    for column in COUNT_COLUMNS:
+        text = (row.get(column) or "").strip()
+        if text and (not _INTEGER.fullmatch(text) or float(text) > MAX_EXACT_INT):
+            raise Refused(at, f"{column} {text!r} is not a whole number from 0 to {MAX_EXACT_INT:,}")
+    _check_shares(row, at)
     if status != "ok":
         return
     for column in POSITIVE_COLUMNS:
@@ -161,6 +182,54 @@ def _check_row(row: dict[str, Any], at: str, seen: dict[str, int], line: int) ->
             " (dlscale.plausible.MAX_COMPUTE_OVER_STEP)",
         )
     check_roofline(values, at)
+    _check_consistent(values, at)
+
+
+def _check_shares(row: dict[str, Any], at: str) -> None:
+    """A quality that is a share (SHARE_METRICS) lies from 0 to 1."""
+    metrics = {"final_quality": row.get("quality_metric"), "target_value": row.get("target_metric")}
+    for column in SHARE_COLUMNS:
+        text = (row.get(column) or "").strip()
+        if not text or (metrics[column] or "").strip() not in SHARE_METRICS:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            raise Refused(at, f"{column} {text!r} is not a number") from None
+        if not 0.0 <= value <= 1.0:
+            raise Refused(at, f"{column} {text!r} of metric {metrics[column]!r} is a share: from 0 to 1")
+
+
+def _check_consistent(values: dict[str, float | None], at: str) -> None:
+    """Columns one run's steps give together: the medians lie within their extremes, and no
+    step carries more samples than the global batch, so the throughput (the median of each
+    step's samples / its time) is at most ``global_batch / step_s_min``."""
+    for median, low, high in (
+        ("step_s", "step_s_min", "step_s_max"),
+        ("throughput", "throughput_min", "throughput_max"),
+    ):
+        value, lowest, highest = values.get(median), values.get(low), values.get(high)
+        if value is None:
+            continue
+        if lowest is not None and value < lowest * (1 - ROUNDING):
+            raise Refused(
+                at, f"{median} {value:g} is below its {low} {lowest:g}: a median within its extremes"
+            )
+        if highest is not None and value > highest * (1 + ROUNDING):
+            raise Refused(
+                at, f"{median} {value:g} is above its {high} {highest:g}: a median within its extremes"
+            )
+    throughput, batch, fastest = (
+        values.get("throughput"),
+        values.get("global_batch"),
+        values.get("step_s_min"),
+    )
+    if throughput is not None and batch and fastest and throughput > batch / fastest * (1 + ROUNDING):
+        raise Refused(
+            at,
+            f"throughput {throughput:g} samples/s is more than global_batch {batch:g} in its fastest step"
+            f" ({fastest:g} s): {batch / fastest:g} samples/s at most",
+        )
 
 
 def check_roofline(values: Mapping[str, float | None], at: str) -> None:

@@ -110,3 +110,50 @@ def test_an_events_line_kept_whole_is_held_to_the_depth_bound(tmp_path: Path) ->
     path.write_text(json.dumps(base) + "\n" + json.dumps(end)[:-1] + f', "x": {deep}}}\n')
     with pytest.raises(events.RefusedEvents, match=r"events.jsonl:2: JSON nested deeper than 64"):
         list(events.iter_numbered(path))
+
+
+RICH_HEADER = (
+    "run_id,framework,model,nodes,ranks_per_node,world_size,batch_per_rank,global_batch,status,step_s,step_s_min,"
+    "step_s_max,throughput,throughput_min,throughput_max,evals,quality_metric,final_quality,target_metric,target_value"
+)
+RICH_ROW = (
+    "torch/lenet/n1x1/b64/r0,torch,lenet,1,1,1,64,64,ok,0.1,0.08,0.125,640.0,512.0,800.0,4,top1,0.91,top1,0.9"
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "rule"),
+    [
+        ({",0.91,": ",1.5,"}, "final_quality '1.5' of metric 'top1' is a share: from 0 to 1"),
+        ({",top1,0.91,": ",mse,-0.01,"}, "final_quality '-0.01' of metric 'mse' is a share"),
+        ({",top1,0.91,top1,0.9": ",top1,0.91,top1,2"}, "target_value '2' of metric 'top1' is a share"),
+        ({",4,top1,": ",-3,top1,"}, "evals '-3' is not a whole number from 0"),
+        ({",4,top1,": ",2.5,top1,"}, "evals '2.5' is not a whole number from 0"),
+        (
+            {",640.0,": ",900.0,"},
+            "throughput 900 is above its throughput_max 800: a median within its extremes",
+        ),
+        ({",0.1,0.08,0.125,": ",0.2,0.08,0.125,"}, "step_s 0.2 is above its step_s_max 0.125"),
+        (
+            {",640.0,512.0,800.0,": ",900.0,512.0,950.0,"},
+            "throughput 900 samples/s is more than global_batch 64 in its fastest step (0.08 s): 800 samples/s at most",
+        ),
+    ],
+)
+def test_a_row_whose_columns_contradict_each_other_is_refused(change: dict[str, str], rule: str) -> None:
+    """A table from elsewhere whose throughput, quality or counts no run can have given:
+    compare took a top-1 of 1.5, evaluations counted -3 times and a throughput above the
+    fastest step's (each edited into a real demo table) as numbers, 2026-12-06."""
+    assert plausible.check_runs_table("\n".join([RICH_HEADER, RICH_ROW]) + "\n", "runs.csv") == 1
+    row = RICH_ROW
+    for old, new in change.items():
+        assert old in row
+        row = row.replace(old, new, 1)
+    with pytest.raises(foreign.Refused, match="^runs.csv line 2: ") as err:
+        plausible.check_runs_table("\n".join([RICH_HEADER, row]) + "\n", "runs.csv")
+    assert rule in str(err.value)
+
+
+def test_a_quality_of_a_metric_that_is_no_share_is_only_held_to_being_a_number() -> None:
+    row = RICH_ROW.replace(",top1,0.91,top1,0.9", ",bleu,31.5,bleu,30")
+    assert plausible.check_runs_table("\n".join([RICH_HEADER, row]) + "\n", "runs.csv") == 1
