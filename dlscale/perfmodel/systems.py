@@ -147,7 +147,7 @@ def parse(data: Any, where: str = "<system>") -> System:
         key=lambda e: (len(e.absolute_path), str(e.absolute_path)),
     )
     if errors:
-        raise SystemFileError(f"{where}: {_message(errors[0])}")
+        raise SystemFileError(f"{where}: {_capped(_message(errors[0]))}")
     try:  # the node counts are checked by the schema; a value of 10**400 overflows a float
         plausible.check_bounded_ints(data, where)
     except foreign.Refused as err:
@@ -390,6 +390,18 @@ _VALIDATOR = jsonschema.validators.extend(
 def _key_path(path: Any) -> str:
     """A key as a dotted path (``measured.8``)."""
     return ".".join(str(part) for part in path)
+
+
+#: The most of a schema error's message shown: it quotes the value, which may be megabytes.
+MESSAGE_CHARS = 300
+
+
+def _capped(message: str) -> str:
+    """``message`` cut in its middle (the key first, the rule last) to about MESSAGE_CHARS."""
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    head, tail = MESSAGE_CHARS * 2 // 3, MESSAGE_CHARS // 3
+    return f"{message[:head]} [... {len(message) - head - tail:,} characters ...] {message[-tail:]}"
 
 
 def _message(err: jsonschema.ValidationError) -> str:

@@ -142,6 +142,16 @@ def test_files_are_read_and_their_errors_name_them(tmp_path: Path) -> None:
     assert replay.main([str(good), "--out", str(good)]) == 2  # a file, not a folder
 
 
+def test_a_refusal_quoting_a_huge_value_stays_one_short_line() -> None:
+    """A 5,000-character name was quoted whole in the error; the key and the rule stay."""
+    with pytest.raises(systems.SystemFileError) as err:
+        systems.parse(ring_system(name="a" * 5000), "sys.yaml")
+    message = str(err.value)
+    assert len(message) < 400 and "\n" not in message
+    assert message.startswith("sys.yaml: key 'name': 'aaa") and message.endswith("' is too long")
+    assert "characters ...]" in message
+
+
 def test_a_catalog_models_throughput_past_any_processors_flops_is_refused() -> None:
     """A published ResNet-50 row of 97 million images/s on 8 nodes of 8 ranks (a typo's
     worth of digits) passed every bound a step's length sets (42 us a step) and was replayed
