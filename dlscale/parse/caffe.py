@@ -28,15 +28,16 @@ Debian 12's, writes the year too: ``I20261129 ...``). The messages read here:
 Logs of several ranks. A launcher may tag each line of a rank (Open MPI's ``--tag-output``
 ``[1,0]<stderr>:``, MPICH's and Intel MPI's ``-l`` ``[0] ``, ``srun --label``'s ``0: ``), and
 Caffe's MPI builds may put the rank before a display (Intel Caffe's ``[0] Iteration ...``,
-Caffe-MPI's ``rank = 0 Iteration ...``; Intel's ``(X iter/s, Ys/D iter), loss = L, Z iter/s
-avg`` is read as BVLC's rate). A display's rank is Caffe's tag, else the launcher's, else
-none; the displays read are those of the first display's rank (an event's ``rank``), and
-another rank's are skipped, while a failure on any rank fails the run. Displays with and
-without a rank are refused (whose is the untagged one?). A display's train-net outputs and
-learning rate are read from the thread that logged it (glog's thread id, and the launcher's
-rank), so another rank's lines merged among them are not taken for its own; a rate logged
-by another thread (Caffe-MPI displays from a thread of its own) is not read. Each writer's
-stamps must go forwards; across writers they may interleave.
+Caffe-MPI's ``rank = 0 Iteration ...``). Intel's ``(X iter/s, Ys/D iter), loss = L, Z iter/s
+avg`` is read as BVLC's rate (what a build adds after the loss, from ``, ``, is not read).
+A display's rank is Caffe's tag, else the launcher's, else none; the displays read are
+those of the first display's rank (an event's ``rank``), and another rank's are skipped,
+while a failure on any rank fails the run. Displays with and without a rank are refused
+(whose is the untagged one?). A display's train-net outputs and learning rate are read from
+the thread that logged it (glog's thread id, and the launcher's rank), so another rank's
+lines merged among them are not taken for its own; a rate logged by another thread
+(Caffe-MPI displays from a thread of its own) is not read. Each writer's stamps must go
+forwards; across writers they may interleave.
 
 Events are produced as the log is read (``iter_events``): a display is complete when the
 next one starts or the log ends, a layer when its backward time is read, so memory does
@@ -85,9 +86,9 @@ LAUNCHER_TAGS = (
 SOLVER_TAG = re.compile(r"^\s*(?:\[(?P<bracketed>\d+)\]|rank = (?P<named>\d+)) +(?=Iteration )")
 ITERATION_RATE = re.compile(
     rf"^Iteration (?P<it>\d+) \((?P<rate>{NUMBER}) iter/s, (?P<lapse>{NUMBER})s/(?P<display>\d+) iters?\),"
-    rf" loss = (?P<loss>{NUMBER})(?:, {NUMBER} iter/s avg)?$"
-)
-ITERATION_LOSS = re.compile(rf"^Iteration (?P<it>\d+), loss = (?P<loss>{NUMBER})$")
+    rf" loss = (?P<loss>{NUMBER})(?:, .*)?$"
+)  # what a build adds after the loss, not read: Intel's ", Z iter/s avg", a fork's ", remaining ..."
+ITERATION_LOSS = re.compile(rf"^Iteration (?P<it>\d+), loss = (?P<loss>{NUMBER})(?:, .*)?$")
 ITERATION_LR = re.compile(rf"^Iteration (?P<it>\d+), lr = (?P<lr>{NUMBER})$")
 ITERATION_OTHER = re.compile(r"^Iteration \d+, (?:Testing net \(#\d+\)|Snapshotting|loss = \S+ \(.*\))")
 TRAIN_OUTPUT = re.compile(rf"^\s*Train net output #\d+: (?P<name>\S+) = (?P<value>{NUMBER})(?: \(.*\))?$")

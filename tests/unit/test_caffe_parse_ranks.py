@@ -160,7 +160,11 @@ def test_caffe_mpis_display_thread_and_intel_caffes_rate_format():
     assert all("lr" not in e for e in events)  # another thread's: not told apart from another rank's
     intel = glog(2.0, 100, "[0] Iteration 60 (5.2 iter/s, 3.8s/20 iter), loss = 2.1, 5.0 iter/s avg")
     events = parser.parse_text("\n".join([*lines, intel]) + "\n")
-    assert events[-1]["iteration"] == 60 and events[-1]["iter_per_s"] == 5.2
+    assert events[-1]["iteration"] == 60 and events[-1]["iter_per_s"] == 5.2 and events[-1]["loss"] == 2.1
+    fork = glog(
+        2.0, 100, "Iteration 60 (5.2 iter/s, 3.8s/20 iter), loss = 2.1, remaining 3 hours and 4 minutes"
+    )
+    assert parser.parse_text(fork + "\n")[-1]["loss"] == 2.1  # a fork's BVLC display, untagged
 
 
 def test_what_stays_refused_in_a_log_of_several_writers():
