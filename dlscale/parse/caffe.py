@@ -61,7 +61,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dlscale.parse import Line, ParseError, read_lines, shorten, text_lines
 
@@ -145,6 +145,14 @@ class _Stream:
     years: int = 0  # New Years it crossed (a year-less log)
 
 
+class Writer(NamedTuple):
+    """Who wrote a glog line: the rank its launcher's tag names (None: no tag) and glog's
+    thread id. One writer's stamps only go forwards."""
+
+    rank: int | None
+    thread: str
+
+
 class _Unset:
     """The reporting rank before the first display (None is a value: untagged)."""
 
@@ -183,7 +191,7 @@ class _Clock:
         self.second = 0  # its microseconds since the first stamp (in a year-less log's year 2000)
         self.month = 0
         self.origin: int | None = None  # the first stamp's microseconds in its second
-        self.streams: dict[tuple[int | None, str], _Stream] = {}
+        self.streams: dict[Writer, _Stream] = {}
 
     def _new_second(self, number: int, match: re.Match[str], key: str) -> None:
         try:
@@ -197,8 +205,8 @@ class _Clock:
             raise ParseError(self.path, number, "glog stamps with and without the year in one log")
         self.key, self.second, self.month = key, (stamp - self.first) // MICROSECOND, stamp.month
 
-    def seconds(self, number: int, match: re.Match[str], writer: tuple[int | None, str]) -> float:
-        """The line's stamp in seconds since the log's first; ``writer``: (rank, thread)."""
+    def seconds(self, number: int, match: re.Match[str], writer: Writer) -> float:
+        """The line's stamp in seconds since the log's first, checked against ``writer``'s last."""
         text, dot, end = match.string, match.start("clock") + 8, match.end("clock")
         if text[1:dot] != self.key:
             self._new_second(number, match, text[1:dot])
@@ -248,7 +256,7 @@ class _Reader:
         self.recognised = False  # whether the last message read was one of Caffe's
         # Whose displays are read: the rank of the first display (None: untagged), set once.
         self.reporting: int | None | _Unset = UNSET
-        self.display_writer: tuple[int | None, str] | None = None  # (rank, thread) of the open display
+        self.display_writer: Writer | None = None  # who wrote the last display read
 
     def error(self, line: int, message: str) -> ParseError:
         return ParseError(self.path, line, message)
@@ -280,7 +288,7 @@ class _Reader:
             if self.failure is not None and not line.terminated:
                 return self.done()  # the crash cut the last line: the failure says why
             raise self.error(line.number, f"cut-off or malformed glog line: {text[:80]!r}")
-        writer = (rank, match["thread"])
+        writer = Writer(rank, match["thread"])
         now = self.clock.seconds(line.number, match, writer)
         if self.failure is not None and self.failure["line"] == line.number:
             self.failure["time"] = now
@@ -289,9 +297,7 @@ class _Reader:
         self.message(line.number, match["message"].rstrip(), now, writer)
         return self.done()
 
-    def last_line(
-        self, number: int, message: str, now: float, writer: tuple[int | None, str]
-    ) -> list[dict[str, Any]]:
+    def last_line(self, number: int, message: str, now: float, writer: Writer) -> list[dict[str, Any]]:
         """A last line without its newline: cut while being written, so not to be read for
         numbers (``loss = 0.76`` may be what is left of ``0.762439``)."""
         if self.failure is not None:
@@ -328,10 +334,10 @@ class _Reader:
         loss: float,
         step_s: float | None,
         now: float,
-        who: tuple[int | None, tuple[int | None, str]],
+        rank: int | None,
+        writer: Writer,
         **extra: Any,
     ) -> None:
-        rank, writer = who
         if not self.reads(line, rank):
             return
         if self.last_display is not None:
@@ -360,40 +366,38 @@ class _Reader:
             **extra,
         }
 
-    def message(self, line: int, text: str, now: float, writer: tuple[int | None, str]) -> None:
+    def message(self, line: int, text: str, now: float, writer: Writer) -> None:
         """Read one glog message; ``self.recognised`` says whether it was one of Caffe's."""
-        rank = writer[0]
+        rank = writer.rank
         if tag := SOLVER_TAG.match(text):
             rank, text = int(tag["bracketed"] or tag["named"]), text[tag.end() :]
         if text.startswith("Iteration"):
-            self.recognised = self.iteration_message(line, text, now, (rank, writer))
+            self.recognised = self.iteration_message(line, text, now, rank, writer)
         else:
             self.recognised = self.other_message(line, text, writer)
 
-    def iteration_message(
-        self, line: int, text: str, now: float, who: tuple[int | None, tuple[int | None, str]]
-    ) -> bool:
+    def iteration_message(self, line: int, text: str, now: float, rank: int | None, writer: Writer) -> bool:
         """The messages that start with "Iteration": displays, learning rates, benchmark
         iterations, and those this parser knows and does not read (testing, snapshots).
-        ``who``: the rank the line is of (Caffe's own tag, else the launcher's) and its writer."""
+        ``rank``: whose the line is (Caffe's own tag, else the launcher's)."""
         if match := ITERATION_RATE.match(text):
             if self.last_display is None:
                 # The first display's rate is (iter - iterations_last_) / lapse, and BVLC's
                 # solver never initialises iterations_last_: real logs print 0, -1.4013e-45
                 # or any garbage there. Nothing was timed before it, so it carries no rate.
                 self.solver_iteration(
-                    line, int(match["it"]), float(match["loss"]), None, now, who, iter_per_s=None
+                    line, int(match["it"]), float(match["loss"]), None, now, rank, writer, iter_per_s=None
                 )
                 return True
             rate = _finite(self.path, line, match["rate"], "rate")
             step = 1.0 / rate if rate > 0 else None
             self.solver_iteration(
-                line, int(match["it"]), float(match["loss"]), step, now, who, iter_per_s=rate
+                line, int(match["it"]), float(match["loss"]), step, now, rank, writer, iter_per_s=rate
             )
         elif match := ITERATION_LOSS.match(text):
-            self.solver_iteration(line, int(match["it"]), float(match["loss"]), None, now, who)
+            self.solver_iteration(line, int(match["it"]), float(match["loss"]), None, now, rank, writer)
         elif match := ITERATION_LR.match(text):
-            self.learning_rate(line, int(match["it"]), float(match["lr"]), who[1])
+            self.learning_rate(line, int(match["it"]), float(match["lr"]), writer)
         elif match := BENCH_ITERATION.match(text):
             self.bench_iteration(line, int(match["it"]), _finite(self.path, line, match["ms"], "time"), now)
         elif ITERATION_OTHER.match(text):
@@ -402,7 +406,7 @@ class _Reader:
             raise self.error(line, f"unrecognised Caffe iteration line: {text[:200]!r}")
         return True
 
-    def other_message(self, line: int, text: str, writer: tuple[int | None, str]) -> bool:
+    def other_message(self, line: int, text: str, writer: Writer) -> bool:
         """The messages that are neither display nor benchmark iteration lines."""
         if match := TRAIN_OUTPUT.match(text):
             if self.display is not None and writer == self.display_writer:  # not another rank's
@@ -427,7 +431,7 @@ class _Reader:
             return False
         return True
 
-    def learning_rate(self, line: int, number: int, lr: float, writer: tuple[int | None, str]) -> None:
+    def learning_rate(self, line: int, number: int, lr: float, writer: Writer) -> None:
         """The rate of the open display's iteration, from the thread that logged the display.
         A rate from another writer cannot be told apart from another rank's (a merged log
         without launcher tags, or Caffe-MPI's, which displays from a thread of its own) and

@@ -201,8 +201,9 @@ def _check_plausible(
 ) -> None:
     """What a schema's types let through but no system can measure (``dlscale.plausible``):
     a gradient of more than ``MAX_PARAMETERS``, a throughput that needs a step shorter than
-    ``MIN_STEP_S`` or (a catalog model's) more FLOP/s a rank than ``MAX_RANK_FLOPS``, a network outside its bandwidth and latency bounds, more parameter
-    servers than parameters or than ``MAX_NODES``."""
+    ``MIN_STEP_S`` or (a catalog model's) more FLOP/s a rank than ``MAX_RANK_FLOPS``, a
+    network outside its bandwidth and latency bounds, more parameter servers than parameters
+    or than ``MAX_NODES``."""
     bounds = plausible
     if parameters > bounds.MAX_PARAMETERS:
         raise SystemFileError(
@@ -224,12 +225,12 @@ def _check_plausible(
                 f" {bounds.MIN_STEP_S:g} s ({nodes} x {batch} samples a step; dlscale.plausible.MIN_STEP_S)"
             )
     model = data.get("model")
-    ranks_per_node = int(data.get("ranks_per_node", 1))
-    for nodes, value in measured.items():
-        if model is not None and value is not None:  # a catalog model: its FLOPs a sample are known
-            values = {"throughput": value, "flops_per_sample": roofline.flops_per_sample(model)}
+    if model is not None:  # a catalog model: its FLOPs a sample are known
+        flops, ranks = roofline.flops_per_sample(model), int(data.get("ranks_per_node", 1))
+        for nodes, value in measured.items():
+            row = {"throughput": value, "flops_per_sample": flops, "nodes": nodes, "ranks_per_node": ranks}
             try:
-                bounds.check_roofline({**values, "nodes": nodes, "ranks_per_node": ranks_per_node}, where)
+                bounds.check_roofline(row, where)
             except foreign.Refused as err:
                 raise SystemFileError(f"{where}: key 'measured.{nodes}': {err.rule}") from None
     compute = data.get("compute_step_s")
