@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import numpy as np
@@ -25,6 +25,9 @@ from dlscale.events import EVENT_SCHEMAS, EventError
 from dlscale.networks import HOST
 from dlscale.plausible import MAX_COMPUTE_OVER_STEP, MIN_STEP_S
 from dlscale.runid import RUN_ID_PATTERN, Run
+
+if TYPE_CHECKING:
+    from dlscale.analysis.readevents import RunEvents
 
 
 def _strict_integer(checker: Any, instance: Any) -> bool:
@@ -221,3 +224,42 @@ def missing_reports(iterations: pd.DataFrame, run_info: pd.DataFrame) -> pd.Seri
         )
         missing.iat[run] = f"rank {gap[1]} reported no iteration {gap[0]}"
     return missing
+
+
+def check_run_times(path: str | os.PathLike[str], run: RunEvents) -> None:
+    """A run's events in the order a run writes them, on the wall its run_start and run_end
+    bracket (the launcher's clock; rank 0's clock for its steps and evaluations): run_end
+    not before run_start, every evaluation and rank 0's first step inside that span, and
+    rank 0's steps and evaluations, which it runs one after another, not longer together
+    than the run. Without these the wall split (``dlscale.analysis.wallsplit``) makes
+    negative start-ups and "other" time from an edited or merged file. EventError names
+    ``FILE:LINE``."""
+    (start_line, start), (end_line, end) = run.start, run.end
+    began, ended = float(start["time"]), float(end["time"])
+    if ended < began:
+        raise EventError(
+            f"{path}:{end_line}: run_end at {ended!r} is before its run_start at {began!r} (line {start_line})"
+        )
+    for line, event in run.evals:
+        finished, seconds = float(event["time"]), float(event["eval_s"])
+        if finished - seconds < began or finished > ended:
+            raise EventError(
+                f"{path}:{line}: eval event: the evaluation from {finished - seconds!r} to {finished!r} lies"
+                f" outside its run, from {began!r} to {ended!r}"
+            )
+    rank0 = run.columns["rank"] == 0
+    first = run.first_step or {}
+    stepped, step = first.get("time"), first.get("step_s")
+    if isinstance(stepped, (int, float)) and isinstance(step, (int, float)):
+        line = int(run.columns["_line"][rank0][0])
+        if float(stepped) - float(step) < began or float(stepped) > ended:
+            raise EventError(
+                f"{path}:{line}: iteration event: rank 0's first step, from {float(stepped) - float(step)!r}"
+                f" to {stepped!r}, lies outside its run, from {began!r} to {ended!r}"
+            )
+    busy = float(np.nansum(run.columns["step_s"][rank0])) + sum(float(e["eval_s"]) for _, e in run.evals)
+    if busy > ended - began:
+        raise EventError(
+            f"{path}:{end_line}: rank 0's steps and evaluations take {busy:.6g} s, longer than the run's"
+            f" {ended - began:.6g} s from run_start (line {start_line}) to run_end: it runs them one after another"
+        )

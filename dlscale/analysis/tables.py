@@ -81,7 +81,13 @@ import pandas as pd
 from dlscale import catalog
 from dlscale.analysis import evals
 from dlscale.analysis.evals import EVAL_COLUMNS, MEASURED_QUALITY_COLUMNS, QUALITY_COLUMNS, Target
-from dlscale.analysis.eventchecks import check_iterations, check_run_start, check_schema, missing_reports
+from dlscale.analysis.eventchecks import (
+    check_iterations,
+    check_run_start,
+    check_run_times,
+    check_schema,
+    missing_reports,
+)
 from dlscale.analysis.readevents import RunEvents, read_run
 from dlscale.analysis.runstats import decide_status, run_statistics, unsteady
 from dlscale.analysis.speedup import add_speedup
@@ -365,6 +371,7 @@ def load_study(
         run_evals = run.evals
         for line, event in run_evals:
             check_schema(path, line, event)
+        check_run_times(path, run)
         evals.check_evals(str(path), start, run_evals)
         record = _run_record(start, end, str(path))
         record["_stray_events"] = run.stray

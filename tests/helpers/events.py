@@ -11,6 +11,10 @@ from typing import Any
 from dlscale import quality
 from dlscale.events import write_atomic
 
+#: The runs written here start at 1000.0 and end at 1100.0 (later when their steps need it);
+#: their first step begins at 1010.0, after a start-up of 10 s.
+FIRST_STEP_ENDS = 1010.0
+
 
 def iteration(
     rank: int,
@@ -31,7 +35,8 @@ def iteration(
         "compute_s": compute,
         "comm_s": comm,
         "loss": loss,
-        "time": 1000.0 + index,
+        # When the step ended: after the run's start-up (it starts at 1000.0), before its end.
+        "time": FIRST_STEP_ENDS + index,
     }
     if warmup:
         event["warmup"] = True
@@ -92,10 +97,32 @@ def write_run(
     }
     if network is not None:
         start["network"] = network
-    end = {"event": "run_end", "status": status, "reason": reason, "time": 1100.0}
+    iterations, ends = _timed(iterations)
+    end = {"event": "run_end", "status": status, "reason": reason, "time": max(1100.0, ends + 1.0)}
     if contention is not None:
         end["contention"] = contention
     return write_atomic(root / run_id / "events.jsonl", [start, *iterations, end])
+
+
+def _timed(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+    """The events with each rank's iteration times one after another from FIRST_STEP_ENDS
+    (a rank runs its steps and evaluations in turn, inside its run: dlscale.analysis.
+    eventchecks.check_run_times), and when the last of them ends."""
+    clocks: dict[int, float] = {}
+    out, last = [], FIRST_STEP_ENDS
+    for event in events:
+        event = dict(event)
+        rank = event.get("rank", 0)
+        if event.get("event") == "iteration" and isinstance(event.get("step_s"), (int, float)):
+            began = clocks.get(rank, FIRST_STEP_ENDS)
+            event["time"] = began + event["step_s"]
+            clocks[rank] = event["time"]
+        elif event.get("event") == "eval":
+            event["time"] = clocks.get(rank, FIRST_STEP_ENDS) + event.get("eval_s", 0.0)
+            clocks[rank] = event["time"]
+        last = max(last, event.get("time", last))
+        out.append(event)
+    return out, last
 
 
 def run_start(

@@ -45,6 +45,45 @@ def only(runs: pd.DataFrame) -> pd.Series:
     return runs.iloc[0]
 
 
+# --- times: a run's events on the wall its run_start and run_end bracket ------------------
+
+TIMED_RUN = [
+    run_start(),
+    iteration(0, 0, 0.5),  # ends at 1010.0: 10 s of start-up, then its step
+    iteration(0, 1, 0.5),
+    {"event": "eval", "rank": 0, "iteration": 1, "split": "test", "metric": "top1", "value": 0.5,
+     "samples": 10000, "eval_s": 2.0, "train_s": 1.0, "time": 1013.0},
+    run_end(),
+]  # fmt: skip
+
+
+def _edited(tmp_path: Path, index: int, **fields: Any) -> Path:
+    events = [dict(event) for event in TIMED_RUN]
+    events[index].update(fields)
+    return put(tmp_path, events)
+
+
+@pytest.mark.parametrize(
+    ("index", "fields", "line", "message"),
+    [
+        (4, {"time": 995.0}, 5, "run_end at 995.0 is before its run_start at 1000.0"),
+        (3, {"time": 900.0}, 4, "eval event: the evaluation from 898.0 to 900.0 lies outside its run"),
+        (3, {"time": 1200.0}, 4, "eval event: the evaluation from 1198.0 to 1200.0 lies outside its run"),
+        (3, {"eval_s": 1000.0}, 4, "eval event: the evaluation from 13.0 to 1013.0 lies outside its run"),
+        (1, {"time": 950.0}, 2, "iteration event: rank 0's first step, from 949.5 to 950.0, lies outside"),
+        (2, {"step_s": 150.0}, 5, "rank 0's steps and evaluations take 152.5 s, longer than the run's 100 s"),
+    ],
+)
+def test_times_outside_the_run_they_belong_to_are_an_error(
+    tmp_path: Path, index: int, fields: dict[str, Any], line: int, message: str
+) -> None:
+    """Each edit once gave the wall split a number no run has: a negative wall (run_end
+    before run_start), a negative start-up (a first step or an evaluation before the run),
+    and "other" time of -998 s (an evaluation longer than its run), 2026-12-06."""
+    only(tables.load_events([put(tmp_path, TIMED_RUN)])[0])  # the run as written loads
+    refused(_edited(tmp_path, index, **fields), line, message)
+
+
 # --- ranks -------------------------------------------------------------------------------
 
 
@@ -343,6 +382,11 @@ def launched(tmp_path: Path, framework: str, nodes: int, *, die_at: int | None =
         "timeout_s": 60,
     }
     events_path = tmp_path / "runs" / run_id / "events.jsonl"
+    args = argparse.Namespace(
+        spec_json=json.dumps(spec), events=str(events_path), config_sha256="x", repo=str(REPO)
+    )
+    launch = Launch(args)
+    launch.started -= 10.0  # its ranks' start-up: their steps (0.5 s each, not slept) come after it
     work = events_path.parent / ".work"
     alone = framework == "bigdl"  # the driver reports the global batch for the whole run
     for rank in range(world):
@@ -355,10 +399,6 @@ def launched(tmp_path: Path, framework: str, nodes: int, *, die_at: int | None =
             for i in range(4 if die_at is None or rank != world - 1 else die_at):
                 samples = 64 * world if alone else 64
                 ctx.record_iteration(i, samples=samples, step_s=0.5, compute_s=0.4, comm_s=0.1, loss=1.0)
-    args = argparse.Namespace(
-        spec_json=json.dumps(spec), events=str(events_path), config_sha256="x", repo=str(REPO)
-    )
-    launch = Launch(args)
     launch.plan = Plan([], reporting_ranks=1 if alone else world)
     if die_at is not None:
         launch.failure = f"rank {world - 1} died (SIGKILL) at iteration {die_at + 1}"
