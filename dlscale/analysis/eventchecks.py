@@ -251,11 +251,12 @@ def check_run_times(path: str | os.PathLike[str], run: RunEvents) -> None:
     first = run.first_step or {}
     stepped, step = first.get("time"), first.get("step_s")
     if isinstance(stepped, (int, float)) and isinstance(step, (int, float)):
-        line = int(run.columns["_line"][rank0][0])
-        if float(stepped) - float(step) < began or float(stepped) > ended:
+        finished = float(stepped)
+        if finished - step < began or finished > ended:
+            line = int(run.columns["_line"][rank0][0])
             raise EventError(
-                f"{path}:{line}: iteration event: rank 0's first step, from {float(stepped) - float(step)!r}"
-                f" to {stepped!r}, lies outside its run, from {began!r} to {ended!r}"
+                f"{path}:{line}: iteration event: rank 0's first step, from {finished - step!r}"
+                f" to {finished!r}, lies outside its run, from {began!r} to {ended!r}"
             )
     busy = float(np.nansum(run.columns["step_s"][rank0])) + sum(float(e["eval_s"]) for _, e in run.evals)
     if busy > ended - began:

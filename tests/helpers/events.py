@@ -12,8 +12,8 @@ from dlscale import quality
 from dlscale.events import write_atomic
 
 #: The runs written here start at 1000.0 and end at 1100.0 (later when their steps need it);
-#: their first step begins at 1010.0, after a start-up of 10 s.
-FIRST_STEP_ENDS = 1010.0
+#: their steps begin at 1010.0, after a start-up of 10 s.
+STEPS_BEGIN = 1010.0
 
 
 def iteration(
@@ -35,8 +35,8 @@ def iteration(
         "compute_s": compute,
         "comm_s": comm,
         "loss": loss,
-        # When the step ended: after the run's start-up (it starts at 1000.0), before its end.
-        "time": FIRST_STEP_ENDS + index,
+        # When the step ended: after the run's start-up (write_run times a run's steps exactly).
+        "time": STEPS_BEGIN + 1.0 + index,
     }
     if warmup:
         event["warmup"] = True
@@ -105,20 +105,20 @@ def write_run(
 
 
 def _timed(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
-    """The events with each rank's iteration times one after another from FIRST_STEP_ENDS
+    """The events with each rank's iteration times one after another from STEPS_BEGIN
     (a rank runs its steps and evaluations in turn, inside its run: dlscale.analysis.
     eventchecks.check_run_times), and when the last of them ends."""
     clocks: dict[int, float] = {}
-    out, last = [], FIRST_STEP_ENDS
+    out, last = [], STEPS_BEGIN
     for event in events:
         event = dict(event)
         rank = event.get("rank", 0)
         if event.get("event") == "iteration" and isinstance(event.get("step_s"), (int, float)):
-            began = clocks.get(rank, FIRST_STEP_ENDS)
+            began = clocks.get(rank, STEPS_BEGIN)
             event["time"] = began + event["step_s"]
             clocks[rank] = event["time"]
         elif event.get("event") == "eval":
-            event["time"] = clocks.get(rank, FIRST_STEP_ENDS) + event.get("eval_s", 0.0)
+            event["time"] = clocks.get(rank, STEPS_BEGIN) + event.get("eval_s", 0.0)
             clocks[rank] = event["time"]
         last = max(last, event.get("time", last))
         out.append(event)

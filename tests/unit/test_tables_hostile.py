@@ -49,7 +49,7 @@ def only(runs: pd.DataFrame) -> pd.Series:
 
 TIMED_RUN = [
     run_start(),
-    iteration(0, 0, 0.5),  # ends at 1010.0: 10 s of start-up, then its step
+    iteration(0, 0, 0.5),  # ends at 1011.0 (helpers.events.STEPS_BEGIN + 1): after 10 s of start-up
     iteration(0, 1, 0.5),
     {"event": "eval", "rank": 0, "iteration": 1, "split": "test", "metric": "top1", "value": 0.5,
      "samples": 10000, "eval_s": 2.0, "train_s": 1.0, "time": 1013.0},
