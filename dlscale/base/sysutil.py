@@ -8,9 +8,11 @@ namespace helpers can use them without importing the launcher.
 from __future__ import annotations
 
 import ctypes
+import random
 import signal
 import socket
 import subprocess
+from contextlib import ExitStack
 from pathlib import Path
 
 #: prctl's option that signals a child when its parent dies (linux/prctl.h).
@@ -31,11 +33,54 @@ def die_with_parent() -> None:
         pass
 
 
-def free_port() -> int:
-    """A TCP port free on loopback right now (the OS picks it, so concurrent runs differ)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+#: Where chosen ports start: torch's default rendezvous port, below Linux's default
+#: ephemeral range (32768-60999).
+PORTS_FROM = 29500
+#: The kernel's ephemeral range, and the one assumed where /proc does not say it.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL_LOW = 32768
+
+
+def ephemeral_low(path: Path = EPHEMERAL_RANGE_FILE) -> int:
+    """The first port of the kernel's ephemeral range (where ``bind(0)`` and ``connect`` draw)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return DEFAULT_EPHEMERAL_LOW
+
+
+def free_ports(count: int = 1, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now, below the ephemeral range.
+
+    A port the OS picks (``bind`` to 0) comes from the ephemeral range, the pool the kernel
+    also draws from for every outgoing connection and every "any port" listener, srun's and
+    slurmstepd's among them: between the probe's close and the rank's bind such a socket can
+    take it, and the run fails with EADDRINUSE (docs/ports.md). Below the range only an
+    explicit bind takes a port, so the ports are drawn at random from ``PORTS_FROM`` up to
+    it (concurrent runs rarely draw alike, and a port in use fails its probe); all probes
+    stay open until all are found. Where that range is too small, the OS picks.
+    """
+    candidates = list(range(PORTS_FROM, ephemeral_low()))
+    random.SystemRandom().shuffle(candidates)
+    with ExitStack() as stack:
+        ports: list[int] = []
+        for port in [*candidates, *[0] * count]:
+            if len(ports) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                continue
+            stack.enter_context(sock)
+            ports.append(int(sock.getsockname()[1]))
+        return ports
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """One port as ``free_ports`` chooses them."""
+    return free_ports(1, host)[0]
 
 
 def git_sha(repo: Path) -> str:

@@ -18,7 +18,12 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
-DEFAULT_PORT_BASE = 29500
+from dlscale.base.sysutil import DEFAULT_EPHEMERAL_LOW, PORTS_FROM
+
+DEFAULT_PORT_BASE = PORTS_FROM
+#: How far a job's own port lies above the base: to Linux's default ephemeral range and no
+#: further, where srun's and every connection's ports would compete (sysutil.free_ports).
+JOB_PORT_SPAN = DEFAULT_EPHEMERAL_LOW - DEFAULT_PORT_BASE
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ def from_slurm(env: Mapping[str, str]) -> Placement:
     master_addr = env.get("DLSCALE_MASTER_ADDR") or hosts[0]
     job = int(env.get("SLURM_JOB_ID", "0") or 0)
     step = int(env.get("SLURM_STEP_ID", "0") or 0) if env.get("SLURM_STEP_ID", "0").isdigit() else 0
-    port = int(env.get("DLSCALE_MASTER_PORT") or DEFAULT_PORT_BASE + (job * 7 + step) % 20000)
+    port = int(env.get("DLSCALE_MASTER_PORT") or DEFAULT_PORT_BASE + (job * 7 + step) % JOB_PORT_SPAN)
     per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
     rank_hosts: tuple[str, ...] = ()
     if per_node:

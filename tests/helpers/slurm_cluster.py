@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]  # not helpers.paths: also run by hand, as a script
 if str(REPO) not in sys.path:  # by hand: python tests/helpers/slurm_cluster.py up DIR
     sys.path.insert(0, str(REPO))
+
+from dlscale.base.sysutil import free_port  # noqa: E402  (after the path, for the script)
+
 CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo", "sacct", "salloc")
 SUBNET = "10.78.0"  # node k at .k, the controller at .254 (the namespaces are the cluster's own)
 CONTROLLER = "ctl"
@@ -79,12 +81,6 @@ def launch_job(job: Path, python: Path | str, spec: dict, data: Path | str, even
     )
     job.chmod(0o755)
     return job
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def descendants(pids: list[int]) -> list[int]:

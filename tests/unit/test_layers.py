@@ -31,6 +31,7 @@ UNLIMITED = ("dlscale/runners/",)
 #: imports them while it plans and every framework's venv imports them through the runners.
 STDLIB_CORE = (
     "dlscale.base.atomic",
+    "dlscale.base.sysutil",
     "dlscale.catalog",
     "dlscale.networks",
     "dlscale.options",

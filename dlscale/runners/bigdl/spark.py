@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlscale.base.sysutil import free_port
 from dlscale.host.netns import ENV_NODE_ADDRESSES, ENV_NODE_NAMESPACES, node_argv
 from dlscale.host.placement import ADDRESS_TOKEN
 from dlscale.runners.plan import first_srun_task_error
@@ -132,12 +133,6 @@ def on_node(node: int) -> list[str]:
 def placement_argv(master: str) -> list[str]:
     """The prefix that runs a daemon bound to its node's address towards ``master``."""
     return [sys.executable, "-m", "dlscale.host.placement", "--towards", master, "--"]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def _daemon_preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -299,7 +294,7 @@ class SparkCluster:
                 "--host",
                 host,
                 "--port",
-                str(free_port()),
+                str(free_port(HOST)),
                 "--webui-port",
                 "0",
             ],

@@ -11,9 +11,7 @@ itself is left to whoever else wants it).
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Mapping
-from contextlib import ExitStack
 from typing import Any
 
 from dlscale.host.placement import Placement
@@ -21,17 +19,6 @@ from dlscale.host.placement import Placement
 ENV_CLUSTER = "DLSCALE_TF_CLUSTER"
 #: Written by the ps-mode chief when its loop is over: the servers' signal to exit 0.
 DONE_FILE = "tf-chief.done"
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports free on ``host`` right now (all held open until all are known)."""
-    with ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((host, 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
 
 
 def mwms_cluster(hosts: list[str], ports: list[int]) -> dict[str, list[str]]:

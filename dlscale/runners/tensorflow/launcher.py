@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dlscale.base.sysutil import free_ports
 from dlscale.host import placement
 from dlscale.runners.plan import LaunchContext, Plan, Process, per_rank_plan, slurm_env, srun_argv
 from dlscale.runners.tensorflow import cluster as cluster_mod
@@ -62,9 +63,7 @@ def plan(ctx: LaunchContext) -> Plan:
     extra = tf_env(ctx)
     if world > 1 and ctx.mode == "local":
         hosts = [ctx.address_of(rank) for rank in range(world)]
-        extra[cluster_mod.ENV_CLUSTER] = json.dumps(
-            cluster_mod.mwms_cluster(hosts, cluster_mod.free_ports(world))
-        )
+        extra[cluster_mod.ENV_CLUSTER] = json.dumps(cluster_mod.mwms_cluster(hosts, free_ports(world)))
     for process in base.processes:
         process.env.update(extra)
     return base
@@ -83,7 +82,7 @@ def ps_plan(ctx: LaunchContext) -> Plan:
     nodes = spec.nodes
     task_nodes = [0, *(ctx.node_of(rank) for rank in range(workers)), *(j % nodes for j in range(num_ps))]
     hosts = [ctx.node_addresses[node % len(ctx.node_addresses)] for node in task_nodes]
-    cluster = cluster_mod.ps_cluster(workers, num_ps, cluster_mod.free_ports(1 + workers + num_ps), hosts)
+    cluster = cluster_mod.ps_cluster(workers, num_ps, free_ports(1 + workers + num_ps), hosts)
     common = {**ctx.base_env(), **tf_env(ctx), cluster_mod.ENV_CLUSTER: json.dumps(cluster)}
     chief_env = {
         **common,
