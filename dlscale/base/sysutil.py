@@ -49,8 +49,13 @@ def ephemeral_low(path: Path = EPHEMERAL_RANGE_FILE) -> int:
         return DEFAULT_EPHEMERAL_LOW
 
 
-def free_ports(count: int = 1, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct TCP ports free on ``host`` now, below the ephemeral range.
+#: Where a probe binds: every address, so that a port any socket of this network namespace
+#: holds, on whichever address, fails it (the ranks' stores and servers bind every address).
+PROBE_ADDRESS = "0.0.0.0"
+
+
+def free_ports(count: int = 1) -> list[int]:
+    """``count`` distinct TCP ports free now, below the ephemeral range.
 
     A port the OS picks (``bind`` to 0) comes from the ephemeral range, the pool the kernel
     also draws from for every outgoing connection and every "any port" listener, srun's and
@@ -58,7 +63,8 @@ def free_ports(count: int = 1, host: str = "127.0.0.1") -> list[int]:
     take it, and the run fails with EADDRINUSE (docs/ports.md). Below the range only an
     explicit bind takes a port, so the ports are drawn at random from ``PORTS_FROM`` up to
     it (concurrent runs rarely draw alike, and a port in use fails its probe); all probes
-    stay open until all are found. Where that range is too small, the OS picks.
+    stay open until all are found, and none listens. Where that range is too small, the
+    OS picks.
     """
     candidates = list(range(PORTS_FROM, ephemeral_low()))
     random.SystemRandom().shuffle(candidates)
@@ -69,7 +75,7 @@ def free_ports(count: int = 1, host: str = "127.0.0.1") -> list[int]:
                 break
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                sock.bind((host, port))
+                sock.bind((PROBE_ADDRESS, port))
             except OSError:
                 sock.close()
                 continue
@@ -78,9 +84,9 @@ def free_ports(count: int = 1, host: str = "127.0.0.1") -> list[int]:
         return ports
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+def free_port() -> int:
     """One port as ``free_ports`` chooses them."""
-    return free_ports(1, host)[0]
+    return free_ports(1)[0]
 
 
 def git_sha(repo: Path) -> str:

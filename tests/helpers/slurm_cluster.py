@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,8 +42,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]  # not helpers.paths: also run by hand, as a script
 if str(REPO) not in sys.path:  # by hand: python tests/helpers/slurm_cluster.py up DIR
     sys.path.insert(0, str(REPO))
-
-from dlscale.base.sysutil import free_port  # noqa: E402  (after the path, for the script)
 
 CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo", "sacct", "salloc")
 SUBNET = "10.78.0"  # node k at .k, the controller at .254 (the namespaces are the cluster's own)
@@ -81,6 +80,16 @@ def launch_job(job: Path, python: Path | str, spec: dict, data: Path | str, even
     )
     job.chmod(0o755)
     return job
+
+
+def daemon_port() -> int:
+    """A port for a SLURM daemon, from the ephemeral range (the OS picks it): the launcher
+    draws the ranks' ports below that range (dlscale.base.sysutil.free_ports), so a daemon
+    of the test cluster never holds a port a job's rank is handed, as on a real cluster's
+    6817/6818."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def descendants(pids: list[int]) -> list[int]:
@@ -204,7 +213,7 @@ class SlurmCluster:
         lines = [
             "ClusterName=dlscale-test",
             f"SlurmctldHost={CONTROLLER}({self.address(CONTROLLER)})",
-            f"SlurmctldPort={free_port()}",
+            f"SlurmctldPort={daemon_port()}",
             "SlurmUser=root",
             "SlurmdUser=root",
             "AuthType=auth/munge",
@@ -236,7 +245,7 @@ class SlurmCluster:
         ]
         for k in range(1, self.nodes + 1):
             lines.append(
-                f"NodeName=n{k} NodeHostname=n{k} NodeAddr={self.address(f'n{k}')} Port={free_port()}"
+                f"NodeName=n{k} NodeHostname=n{k} NodeAddr={self.address(f'n{k}')} Port={daemon_port()}"
                 f" CPUs={self.cpus} RealMemory={self.mem_mb} State=UNKNOWN"
             )
         lines.append(

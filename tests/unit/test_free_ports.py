@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from dlscale.base import sysutil
 
 
@@ -21,9 +23,12 @@ def test_ports_are_distinct_free_and_below_the_ephemeral_range():
             sock.bind(("127.0.0.1", port))
 
 
-def test_a_port_in_use_is_never_chosen(monkeypatch):
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.2"], ids=["loopback", "another-address"])
+def test_a_port_in_use_on_any_address_is_never_chosen(monkeypatch, address):
+    """Held on loopback, or on another address of the host (as a Spark master holds its
+    node's address): a rank binding every address would fail on it."""
     held = socket.socket()
-    held.bind(("127.0.0.1", 0))
+    held.bind((address, 0))
     held.listen()
     try:
         taken = held.getsockname()[1]

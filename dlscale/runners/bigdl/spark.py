@@ -294,7 +294,7 @@ class SparkCluster:
                 "--host",
                 host,
                 "--port",
-                str(free_port(HOST)),
+                str(free_port()),
                 "--webui-port",
                 "0",
             ],
