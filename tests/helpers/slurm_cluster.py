@@ -42,7 +42,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]  # not helpers.paths: also run by hand, as a script
 if str(REPO) not in sys.path:  # by hand: python tests/helpers/slurm_cluster.py up DIR
     sys.path.insert(0, str(REPO))
-
 CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo", "sacct", "salloc")
 SUBNET = "10.78.0"  # node k at .k, the controller at .254 (the namespaces are the cluster's own)
 CONTROLLER = "ctl"
