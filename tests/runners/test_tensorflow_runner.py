@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -228,7 +229,7 @@ def test_killed_worker_fails_the_ps_run(tf_py, mnist_shards, tmp_path):
         # chief's iterations in the part file: wait for it, bounded.
         pids: list[int] = []
         while time.time() < deadline and not pids:
-            pids = [int(line.split()[3]) for line in list(lines) if line.startswith("[worker 1] pid")]
+            pids = [int(pid) for pid in re.findall(r"\[worker 1\] pid (\d+)", "".join(list(lines)))]
             time.sleep(0.2)
         assert pids, "worker 1 never said its pid:\n" + "".join(lines[-40:])
         pid = pids[0]

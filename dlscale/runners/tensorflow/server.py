@@ -42,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         tf.train.ClusterSpec(cluster), job_name=args.job, task_index=args.index, protocol="grpc",
         config=config, start=True,
     )  # fmt: skip
-    print(f"[{args.job} {args.index}] pid {os.getpid()} serving {cluster[args.job][args.index]}", flush=True)
+    # One write, newline included: the servers share the launcher's stdout, unbuffered
+    # (PYTHONUNBUFFERED), where print's text and its newline are two writes that another
+    # server's line can fall between.
+    sys.stdout.write(f"[{args.job} {args.index}] pid {os.getpid()} serving {cluster[args.job][args.index]}\n")
+    sys.stdout.flush()
     done = args.work_dir / cluster_mod.DONE_FILE
     while not done.exists():
         if os.getppid() != parent:
