@@ -20,10 +20,9 @@ from dataclasses import asdict, dataclass
 
 from dlscale.base.sysutil import DEFAULT_EPHEMERAL_LOW, PORTS_FROM
 
-DEFAULT_PORT_BASE = PORTS_FROM
-#: How far a job's own port lies above the base: to Linux's default ephemeral range and no
+#: How far a job's own port lies above ``PORTS_FROM``: to Linux's default ephemeral range and no
 #: further, where srun's and every connection's ports would compete (sysutil.free_ports).
-JOB_PORT_SPAN = DEFAULT_EPHEMERAL_LOW - DEFAULT_PORT_BASE
+JOB_PORT_SPAN = DEFAULT_EPHEMERAL_LOW - PORTS_FROM
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ def from_slurm(env: Mapping[str, str]) -> Placement:
     master_addr = env.get("DLSCALE_MASTER_ADDR") or hosts[0]
     job = int(env.get("SLURM_JOB_ID", "0") or 0)
     step = int(env.get("SLURM_STEP_ID", "0") or 0) if env.get("SLURM_STEP_ID", "0").isdigit() else 0
-    port = int(env.get("DLSCALE_MASTER_PORT") or DEFAULT_PORT_BASE + (job * 7 + step) % JOB_PORT_SPAN)
+    port = int(env.get("DLSCALE_MASTER_PORT") or PORTS_FROM + (job * 7 + step) % JOB_PORT_SPAN)
     per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
     rank_hosts: tuple[str, ...] = ()
     if per_node:
@@ -142,9 +141,7 @@ def detect(env: Mapping[str, str] | None = None) -> Placement:
         return from_slurm(env)
     if "DLSCALE_RANK" in env:
         return from_local(env)
-    return Placement(
-        0, 1, 0, 0, 1, socket.gethostname(), "127.0.0.1", DEFAULT_PORT_BASE, "single", ("127.0.0.1",)
-    )
+    return Placement(0, 1, 0, 0, 1, socket.gethostname(), "127.0.0.1", PORTS_FROM, "single", ("127.0.0.1",))
 
 
 def local_rank_env(

@@ -27,6 +27,6 @@ def placement_env(env: Mapping[str, str]) -> dict[str, str]:
         rank,
         world // per_node,
         per_node,
-        int(env.get("DLSCALE_MASTER_PORT", placement.DEFAULT_PORT_BASE)),
+        int(env.get("DLSCALE_MASTER_PORT", placement.PORTS_FROM)),
         env.get("DLSCALE_MASTER_ADDR", "127.0.0.1"),
     )
