@@ -165,8 +165,8 @@ def train(ctx: RunContext) -> None:
             dist.init_process_group(
                 "gloo", store=store, rank=where.rank, world_size=where.world_size, timeout=timeout
             )
-        # The framework's: DDP's constructor imports torch._dynamo (1.5 s of a 2-rank run's
-        # start-up, docs/wall-time.md) before it broadcasts the weights (milliseconds).
+        # The framework's: DDP's constructor imports torch._dynamo (1.1-1.5 s, docs/wall-time.md;
+        # torch.optim's constructor would otherwise) before it broadcasts the weights (milliseconds).
         with startup_part("model_setup_s"):
             ddp = DistributedDataParallel(model, forward_sync_buffers=False)
         forward, no_sync = ddp, ddp.no_sync
@@ -178,8 +178,10 @@ def train(ctx: RunContext) -> None:
     else:
         loss_fn = torch.nn.CrossEntropyLoss()
     # The rate of the study's rule at this run's global batch (RunSpec.learning_rate_at);
-    # during a warm-up ramp it is set before every step.
-    optimizer = torch.optim.SGD(params, lr=spec.learning_rate_at(0), momentum=spec.momentum)
+    # during a warm-up ramp it is set before every step. The framework's start-up: torch.optim's
+    # constructor imports torch._dynamo (~1.1 s, once a process) where DDP's has not already.
+    with startup_part("model_setup_s"):
+        optimizer = torch.optim.SGD(params, lr=spec.learning_rate_at(0), momentum=spec.momentum)
     ramp = spec.warmup_ramp
     model.train()
 
