@@ -96,6 +96,10 @@ class Model:
     batch_per_rank: int
     iterations: int
     learning_rate: float = 0.01
+    #: Has convolutions, so 4-D weights and activations that a memory format (channels_last)
+    #: lays out; a model of fully connected layers alone has none, and such a setting
+    #: computes for it exactly as the default does (the tuning grid leaves it out for it).
+    convolutional: bool = True
 
     @property
     def mnist_sized(self) -> bool:
@@ -154,7 +158,7 @@ MODELS: Mapping[str, Model] = MappingProxyType(
         m.name: m
         for m in (
             Model("lenet", "LeNet", 431_080, ("mnist", "fashion-mnist"), batch_per_rank=64, iterations=100),
-            Model("autoencoder", "AutoEncoder", 2_837_314, ("mnist", "fashion-mnist"), batch_per_rank=64, iterations=100),
+            Model("autoencoder", "AutoEncoder", 2_837_314, ("mnist", "fashion-mnist"), batch_per_rank=64, iterations=100, convolutional=False),
             Model("alexnet", "AlexNet", 61_100_840, ("imagenet",), batch_per_rank=16, iterations=12),
             Model("resnet50", "ResNet-50", 25_557_032, ("imagenet",), batch_per_rank=8, iterations=8),
         )

@@ -68,6 +68,7 @@ checkpoint tune_choice:
         "../envs/workflow.yaml"
     params:
         settings=tune_choice_settings,
+        left_out=tune_choice_left_out,
     script:
         "../scripts/tune_choice.py"
 

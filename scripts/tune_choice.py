@@ -16,20 +16,24 @@ log = logging.getLogger("tune_choice")
 
 try:
     settings = json.loads(snakemake.params.settings)
-    with open(snakemake.input.race, encoding="utf-8") as handle:
-        race_record = json.load(handle)  # the race's last check: why each setting stopped
-    events = {sid: [] for sid in settings}
-    for path in snakemake.input.events:
-        events[Path(path).parent.parent.name].append(path)
-    record = choice.choose(
-        snakemake.wildcards.framework,
-        snakemake.wildcards.model,
-        settings,
-        events,
-        default=next(iter(settings)),
-        peak=roofline.read_peak(getattr(snakemake.input, "peak", None)),
-        race_record=race_record,
-    )
+    if len(settings) < 2:  # nothing to race for this model: no run, no check
+        left_out = {sid: tuple(pair) for sid, pair in json.loads(snakemake.params.left_out).items()}
+        record = choice.untuned(snakemake.wildcards.framework, snakemake.wildcards.model, settings, left_out)
+    else:
+        with open(snakemake.input.race, encoding="utf-8") as handle:
+            race_record = json.load(handle)  # the race's last check: why each setting stopped
+        events = {sid: [] for sid in settings}
+        for path in snakemake.input.events:
+            events[Path(path).parent.parent.name].append(path)
+        record = choice.choose(
+            snakemake.wildcards.framework,
+            snakemake.wildcards.model,
+            settings,
+            events,
+            default=next(iter(settings)),
+            peak=roofline.read_peak(getattr(snakemake.input, "peak", None)),
+            race_record=race_record,
+        )
     for row in record["settings"]:
         log.info(
             "%s %s: %s; %s samples/s [%s, %s] (%s), %d/%d ok and uncontended (%d contended)%s",

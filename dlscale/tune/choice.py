@@ -126,6 +126,55 @@ def choose(
     }
 
 
+def untuned(
+    framework: str,
+    model: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    left_out: Mapping[str, tuple[Mapping[str, Any], str]],
+) -> dict[str, Any]:
+    """The choice record of a model with nothing to race: its grid (``settings``, id ->
+    setting: the default alone) keeps the default, and the framework's other settings,
+    ``left_out`` (id -> (setting, why): the same run as the default for this model,
+    ``dlscale.tune.grid.model_grid_report``), are listed with their reason and no run. The
+    same record ``choose`` writes, so that the study's runs and the tuning table read it as
+    any other."""
+    default = next(iter(settings))
+
+    def row(sid: str, setting: Mapping[str, Any], why: str) -> dict[str, Any]:
+        unmeasured = ("throughput", "low", "high", "coverage", "roofline_fraction", "gain", "gain_low", "gain_high")
+        return {
+            "id": sid,
+            "settings": dict(setting),
+            "default": sid == default,
+            "runs": 0,
+            "ok_runs": 0,
+            "failed": [],
+            "contended_runs": 0,
+            "not_learned_runs": 0,
+            "interval": "none",
+            "chosen": sid == default,
+            "state": None,
+            "n": 0,
+            "after": 0,
+            "verdict": why,
+            **dict.fromkeys(unmeasured),
+        }
+
+    rows = [row(default, settings[default], "default: kept, unraced (no other setting computes differently)")]
+    rows += [row(sid, setting, f"not run: {why}") for sid, (setting, why) in left_out.items()]
+    return {
+        "framework": framework,
+        "model": model,
+        "default": default,
+        "chosen": default,
+        "chosen_settings": dict(settings[default]),
+        "reason": "no other setting of the grid computes differently for this model: the default stays, unraced",
+        "settings": rows,
+        "race": {"runs": 0, "budget": 0},
+        "metric": "throughput (samples/s, median over repeats of each run's median over timed iterations)",
+    }
+
+
 def _learned_is(runs: Any, value: bool) -> Any:
     """Per run: it ended ok and its ``learned`` (runs.csv: final held-out quality against
     chance, ``dlscale.quality.learned``) is ``value``; None, unknown, is neither."""

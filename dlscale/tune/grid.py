@@ -111,6 +111,48 @@ def is_tuned(study: Mapping[str, Any], framework: str) -> bool:
     return len(grid_ids(study, framework)) > 1
 
 
+def model_grid_report(
+    study: Mapping[str, Any], framework: str, model: str
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The framework's grid as one model runs it: its settings (id -> setting, the default
+    first), less those whose settings record for this model equals an earlier one's (id ->
+    why). A setting that changes nothing this model computes with (a memory format for a
+    model without convolutions: ``catalog.Model.convolutional``) would only race the default
+    against itself, so it is not run for that model; the default is always kept."""
+    key = (json.dumps(study, sort_keys=True, default=str), framework, model)
+    cached = _MODEL_GRID_CACHE.get(key)
+    if cached is not None:
+        return dict(cached[0]), dict(cached[1])
+    kept: dict[str, dict[str, Any]] = {}
+    left_out: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    settings = grid_ids(study, framework)
+    launcher = runner_launcher(framework) if settings else None
+    for sid, setting in settings.items():
+        record = launcher.settings(_one_node_spec(study, framework, model, 0, setting))
+        fingerprint = json.dumps(record, sort_keys=True, default=str)
+        if fingerprint in seen:
+            left_out[sid] = f"the same run as {seen[fingerprint]} for {model} (its settings record is identical)"
+            continue
+        seen[fingerprint] = sid
+        kept[sid] = dict(setting)
+    _MODEL_GRID_CACHE[key] = (kept, left_out)
+    return dict(kept), dict(left_out)
+
+
+_MODEL_GRID_CACHE: dict[tuple[str, str, str], tuple[dict[str, dict[str, Any]], dict[str, str]]] = {}
+
+
+def model_grid_ids(study: Mapping[str, Any], framework: str, model: str) -> dict[str, dict[str, Any]]:
+    """setting id -> setting of the grid one model runs (model_grid_report), the default first."""
+    return model_grid_report(study, framework, model)[0]
+
+
+def is_tuned_model(study: Mapping[str, Any], framework: str, model: str) -> bool:
+    """Does this model race settings (more than the default computes differently for it)?"""
+    return len(model_grid_ids(study, framework, model)) > 1
+
+
 # --- paths and specs ------------------------------------------------------------------------
 
 
@@ -133,7 +175,9 @@ def tune_runs(study: Mapping[str, Any], framework: str, model: str) -> list[str]
     ready jobs in about that order, so the settings are measured interleaved, side by
     side, rather than one setting's repeats in a row.
     """
-    ids = list(grid_ids(study, framework))
+    ids = list(model_grid_ids(study, framework, model))
+    if len(ids) < 2:
+        return []  # nothing to race: the default is the choice (dlscale.tune.choice.untuned)
     return [run_path(framework, model, sid, r) for r in range(study["tune"]["repeats"]) for sid in ids]
 
 
@@ -161,13 +205,13 @@ def race_path(framework: str, model: str, done: int) -> str:
     return f"{tune_dir(framework, model)}/race/after{done}.json"
 
 
-def race_budget(study: Mapping[str, Any], framework: str) -> int:
-    """The most runs of one (framework, model)'s race: its first round (every setting,
-    ``tune.repeats`` times) and ``tune.budget``'s further runs for the framework."""
+def race_budget(study: Mapping[str, Any], framework: str, model: str) -> int:
+    """The most runs of one (framework, model)'s race: its first round (every setting of the
+    model's grid, ``tune.repeats`` times) and ``tune.budget``'s further runs for the framework."""
     tune = study["tune"]
     budget = tune.get("budget") or {}
     extra = int(budget.get(framework, budget.get("default", 0)))
-    return len(grid(study, framework)) * int(tune["repeats"]) + extra
+    return len(model_grid_ids(study, framework, model)) * int(tune["repeats"]) + extra
 
 
 def race_round(
@@ -175,7 +219,7 @@ def race_round(
 ) -> list[str]:
     """The events files of one further round of the race: ``settings`` (the check's
     ``next``, the default first), each with repeat ``done``."""
-    known = grid_ids(study, framework)
+    known = model_grid_ids(study, framework, model)
     unknown = [sid for sid in settings if sid not in known]
     if unknown:
         raise TuneError(f"the race of {framework}/{model} names settings not in its grid: {unknown}")
@@ -199,6 +243,9 @@ __all__ = [
     "grid_ids",
     "grid_report",
     "is_tuned",
+    "is_tuned_model",
+    "model_grid_ids",
+    "model_grid_report",
     "pin_explicit_options",
     "race_budget",
     "race_path",

@@ -65,8 +65,12 @@ def race_history(framework, model, upto=None):
     setting, ``tune.repeats`` times, interleaved: dlscale.tune.grid.tune_runs), then one round
     per check that asked for more (its ``next`` settings), up to the check after ``upto``
     rounds (None: until a check says stop). The checks are checkpoints (tune_race): a
-    round is planned once the check before it has run, as under ``repeats: auto``."""
+    round is planned once the check before it has run, as under ``repeats: auto``. A model
+    whose grid is the default alone (dlscale.tune.grid.model_grid_report) has no run and no
+    check: ([], None)."""
     runs = dltuning.tune_runs(STUDY, framework, model)
+    if not runs:
+        return [], None
     done = STUDY["tune"]["repeats"]
     last = None
     while upto is None or done < upto:
@@ -102,7 +106,7 @@ def tune_race_previous(wildcards):
 
 @inspected
 def tune_race_budget(wildcards):
-    return dltuning.race_budget(STUDY, wildcards.framework)
+    return dltuning.race_budget(STUDY, wildcards.framework, wildcards.model)
 
 
 @inspected
@@ -113,14 +117,28 @@ def tune_choice_input(wildcards):
 
 @inspected
 def tune_choice_race(wildcards):
-    """The race's last check (why each setting stopped)."""
-    return race_history(wildcards.framework, wildcards.model)[1]
+    """The race's last check (why each setting stopped); none for a model with no race."""
+    return race_history(wildcards.framework, wildcards.model)[1] or []
 
 
 @inspected
 def tune_choice_settings(wildcards):
-    """setting id -> setting, the default first (JSON: a params change redoes the choice)."""
-    return json.dumps(dltuning.grid_ids(STUDY, wildcards.framework))
+    """setting id -> setting of the model's grid, the default first (JSON: a params change
+    redoes the choice)."""
+    return json.dumps(
+        dltuning.model_grid_ids(STUDY, wildcards.framework, wildcards.model)
+    )
+
+
+@inspected
+def tune_choice_left_out(wildcards):
+    """setting id -> [setting, why] of the framework's grid settings this model does not
+    run (the same run as an earlier one for it), for its choice record."""
+    settings = dltuning.grid_ids(STUDY, wildcards.framework)
+    _, left_out = dltuning.model_grid_report(
+        STUDY, wildcards.framework, wildcards.model
+    )
+    return json.dumps({sid: [settings[sid], why] for sid, why in left_out.items()})
 
 
 def tune_choice_files():

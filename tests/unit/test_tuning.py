@@ -180,9 +180,9 @@ def test_tune_runs_are_interleaved_across_settings(schema):
 
 def test_race_budget_is_the_first_round_and_the_framework_s_further_runs(schema):
     s = study(schema, repeats=2, options={"torch": {"mkldnn": [False]}})
-    assert grid.race_budget(s, "torch") == 2 * 2 + 8  # the schema's default budget
+    assert grid.race_budget(s, "torch", "lenet") == 2 * 2 + 8  # the schema's default budget
     s = study(schema, repeats=3, options={"torch": {"mkldnn": [False]}}, budget={"torch": 0})
-    assert grid.race_budget(s, "torch") == 2 * 3
+    assert grid.race_budget(s, "torch", "lenet") == 2 * 3
     (default, _), (off, _) = grid.grid_ids(s, "torch").items()
     assert grid.race_round(s, "torch", "lenet", [default, off], 3) == [
         grid.run_path("torch", "lenet", default, 3),
@@ -190,6 +190,46 @@ def test_race_budget_is_the_first_round_and_the_framework_s_further_runs(schema)
     ]
     with pytest.raises(grid.TuneError, match="not in its grid"):
         grid.race_round(s, "torch", "lenet", ["s0000000000"], 3)
+
+
+def test_a_setting_that_computes_as_the_default_for_a_model_is_not_raced_for_it(schema):
+    """The demo's torch grid (channels_last for every model) on LeNet and the AutoEncoder: a
+    memory format lays out 4-D tensors, which the fully connected AutoEncoder has none of, so
+    for it the setting is the default's run (identical settings record) and it has no race:
+    no run, a choice that keeps the default and names why. LeNet races both."""
+    s = validate_config(
+        {**BASE, "frameworks": ["torch"], "models": ["lenet", "autoencoder"],
+         "tune": {"enabled": True, "repeats": 2, "settings": {"torch": [{"channels_last_all_models": True}]}}},
+        schema,
+    )  # fmt: skip
+    framework_grid = grid.grid_ids(s, "torch")
+    assert len(framework_grid) == 2
+    default, channels_last = framework_grid
+    assert grid.model_grid_ids(s, "torch", "lenet") == framework_grid
+    assert grid.is_tuned_model(s, "torch", "lenet") and len(grid.tune_runs(s, "torch", "lenet")) == 4
+    kept, left_out = grid.model_grid_report(s, "torch", "autoencoder")
+    assert list(kept) == [default]
+    assert left_out == {channels_last: f"the same run as {default} for autoencoder (its settings record is identical)"}
+    assert not grid.is_tuned_model(s, "torch", "autoencoder") and grid.tune_runs(s, "torch", "autoencoder") == []
+    assert grid.race_budget(s, "torch", "autoencoder") == 1 * 2 + 8
+    with pytest.raises(grid.TuneError, match="not in its grid"):
+        grid.race_round(s, "torch", "autoencoder", [default, channels_last], 2)
+    # The AutoEncoder's run under the setting records what it computes with: the default's.
+    run = Run("torch", "autoencoder", 1, 1, 64, 0)
+    assert torch_launcher.settings(run_spec(s, run, framework_grid[channels_last])) == torch_launcher.settings(
+        run_spec(s, run, framework_grid[default])
+    )
+    # Its choice: the default, unraced, and the setting listed with why it was not run.
+    record = choice.untuned(
+        "torch", "autoencoder", kept, {sid: (framework_grid[sid], why) for sid, why in left_out.items()}
+    )
+    assert record["chosen"] == default and record["chosen_settings"] == framework_grid[default]
+    assert "unraced" in record["reason"]
+    rows = {row["setting"]: row for row in choice.choice_table([record])}
+    assert rows[default]["chosen"] and rows[default]["runs"] == 0 and rows[default]["throughput"] is None
+    assert not rows[channels_last]["chosen"] and rows[channels_last]["verdict"].startswith("not run: the same run as")
+    assert json.loads(rows[channels_last]["settings"]) == {"channels_last_all_models": True}
+    assert set(rows[default]) == set(choice.TABLE_COLUMNS)
 
 
 # --- the choice -------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlscale import catalog
 from dlscale.runspec import RunSpec
 
 
@@ -20,12 +21,16 @@ def channels_last(spec: RunSpec) -> bool:
     """Whether a run of ``spec`` trains in channels_last: ``channels_last_all_models`` when
     set (true or false, for every model), else the ``channels_last`` option for the
     ImageNet-sized CNNs only (the rule every spec written before the former existed meant).
+    Never for a model without convolutions (``catalog.Model.convolutional``): it has no 4-D
+    tensor to lay out, so either way it computes the same.
 
     The one rule for everyone who lays out a model or a batch: the runner's feeds and model
     (``dlscale.runners.torch.data``, ``train``), the run record (``describe``) and the
     benchmark's bare loop (``benchmarks.torch_worker``), so that the bare loop can never run
     another memory format than the runner it is compared with.
     """
+    if not catalog.model(spec.model).convolutional:
+        return False
     forced = spec.options.get("channels_last_all_models")
     if forced is not None:
         return bool(forced)
@@ -42,7 +47,9 @@ def describe(spec: RunSpec) -> dict[str, Any]:
         "intra_op_threads": spec.threads_per_rank,
     }
     forced = spec.options.get("channels_last_all_models")
-    if forced is not None:  # recorded when set, as in the spec (older records unchanged)
+    # Recorded when set, as in the spec (older records unchanged), where it decides the
+    # layout: a model without convolutions computes as without it (``channels_last``).
+    if forced is not None and catalog.model(spec.model).convolutional:
         out["channels_last_all_models"] = bool(forced)
     return out
 
