@@ -141,7 +141,16 @@ def untuned(
     default = next(iter(settings))
 
     def row(sid: str, setting: Mapping[str, Any], why: str) -> dict[str, Any]:
-        unmeasured = ("throughput", "low", "high", "coverage", "roofline_fraction", "gain", "gain_low", "gain_high")
+        unmeasured = (
+            "throughput",
+            "low",
+            "high",
+            "coverage",
+            "roofline_fraction",
+            "gain",
+            "gain_low",
+            "gain_high",
+        )
         return {
             "id": sid,
             "settings": dict(setting),

@@ -132,7 +132,9 @@ def model_grid_report(
         record = launcher.settings(_one_node_spec(study, framework, model, 0, setting))
         fingerprint = json.dumps(record, sort_keys=True, default=str)
         if fingerprint in seen:
-            left_out[sid] = f"the same run as {seen[fingerprint]} for {model} (its settings record is identical)"
+            left_out[sid] = (
+                f"the same run as {seen[fingerprint]} for {model} (its settings record is identical)"
+            )
             continue
         seen[fingerprint] = sid
         kept[sid] = dict(setting)

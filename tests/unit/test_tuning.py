@@ -209,16 +209,20 @@ def test_a_setting_that_computes_as_the_default_for_a_model_is_not_raced_for_it(
     assert grid.is_tuned_model(s, "torch", "lenet") and len(grid.tune_runs(s, "torch", "lenet")) == 4
     kept, left_out = grid.model_grid_report(s, "torch", "autoencoder")
     assert list(kept) == [default]
-    assert left_out == {channels_last: f"the same run as {default} for autoencoder (its settings record is identical)"}
-    assert not grid.is_tuned_model(s, "torch", "autoencoder") and grid.tune_runs(s, "torch", "autoencoder") == []
+    assert left_out == {
+        channels_last: f"the same run as {default} for autoencoder (its settings record is identical)"
+    }
+    assert (
+        not grid.is_tuned_model(s, "torch", "autoencoder") and grid.tune_runs(s, "torch", "autoencoder") == []
+    )
     assert grid.race_budget(s, "torch", "autoencoder") == 1 * 2 + 8
     with pytest.raises(grid.TuneError, match="not in its grid"):
         grid.race_round(s, "torch", "autoencoder", [default, channels_last], 2)
     # The AutoEncoder's run under the setting records what it computes with: the default's.
     run = Run("torch", "autoencoder", 1, 1, 64, 0)
-    assert torch_launcher.settings(run_spec(s, run, framework_grid[channels_last])) == torch_launcher.settings(
-        run_spec(s, run, framework_grid[default])
-    )
+    assert torch_launcher.settings(
+        run_spec(s, run, framework_grid[channels_last])
+    ) == torch_launcher.settings(run_spec(s, run, framework_grid[default]))
     # Its choice: the default, unraced, and the setting listed with why it was not run.
     record = choice.untuned(
         "torch", "autoencoder", kept, {sid: (framework_grid[sid], why) for sid, why in left_out.items()}
@@ -227,7 +231,9 @@ def test_a_setting_that_computes_as_the_default_for_a_model_is_not_raced_for_it(
     assert "unraced" in record["reason"]
     rows = {row["setting"]: row for row in choice.choice_table([record])}
     assert rows[default]["chosen"] and rows[default]["runs"] == 0 and rows[default]["throughput"] is None
-    assert not rows[channels_last]["chosen"] and rows[channels_last]["verdict"].startswith("not run: the same run as")
+    assert not rows[channels_last]["chosen"] and rows[channels_last]["verdict"].startswith(
+        "not run: the same run as"
+    )
     assert json.loads(rows[channels_last]["settings"]) == {"channels_last_all_models": True}
     assert set(rows[default]) == set(choice.TABLE_COLUMNS)
 
