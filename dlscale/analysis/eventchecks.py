@@ -264,3 +264,30 @@ def check_run_times(path: str | os.PathLike[str], run: RunEvents) -> None:
             f"{path}:{end_line}: rank 0's steps and evaluations take {busy:.6g} s, longer than the run's"
             f" {ended - began:.6g} s from run_start (line {start_line}) to run_end: it runs them one after another"
         )
+    _check_step_order(path, run, ended)
+
+
+def _check_step_order(path: str | os.PathLike[str], run: RunEvents, ended: float) -> None:
+    """Each rank's steps end in the order it wrote them (on its own clock: a rank's steps
+    run one after another, and a rank writes its events in order), and rank 0's last step
+    ends by run_end. A step without a time (null) is not compared. EventError naming
+    ``FILE:LINE`` of the first step out of order."""
+    ranks, times, lines = run.columns["rank"], run.columns["time"], run.columns["_line"]
+    order = np.argsort(ranks, kind="stable")  # each rank's events, in file order
+    ranks, times, lines = ranks[order], times[order], lines[order]
+    known = ~np.isnan(times)
+    ranks, times, lines = ranks[known], times[known], lines[known]
+    back = np.flatnonzero((ranks[1:] == ranks[:-1]) & (times[1:] < times[:-1]))
+    if back.size:
+        at = int(back[0]) + 1
+        raise EventError(
+            f"{path}:{int(lines[at])}: iteration event: rank {int(ranks[at])}'s step ends at {float(times[at])!r},"
+            f" before its step of line {int(lines[at - 1])} ended ({float(times[at - 1])!r}): a rank's steps run"
+            " one after another"
+        )
+    last = np.flatnonzero(ranks == 0)
+    if last.size and times[last[-1]] > ended:
+        raise EventError(
+            f"{path}:{int(lines[last[-1]])}: iteration event: rank 0's step ends at {float(times[last[-1]])!r},"
+            f" after its run's run_end at {ended!r}"
+        )

@@ -28,6 +28,9 @@ from dlscale.events import EventError, scan
 #: iterations table types them (``dlscale.analysis.tables``).
 INT_FIELDS = ("rank", "iteration", "samples")
 FLOAT_FIELDS = ("step_s", "compute_s", "comm_s", "input_s", "loss")
+#: Read for the run's checks only (``dlscale.analysis.eventchecks.check_run_times``), never a
+#: column of the iterations table: when each step ended (null: NaN).
+CHECK_FIELDS = ("time",)
 
 
 @dataclass
@@ -60,7 +63,7 @@ def read_run(path: str | os.PathLike[str]) -> RunEvents:
     validity checked as ``read_numbered`` does). An integer beyond 64 bits or a number beyond
     a float, which no run writes and no column holds, is an EventError naming ``FILE:LINE``."""
     ints = {name: array("q") for name in ("_line", *INT_FIELDS)}
-    floats = {name: array("d") for name in FLOAT_FIELDS}
+    floats = {name: array("d") for name in (*FLOAT_FIELDS, *CHECK_FIELDS)}
     warmup = array("b")
     first: tuple[int, dict[str, Any]] | None = None
     last: tuple[int, dict[str, Any]] | None = None
@@ -84,7 +87,7 @@ def read_run(path: str | os.PathLike[str]) -> RunEvents:
                 ints["_line"].append(line)
                 for name in INT_FIELDS:
                     ints[name].append(event[name])
-                for name in FLOAT_FIELDS:
+                for name in (*FLOAT_FIELDS, *CHECK_FIELDS):
                     floats[name].append(_float(event.get(name)))
             except OverflowError as err:
                 raise EventError(f"{path}:{line}: iteration event: {err}") from None

@@ -72,6 +72,8 @@ def _edited(tmp_path: Path, index: int, **fields: Any) -> Path:
         (3, {"eval_s": 1000.0}, 4, "eval event: the evaluation from 13.0 to 1013.0 lies outside its run"),
         (1, {"time": 950.0}, 2, "iteration event: rank 0's first step, from 949.5 to 950.0, lies outside"),
         (2, {"step_s": 150.0}, 5, "rank 0's steps and evaluations take 152.5 s, longer than the run's 100 s"),
+        (2, {"time": 1010.75}, 3, "rank 0's step ends at 1010.75, before its step of line 2 ended (1011.0)"),
+        (2, {"time": 1100.5}, 3, "rank 0's step ends at 1100.5, after its run's run_end at 1100.0"),
     ],
 )
 def test_times_outside_the_run_they_belong_to_are_an_error(
@@ -82,6 +84,22 @@ def test_times_outside_the_run_they_belong_to_are_an_error(
     and "other" time of -998 s (an evaluation longer than its run), 2026-12-06."""
     only(tables.load_events([put(tmp_path, TIMED_RUN)])[0])  # the run as written loads
     refused(_edited(tmp_path, index, **fields), line, message)
+
+
+def test_a_ranks_steps_end_in_the_order_it_wrote_them(tmp_path: Path) -> None:
+    """Every rank's own clock, compared within the rank only: two ranks' steps interleave in
+    a merged file and may end out of order between ranks (loads); one rank's step that ends
+    before its previous one did is an error naming its line; a step without a time is not
+    compared (a native log line without a stamp)."""
+    ranks = [iteration(rank, i, 0.5) for i in range(3) for rank in range(2)]
+    ranks[1]["time"] = 1010.75  # rank 1 ends its steps before rank 0 does: another clock, fine
+    ranks[3]["time"] = 1011.75
+    events = [run_start(nodes=2), *ranks, run_end()]
+    only(tables.load_events([put(tmp_path, events)])[0])
+    events[4] = {**events[4], "time": None}  # rank 1's iteration 1 without a time
+    only(tables.load_events([put(tmp_path, events)])[0])
+    events[6] = {**events[6], "time": 1010.5}  # rank 1's iteration 2 ends before its iteration 0
+    refused(put(tmp_path, events), 7, "rank 1's step ends at 1010.5, before its step of line 3 ended (1010.75)")
 
 
 # --- ranks -------------------------------------------------------------------------------
