@@ -99,7 +99,9 @@ def test_a_ranks_steps_end_in_the_order_it_wrote_them(tmp_path: Path) -> None:
     events[4] = {**events[4], "time": None}  # rank 1's iteration 1 without a time
     only(tables.load_events([put(tmp_path, events)])[0])
     events[6] = {**events[6], "time": 1010.5}  # rank 1's iteration 2 ends before its iteration 0
-    refused(put(tmp_path, events), 7, "rank 1's step ends at 1010.5, before its step of line 3 ended (1010.75)")
+    refused(
+        put(tmp_path, events), 7, "rank 1's step ends at 1010.5, before its step of line 3 ended (1010.75)"
+    )
 
 
 # --- ranks -------------------------------------------------------------------------------
