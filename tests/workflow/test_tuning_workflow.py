@@ -130,3 +130,38 @@ def test_pinned_settings_skip_the_grid(tmp_path):
     jobs = planned_jobs(dry.stdout + dry.stderr)
     assert "tune_run" not in jobs and "tune_choice" not in jobs and jobs["train"] == 1
     assert '"mkldnn": false' in dry.stdout  # the pinned value is the run's option
+
+
+def test_a_model_the_setting_does_not_change_gets_its_choice_without_a_race(tmp_path, mnist_idx):
+    """channels_last on LeNet and the fully connected AutoEncoder: LeNet's race is planned
+    (2 settings x 2 repeats), the AutoEncoder's is not (the setting computes as the default
+    for it, dlscale.tune.grid.model_grid_report). Its choice is made for real, with no
+    tuning run and no race check: the default, unraced, and the setting named with why."""
+    config = {
+        **STUDY,
+        "models": ["lenet", "autoencoder"],
+        "iterations": {"lenet": 4, "autoencoder": 4},
+        "ranks_per_node": 1,
+        "data": {"mnist": {"source": str(mnist_idx)}},
+        "tune": {"enabled": True, "repeats": 2, "settings": {"torch": [{"channels_last_all_models": True}]}},
+    }
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(config))
+    (default_id, _), (channels_last_id, _) = grid.grid_ids(validated(config), "torch").items()
+    dry = snakemake(tmp_path, "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert planned_jobs(dry.stdout + dry.stderr)["tune_run"] == 4  # LeNet's alone
+    assert "results/tune/torch/autoencoder/s" not in dry.stdout
+
+    choice_file = "results/tune/torch/autoencoder/choice.json"
+    made = snakemake(tmp_path, choice_file)
+    assert made.returncode == 0, made.stderr[-3000:]
+    ran = planned_jobs(made.stdout + made.stderr)
+    assert "tune_run" not in ran and "tune_race" not in ran and ran["tune_choice"] == 1, ran
+    choice = json.loads((tmp_path / choice_file).read_text())
+    assert choice["chosen"] == default_id and choice["race"] == {"runs": 0, "budget": 0}
+    rows = {row["id"]: row for row in choice["settings"]}
+    assert rows[default_id]["runs"] == 0 and rows[default_id]["chosen"]
+    assert rows[channels_last_id]["verdict"] == (
+        f"not run: the same run as {default_id} for autoencoder (its settings record is identical)"
+    )
+    assert not (tmp_path / "results/tune/torch/autoencoder" / channels_last_id).exists()
