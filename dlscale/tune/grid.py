@@ -64,27 +64,38 @@ def grid_report(study: Mapping[str, Any], framework: str) -> tuple[dict[str, dic
     an earlier one's on every model of the framework is left out as that one, a setting
     whose record is an error is left out with it. The default is always kept.
     """
-    key = (json.dumps(study, sort_keys=True, default=str), framework)
+    models = tuple(matrix.models_of(dict(study), framework))
+    return _distinct(study, framework, dloptions.grid(study, framework), models, "")
+
+
+def _distinct(
+    study: Mapping[str, Any],
+    framework: str,
+    settings: list[dict[str, Any]],
+    models: tuple[str, ...],
+    scope: str,
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """``settings`` (the default first) less those whose runner's settings records on
+    ``models`` are an error or equal an earlier setting's (``grid_report``); ``scope`` ends
+    the reason ("" for the framework's models, " for <model>"). Cached per study."""
+    key = (json.dumps(study, sort_keys=True, default=str), framework, models, scope)
     cached = _GRID_CACHE.get(key)
     if cached is not None:
         return dict(cached[0]), dict(cached[1])
     kept: dict[str, dict[str, Any]] = {}
     left_out: dict[str, str] = {}
     seen: dict[str, str] = {}
-    launcher = runner_launcher(framework) if dloptions.grid(study, framework) else None
-    for index, setting in enumerate(dloptions.grid(study, framework)):
+    launcher = runner_launcher(framework) if settings else None
+    for index, setting in enumerate(settings):
         sid = setting_id(setting)
-        records = [
-            launcher.settings(_one_node_spec(study, framework, model, 0, setting))
-            for model in matrix.models_of(dict(study), framework)
-        ]
+        records = [launcher.settings(_one_node_spec(study, framework, model, 0, setting)) for model in models]
         errors = sorted({str(r["error"]) for r in records if "error" in r})
         if errors and index:
             left_out[sid] = f"refused by the {framework} runner: {'; '.join(errors)}"
             continue
         fingerprint = json.dumps(records, sort_keys=True, default=str)
         if fingerprint in seen and index:
-            left_out[sid] = f"the same run as {seen[fingerprint]} (its settings record is identical)"
+            left_out[sid] = f"the same run as {seen[fingerprint]}{scope} (its settings record is identical)"
             continue
         seen.setdefault(fingerprint, sid)
         kept[sid] = dict(setting)
@@ -92,8 +103,10 @@ def grid_report(study: Mapping[str, Any], framework: str) -> tuple[dict[str, dic
     return dict(kept), dict(left_out)
 
 
-#: grid_report's answers by (study, framework): Snakemake asks for the grid once per job.
-_GRID_CACHE: dict[tuple[str, str], tuple[dict[str, dict[str, Any]], dict[str, str]]] = {}
+#: _distinct's answers by (study, framework, models, scope): Snakemake asks for a grid once per job.
+_GRID_CACHE: dict[
+    tuple[str, str, tuple[str, ...], str], tuple[dict[str, dict[str, Any]], dict[str, str]]
+] = {}
 
 
 def grid_ids(study: Mapping[str, Any], framework: str) -> dict[str, dict[str, Any]]:
@@ -119,30 +132,7 @@ def model_grid_report(
     why). A setting that changes nothing this model computes with (a memory format for a
     model without convolutions: ``catalog.Model.convolutional``) would only race the default
     against itself, so it is not run for that model; the default is always kept."""
-    key = (json.dumps(study, sort_keys=True, default=str), framework, model)
-    cached = _MODEL_GRID_CACHE.get(key)
-    if cached is not None:
-        return dict(cached[0]), dict(cached[1])
-    kept: dict[str, dict[str, Any]] = {}
-    left_out: dict[str, str] = {}
-    seen: dict[str, str] = {}
-    settings = grid_ids(study, framework)
-    launcher = runner_launcher(framework) if settings else None
-    for sid, setting in settings.items():
-        record = launcher.settings(_one_node_spec(study, framework, model, 0, setting))
-        fingerprint = json.dumps(record, sort_keys=True, default=str)
-        if fingerprint in seen:
-            left_out[sid] = (
-                f"the same run as {seen[fingerprint]} for {model} (its settings record is identical)"
-            )
-            continue
-        seen[fingerprint] = sid
-        kept[sid] = dict(setting)
-    _MODEL_GRID_CACHE[key] = (kept, left_out)
-    return dict(kept), dict(left_out)
-
-
-_MODEL_GRID_CACHE: dict[tuple[str, str, str], tuple[dict[str, dict[str, Any]], dict[str, str]]] = {}
+    return _distinct(study, framework, list(grid_ids(study, framework).values()), (model,), f" for {model}")
 
 
 def model_grid_ids(study: Mapping[str, Any], framework: str, model: str) -> dict[str, dict[str, Any]]:

@@ -72,6 +72,8 @@ def test_bigdl_grid_has_its_batch_split_without_repeats_or_refused_settings(sche
     assert reasons['{"batch_split": "per_executor", "engine": "mkldnn"}'] == (
         f"the same run as {mkldnn_default} (its settings record is identical)"
     )
+    # The one model's own grid is the framework's: the same settings, none left out again.
+    assert grid.model_grid_report(s, "bigdl", "lenet") == (kept, {})
     # Every kept setting's tuning run gets the split it names (the spec and its record).
     for sid, setting in kept.items():
         spec = grid.tune_spec(s, "bigdl", "lenet", sid, 0)
