@@ -16,7 +16,7 @@ log = logging.getLogger("tune_choice")
 
 try:
     settings = json.loads(snakemake.params.settings)
-    if len(settings) < 2:  # nothing to race for this model: no run, no check
+    if len(settings) < 2:  # the model's grid is the default alone (grid.is_tuned_model): no run, no check
         left_out = {sid: tuple(pair) for sid, pair in json.loads(snakemake.params.left_out).items()}
         record = choice.untuned(snakemake.wildcards.framework, snakemake.wildcards.model, settings, left_out)
     else:

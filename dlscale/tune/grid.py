@@ -167,9 +167,9 @@ def tune_runs(study: Mapping[str, Any], framework: str, model: str) -> list[str]
     ready jobs in about that order, so the settings are measured interleaved, side by
     side, rather than one setting's repeats in a row.
     """
-    ids = list(model_grid_ids(study, framework, model))
-    if len(ids) < 2:
+    if not is_tuned_model(study, framework, model):
         return []  # nothing to race: the default is the choice (dlscale.tune.choice.untuned)
+    ids = list(model_grid_ids(study, framework, model))
     return [run_path(framework, model, sid, r) for r in range(study["tune"]["repeats"]) for sid in ids]
 
 

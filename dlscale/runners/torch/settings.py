@@ -17,6 +17,12 @@ from dlscale import catalog
 from dlscale.runspec import RunSpec
 
 
+def has_layout(spec: RunSpec) -> bool:
+    """Whether the run's model has 4-D tensors a memory format lays out (its convolutions,
+    ``catalog.Model.convolutional``); without, every memory format computes the same."""
+    return catalog.model(spec.model).convolutional
+
+
 def channels_last(spec: RunSpec) -> bool:
     """Whether a run of ``spec`` trains in channels_last: ``channels_last_all_models`` when
     set (true or false, for every model), else the ``channels_last`` option for the
@@ -29,7 +35,7 @@ def channels_last(spec: RunSpec) -> bool:
     benchmark's bare loop (``benchmarks.torch_worker``), so that the bare loop can never run
     another memory format than the runner it is compared with.
     """
-    if not catalog.model(spec.model).convolutional:
+    if not has_layout(spec):
         return False
     forced = spec.options.get("channels_last_all_models")
     if forced is not None:
@@ -49,7 +55,7 @@ def describe(spec: RunSpec) -> dict[str, Any]:
     forced = spec.options.get("channels_last_all_models")
     # Recorded when set, as in the spec (older records unchanged), where it decides the
     # layout: a model without convolutions computes as without it (``channels_last``).
-    if forced is not None and catalog.model(spec.model).convolutional:
+    if forced is not None and has_layout(spec):
         out["channels_last_all_models"] = bool(forced)
     return out
 
