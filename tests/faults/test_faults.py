@@ -25,6 +25,7 @@ from helpers.faults import (
     processes_mentioning,
     record,
 )
+from helpers.bigdl_runs import last_logged_iteration
 from helpers.paths import caffe_python, framework_python
 
 from dlscale.events import read_events
@@ -163,6 +164,13 @@ def test_nan_loss(framework, mnist_shards, tmp_path):
         pids = run.rank_pids() if waited is not None else {}
         expected = r"loss became (nan|inf) at iteration \d+"
         finish(run, "loss becomes NaN", framework, expected, started, pids, training_logs(framework))
+        if framework == "bigdl":
+            # Training stops at the fault: BigDL's next Spark job is cancelled. Before
+            # 2026-12-06 one cancel found no job running, and the driver trained on, NaN, for
+            # its whole 15 s grace (to iteration 60 of 200) until its JVM was killed.
+            (log,) = run.events.parent.glob("attempts/*/run.log")
+            fault_at = int(re.search(r"at iteration (\d+)", read_events(run.events)[-1]["reason"]).group(1))
+            assert last_logged_iteration(log.read_text()) <= fault_at + 3, "BigDL trained on after the fault"
     finally:
         run.stop()
 

@@ -26,6 +26,11 @@ TWO_EXECUTOR_TARGET = {
 }
 
 
+def last_logged_iteration(log: str) -> int:
+    """The last iteration DistriOptimizer logged in a run's log (it counts from 1); 0 if none."""
+    return max((int(n) for n in re.findall(r"\[Iteration (\d+)\]", log)), default=0)
+
+
 def processes_mentioning(text: str) -> list[int]:
     """PIDs of live processes whose command line contains ``text`` (a run's own paths)."""
     pids = []

@@ -94,6 +94,7 @@ from dlscale.runspec import RunSpec
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 EXECUTOR_LOG = os.devnull  # an executor's log file: none, its console (stderr) is kept
 STOP_GRACE_S = 15.0  # after a fault: time BigDL gets to give up before its JVM is killed
+CANCEL_EVERY_S = 0.1  # after a fault: how often Spark's jobs are cancelled until BigDL gives up
 LOG_WAIT_S = 60.0  # after a segment: time the log follower gets to record its last iteration
 
 
@@ -339,15 +340,27 @@ def _stop_driver(held: dict[str, Any], graceful: bool) -> None:
 
 
 def _stopper(held: dict[str, Any]) -> Any:
-    """What ``LiveLog`` calls on a fault: cancel Spark's jobs so that BigDL's ``optimize``
-    fails now; if it has not returned ``STOP_GRACE_S`` later, kill the driver JVM."""
+    """What ``LiveLog`` calls on a fault: cancel Spark's jobs until BigDL's ``optimize``
+    fails; if it has not returned ``STOP_GRACE_S`` later, kill the driver JVM.
+
+    Once is not enough: the fault is seen in BigDL's log line of an iteration, written
+    after that iteration's jobs ended, so a single cancel usually finds no job running and
+    BigDL starts the next iteration's (a NaN run then trained on for the whole grace).
+    Cancelling every ``CANCEL_EVERY_S`` catches the next job, whose failure ends
+    ``optimize`` (no checkpoint, so DistriOptimizer does not retry).
+    """
 
     def cancel() -> None:
-        try:
-            held["sc"].cancelAllJobs()
-        except Exception as err:  # noqa: BLE001 - the JVM may be going already
-            print(f"[bigdl] cancelling Spark's jobs failed: {err}", file=sys.stderr, flush=True)
-        if held["optimizing"].wait(STOP_GRACE_S):
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline:
+            try:
+                held["sc"].cancelAllJobs()
+            except Exception as err:  # noqa: BLE001 - the JVM may be going already
+                print(f"[bigdl] cancelling Spark's jobs failed: {err}", file=sys.stderr, flush=True)
+                break
+            if held["optimizing"].wait(CANCEL_EVERY_S):
+                return
+        if held["optimizing"].wait(max(0.0, deadline - time.monotonic())):
             return
         proc = getattr(held.get("gateway"), "proc", None)
         if proc is not None and proc.poll() is None:
