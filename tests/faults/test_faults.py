@@ -15,6 +15,7 @@ import signal
 import time
 
 import pytest
+from helpers.bigdl_runs import last_logged_iteration
 from helpers.faults import (
     FaultRow,
     alive,
@@ -25,7 +26,6 @@ from helpers.faults import (
     processes_mentioning,
     record,
 )
-from helpers.bigdl_runs import last_logged_iteration
 from helpers.paths import caffe_python, framework_python
 
 from dlscale.events import read_events
