@@ -412,7 +412,7 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
     """Entry point of one rank: set up, train, and leave a rank_end event whatever happens.
 
     ``runner`` is the framework's ``train`` module (``dlscale.runners.contract.Trainer``);
-    one that sets ``EXITS_WITHOUT_TEARDOWN`` ends here (``exit_skipping_teardown``)."""
+    one whose ``exits_without_teardown(spec)`` says so ends here (``exit_skipping_teardown``)."""
     args = parse_args(argv)
     for key, value in thread_environment(args.spec.threads_per_rank).items():
         os.environ.setdefault(key, value)
@@ -456,6 +456,7 @@ def main(runner: ModuleType, argv: list[str] | None = None) -> int:
     if status != "ok":
         print(f"[rank {where.rank}] FAILED: {reason}", file=sys.stderr, flush=True)
         code = 1
-    if getattr(runner, "EXITS_WITHOUT_TEARDOWN", False):
+    exits_early = getattr(runner, "exits_without_teardown", None)
+    if exits_early is not None and exits_early(args.spec):
         exit_skipping_teardown(code)
     return code

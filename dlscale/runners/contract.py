@@ -70,9 +70,10 @@ class Settings(Protocol):
 class Trainer(Protocol):
     """``train.py``: one rank (or driver) of a run, in the framework's venv.
 
-    Optional: ``EXITS_WITHOUT_TEARDOWN = True`` ends the rank with ``os._exit`` once its
-    ``rank_end`` is written (``common.exit_skipping_teardown``), for a framework whose native
-    teardown can abort after a whole run; not for one whose teardown must run (MPI).
+    Optional: ``exits_without_teardown(spec) -> bool``; true ends the rank with ``os._exit``
+    once its ``rank_end`` is written (``common.exit_skipping_teardown``), for a framework
+    whose native teardown can abort after a whole run, or only costs time where no peer can
+    still need the rank; not for one whose teardown must run (MPI).
     """
 
     def versions(self) -> dict[str, str]:

@@ -129,6 +129,43 @@ def test_parameter_counts_match_torch(tf_py):
     assert json.loads(out.stdout.strip().splitlines()[-1]) == TORCH_COUNTS
 
 
+def test_only_a_worker_alone_exits_without_teardown():
+    """A lone MWMS worker has no peer that could still read its buffers; with peers, or with
+    parameter servers, the teardown stays (``exits_without_teardown``)."""
+    from dlscale.runners.tensorflow import train
+
+    def of(nodes, strategy):
+        return RunSpec.from_dict(spec(nodes=nodes, strategy=strategy))
+
+    assert train.exits_without_teardown(of(1, "mwms"))
+    assert not train.exits_without_teardown(of(2, "mwms"))
+    assert not train.exits_without_teardown(of(1, "ps"))
+
+
+#: A rank whose interpreter teardown aborts: only an exit without teardown ends it with 0.
+ABORTING_TEARDOWN = (
+    "import atexit, os, runpy; atexit.register(os.abort);"
+    " runpy.run_module('dlscale.runners.tensorflow', run_name='__main__')"
+)
+
+
+def test_a_worker_alone_that_wrote_its_end_exits_without_teardown(tf_py, mnist_shards, tmp_path):
+    """Once ``rank_end`` is written a lone worker exits at once: TensorFlow's teardown (0.65-0.80
+    s a run) is skipped, so an exit handler never runs."""
+    work = tmp_path / "work"
+    work.mkdir()
+    alone = {k: v for k, v in os.environ.items() if not k.startswith(("DLSCALE_", "SLURM_", "TF_CONFIG"))}
+    proc = subprocess.run(
+        [str(tf_py), "-c", ABORTING_TEARDOWN, "--spec-json", json.dumps(spec(iterations=3, warmup=1)),
+         "--data", str(mnist_shards), "--work-dir", str(work)],
+        capture_output=True, text=True, timeout=300, env=alone,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    part = [json.loads(line) for line in (work / "rank0.jsonl").read_text().splitlines()]
+    [end] = [e for e in part if e["event"] == "rank_end"]
+    assert end["status"] == "ok", end
+
+
 def test_mwms_two_workers_learn_lenet_on_real_mnist(tf_py, mnist_shards, tmp_path):
     events_path = tmp_path / "events.jsonl"
     proc = launch(tf_py, spec(nodes=2, iterations=60), mnist_shards, events_path)

@@ -30,6 +30,7 @@ from dlscale.runners.common import RunContext, startup_part
 from dlscale.runners.torch import settings as torch_settings
 from dlscale.runners.torch.data import Batches
 from dlscale.runners.torch.evaluate import HeldOut, evaluate_and_decide
+from dlscale.runspec import RunSpec
 
 
 def versions() -> dict[str, str]:
@@ -85,10 +86,12 @@ def rendezvous(ctx: RunContext, dist: Any, timeout: timedelta) -> Any:
     )
 
 
-#: The rank exits without the interpreter's teardown once its end is written
-#: (``common.exit_skipping_teardown``): gloo's native destructors aborted there after a
-#: whole 2-node run (docs/teardown.md).
-EXITS_WITHOUT_TEARDOWN = True
+def exits_without_teardown(spec: RunSpec) -> bool:
+    """Every rank exits without the interpreter's teardown once its end is written
+    (``common.exit_skipping_teardown``): gloo's native destructors aborted there after a
+    whole 2-node run (docs/teardown.md), and ``leave`` has ordered the ranks' exit."""
+    return True
+
 
 #: Longest wait of rank 0 (the TCPStore's server) for the others to have left, after a
 #: run whose every step completed; past it rank 0 exits anyway (the run's events are whole).
