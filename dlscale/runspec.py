@@ -43,6 +43,7 @@ _OMITTED_AT_DEFAULT: Mapping[str, Any] = {
     "max_iterations": 0,
     "init": "framework",
     "lr_rule": None,
+    "evaluates": True,
 }
 
 #: How the learning rate follows the global batch (``lr_rule``'s ``rule``): the rate at
@@ -151,6 +152,9 @@ class RunSpec:
     lr_rule: Mapping[str, Any] | None = None
     #: The framework's options, defaults filled (``dlscale/runners/<fw>/options.schema.json``).
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: False: the run measures no held-out quality at all, not even after its last iteration
+    #: (a parity reference: the check compares its losses alone).
+    evaluates: bool = True
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -177,6 +181,8 @@ class RunSpec:
             raise SpecError(f"run spec field 'input': {self.input!r} is not 'memory' or 'pipeline'")
         if self.init not in ("framework", "shared"):
             raise SpecError(f"run spec field 'init': {self.init!r} is not 'framework' or 'shared'")
+        if not isinstance(self.evaluates, bool):
+            raise SpecError(f"run spec field 'evaluates': {self.evaluates!r} is not true or false")
         if self.eval_every < 0:
             raise SpecError(f"run spec field 'eval_every': {self.eval_every!r} is below 0")
         if self.quality_target is not None:
@@ -192,10 +198,10 @@ class RunSpec:
                 raise SpecError(
                     f"run spec field 'quality_target': {target!r} is not {{metric: top1|top5|mse, value: number}}"
                 )
-            if self.max_iterations < 1 or self.eval_every < 1:
+            if self.max_iterations < 1 or self.eval_every < 1 or not self.evaluates:
                 raise SpecError(
-                    "run spec with a quality_target needs max_iterations >= 1 and eval_every >= 1"
-                    f" (got {self.max_iterations} and {self.eval_every})"
+                    "run spec with a quality_target needs max_iterations >= 1, eval_every >= 1"
+                    f" and evaluates (got {self.max_iterations}, {self.eval_every} and {self.evaluates})"
                 )
             object.__setattr__(
                 self, "quality_target", {"metric": target["metric"], "value": float(target["value"])}
@@ -219,7 +225,10 @@ class RunSpec:
 
     def eval_due(self, completed: int) -> bool:
         """Whether to evaluate after ``completed`` training iterations (warm-up included):
-        every ``eval_every``, and always after the last."""
+        every ``eval_every``, and always after the last; never when the run ``evaluates``
+        nothing."""
+        if not self.evaluates:
+            return False
         if completed >= self.total_iterations:
             return True
         return self.eval_every > 0 and completed % self.eval_every == 0

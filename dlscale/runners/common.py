@@ -127,10 +127,19 @@ class RunContext:
         shard index there cost a small step ~1 % of its time (docs/bench-cells.md)."""
         return (self.heldout_dir / INDEX_NAME).is_file()
 
+    @property
+    def evaluates(self) -> bool:
+        """Whether the run measures held-out quality at all: its spec asks for it
+        (``RunSpec.evaluates``; a parity reference does not) and a held-out set is there.
+        A runner builds its evaluator only then."""
+        return self.spec.evaluates and self.heldout_available
+
     def eval_due(self, iteration: int) -> bool:
         """Whether to evaluate once ``iteration`` (0-based) has trained: every
-        ``spec.eval_every`` iterations and after the last one; never without a held-out set
-        (the run's warnings then say so, once)."""
+        ``spec.eval_every`` iterations and after the last one; never for a spec that
+        evaluates nothing, nor without a held-out set (the run's warnings then say so, once)."""
+        if not self.spec.evaluates:
+            return False
         if not self.heldout_available:
             if NO_HELDOUT not in self.warnings:
                 self.warnings.append(NO_HELDOUT)

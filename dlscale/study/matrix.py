@@ -226,6 +226,7 @@ def parity_reference_spec(study: dict[str, Any], run: Run, lr_rate: float | None
         eval_every=0,
         quality_target=None,
         max_iterations=0,
+        evaluates=False,
     )
 
 

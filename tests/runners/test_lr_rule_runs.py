@@ -8,6 +8,9 @@ would train at the base rate: its recorded rates would differ from the rule's an
 losses from the reference's, and the check would fail naming it (the unit tests in
 tests/unit/test_lr_rule.py show that failure on hand-made runs). The reference itself is
 shown to depend on the rule: the same run at the fixed base rate computes other losses.
+Every run here is a parity run, as the study's references are (``evaluates: false``): no
+runner evaluates held-out quality in it, not even after the last step, nor warns of a
+missing held-out set.
 
 BigDL's losses differ from the reference by design (its FP16 parameter exchange and its
 own batch order, catalog.DIFFERENCES); what proves the rule reached it is the rate BigDL's
@@ -28,7 +31,7 @@ from dlscale.events import read_events
 #: The rule under test and the run it shapes: 10 steps, 4 of them the ramp.
 RULE = {"rule": "linear", "base_batch": 32, "warmup_iterations": 4}
 COMMON = {"model": "lenet", "iterations": 10, "warmup": 0, "lr": 0.01}
-SHARED = {"init": "shared", "seed": 1234}
+SHARED = {"init": "shared", "seed": 1234, "evaluates": False}
 RAMP = [0.01, 0.0125, 0.015, 0.0175, 0.02, 0.02, 0.02, 0.02, 0.02, 0.02]
 
 HELPERS = {
@@ -59,6 +62,8 @@ def launched(framework: str, made: dict, data: Path, root: Path) -> parity.Parit
         assert proc.returncode == 0, (proc.stdout or "")[-4000:] + (proc.stderr or "")[-4000:]
     events = read_events(events_path)
     assert events[-1]["status"] == "ok", events[-1]
+    assert not [e for e in events if e["event"] == "eval"], f"{framework} evaluated a parity run"
+    assert "warnings" not in events[-1], events[-1]["warnings"]
     assert events[0]["learning_rate"]["lr_rule"] == (made.get("lr_rule") or {}).get("rule", "fixed")
     run = parity.read_run(events_path)
     assert run is not None

@@ -231,6 +231,7 @@ def test_the_study_plans_a_one_rank_reference_for_every_global_batch_it_trains_o
     ref = refs["torch/lenet/n1x1/b256/r1"]
     assert (ref.world_size, ref.global_batch, ref.seed) == (1, 256, 1235)
     assert (ref.iterations, ref.warmup, ref.eval_every, ref.quality_target) == (20, 0, 0, None)
+    assert not ref.evaluates  # the check compares losses: no held-out evaluation, not even the last
     # The same schedule as the 4-node runs it is the reference of: the rule from base batch 64.
     four = next(
         matrix.run_spec(study, r) for r in matrix.expand_runs(study) if r.run_id == "caffe/lenet/n4x1/b64/r1"

@@ -68,6 +68,20 @@ def test_fields_added_later_change_the_hash_only_when_set():
     assert json.loads(piped.to_json())["input_workers"] == 2
 
 
+def test_a_spec_that_evaluates_nothing_never_evaluates_and_says_so_in_its_hash():
+    spec = RunSpec.from_dict(KNOWN)
+    assert spec.evaluates and spec.eval_due(spec.total_iterations)  # after the last, by default
+    silent = RunSpec.from_dict({**KNOWN, "evaluates": False, "eval_every": 10})
+    assert not any(silent.eval_due(done) for done in range(1, silent.total_iterations + 1))
+    assert silent.sha256 != spec.sha256 and json.loads(silent.to_json())["evaluates"] is False
+    assert RunSpec.from_dict({**KNOWN, "evaluates": True}).sha256 == KNOWN_SHA256
+    with pytest.raises(SpecError, match="field 'evaluates': 1 is not true or false"):
+        RunSpec.from_dict({**KNOWN, "evaluates": 1})
+    target = {"quality_target": {"metric": "top1", "value": 0.9}, "max_iterations": 100, "eval_every": 10}
+    with pytest.raises(SpecError, match="quality_target needs .* evaluates"):
+        RunSpec.from_dict({**KNOWN, **target, "evaluates": False})
+
+
 def test_options_defaults_are_filled_from_the_runner_schema():
     spec = RunSpec.from_dict({**KNOWN, "options": {}})
     assert spec.options == {

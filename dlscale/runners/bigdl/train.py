@@ -462,9 +462,7 @@ def _optimize(
         first["init_sha256"] = shared_init(model, spec)
     training = ShardSet(ctx.data_dir)
     heldout = (
-        HeldOut(sc, ctx, shape.workers, global_batch, training.mean, training.std)
-        if ctx.heldout_available
-        else None
+        HeldOut(sc, ctx, shape.workers, global_batch, training.mean, training.std) if ctx.evaluates else None
     )
     ends = segment_ends(spec, evaluates=heldout is not None)
     optimizer = Optimizer.create(

@@ -162,7 +162,7 @@ def train(ctx: RunContext) -> None:
         with startup_part("data_setup_s"):  # its net's construction: model_setup_s
             evaluator = (
                 Evaluator(model, batch, net, ctx.heldout_dir, stats.mean, stats.std, ctx.rank, ctx.world_size)
-                if ctx.heldout_available
+                if ctx.evaluates
                 else None
             )
         for iteration in range(ctx.total_iterations):

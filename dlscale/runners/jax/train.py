@@ -125,7 +125,7 @@ def train(ctx: RunContext) -> None:
             collectives.mean(g0).block_until_ready()
         measured["first_collective_s"] = time.perf_counter() - started
     heldout = None
-    if ctx.heldout_available:  # every rank's share
+    if ctx.evaluates:  # every rank's share
         with startup_part("data_setup_s"):
             heldout = HeldOut(ctx, batches, forward, jax, ctx.rank, ctx.world_size)
         with startup_part("model_setup_s"):

@@ -140,7 +140,7 @@ def train(ctx: RunContext) -> None:
         batches = Batches(ctx, torch)
         # Every rank's share of the held-out set, prepared before the ranks meet (DDP's
         # first broadcast), so that no rank's first step waits for it.
-        heldout = HeldOut(ctx, batches, torch, ctx.rank, ctx.world_size) if ctx.heldout_available else None
+        heldout = HeldOut(ctx, batches, torch, ctx.rank, ctx.world_size) if ctx.evaluates else None
 
     with startup_part("model_setup_s"):
         model = build_model(spec.model)
