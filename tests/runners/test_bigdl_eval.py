@@ -64,6 +64,7 @@ def test_segments_end_where_an_evaluation_is_due():
     assert segment_ends(target) == [5, 10]
     # Nothing to evaluate (no held-out set): one segment, whatever the spacing or target.
     assert segment_ends(run_spec(eval_every=5), evaluates=False) == [22]
+    assert segment_ends(run_spec(eval_every=5, evaluates=False)) == [22]  # a parity reference
     assert segment_ends(target, evaluates=False) == [10]
 
 

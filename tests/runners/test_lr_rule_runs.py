@@ -63,7 +63,7 @@ def launched(framework: str, made: dict, data: Path, root: Path) -> parity.Parit
     events = read_events(events_path)
     assert events[-1]["status"] == "ok", events[-1]
     assert not [e for e in events if e["event"] == "eval"], f"{framework} evaluated a parity run"
-    assert "warnings" not in events[-1], events[-1]["warnings"]
+    assert not events[-1].get("warnings"), events[-1]["warnings"]
     assert events[0]["learning_rate"]["lr_rule"] == (made.get("lr_rule") or {}).get("rule", "fixed")
     run = parity.read_run(events_path)
     assert run is not None

@@ -51,10 +51,11 @@ def segment_ends(spec: RunSpec, evaluates: bool = True) -> list[int]:
     """The completed iteration counts (warm-up included) after which the run evaluates:
     every ``eval_every`` and after the last (``RunSpec.eval_due``). Each ends a segment.
 
-    A run that cannot evaluate (no held-out set beside its data) is one segment: a segment
-    exists only to evaluate between them, and each further ``optimize`` call costs BigDL a
-    restart and a slower first step (measured: docs/bench-cells.md)."""
-    if not evaluates:
+    A run that cannot evaluate (no held-out set beside its data) or evaluates nothing
+    (``RunSpec.evaluates``: a parity reference) is one segment: a segment exists only to
+    evaluate between them, and each further ``optimize`` call costs BigDL a restart and a
+    slower first step (measured: docs/bench-cells.md)."""
+    if not evaluates or not spec.evaluates:
         return [spec.total_iterations]
     return [done for done in range(1, spec.total_iterations + 1) if spec.eval_due(done)]
 
