@@ -36,7 +36,13 @@ def test_grid_is_the_product_of_the_x_tune_options_default_first(schema):
     torch_grid = grid.grid(s, "torch")
     # the framework's default (channels_last_all_models null: the ImageNet-CNN rule)
     assert torch_grid[0] == {"channels_last_all_models": None, "mkldnn": True}
-    assert len(torch_grid) == 6 and len({json.dumps(g, sort_keys=True) for g in torch_grid}) == 6
+    # On LeNet alone channels_last_all_models false is the rule's own layout: its 2 settings
+    # are null's runs. With an ImageNet-sized CNN in the study it is a layout of its own.
+    assert len(torch_grid) == 4 and {g["channels_last_all_models"] for g in torch_grid} == {None, True}
+    with_alexnet = validate_config(
+        {**BASE, "models": ["lenet", "alexnet"], "tune": {"enabled": True}}, schema
+    )
+    assert len({json.dumps(g, sort_keys=True) for g in grid.grid(with_alexnet, "torch")}) == 6
     # At 1 thread per rank the thread-count candidates above 1 are left out, and 1 beside
     # null (= threads_per_rank) would be the same setting: intra stays null only.
     tf_grid = grid.grid(s, "tensorflow")
@@ -106,8 +112,7 @@ def test_a_pinned_setting_is_not_tuned_and_all_pinned_skips_the_grid(schema):
     s = study(schema, pinned={"torch": {"mkldnn": False}})
     assert grid.grid(s, "torch") == [
         {"channels_last_all_models": None},
-        {"channels_last_all_models": True},
-        {"channels_last_all_models": False},
+        {"channels_last_all_models": True},  # false: the rule's layout on LeNet, null's run
     ]
     assert s["torch"]["mkldnn"] is False  # the pinned value is the run's option
     # Written in the framework's own section, a tunable option is pinned too.
@@ -419,9 +424,10 @@ def test_run_settings_add_the_thread_variables_the_ranks_get(schema):
 
 def test_channels_last_all_models_reaches_the_spec_hash_and_run_start_only_when_set(schema):
     """Unset (null), a spec is byte-for-byte what it was before the option existed (no key,
-    same hash, LeNet contiguous); set, it is in the spec, changes the hash, and run_start's
-    settings record it and the memory format it gives LeNet (measured in
-    tests/runners/test_torch_runner.py)."""
+    same hash, LeNet contiguous); set, it is in the spec and changes the hash, and run_start's
+    settings record the memory format it gives LeNet (measured in
+    tests/runners/test_torch_runner.py) and the option itself where it changes that layout
+    (true on LeNet; false is the rule's own layout there)."""
     run = Run("torch", "lenet", 1, 1, 64, 0)
     plain = run_spec(study(schema), run)
     assert "channels_last_all_models" not in plain.to_dict()["options"]
@@ -432,7 +438,8 @@ def test_channels_last_all_models_reaches_the_spec_hash_and_run_start_only_when_
         assert spec.to_dict()["options"]["channels_last_all_models"] is value
         assert spec.sha256 != plain.sha256 and spec.run_id == plain.run_id
         recorded = torch_launcher.settings(spec)
-        assert recorded["channels_last_all_models"] is value and recorded["channels_last"] is value
+        assert recorded["channels_last"] is value
+        assert recorded.get("channels_last_all_models") is (True if value else None)
     # Pinned in the framework's section: the study's runs carry it, and it is not tuned.
     s = validate_config({**BASE, "torch": {"channels_last_all_models": True}}, schema)
     assert run_spec(s, run).to_dict()["options"]["channels_last_all_models"] is True
@@ -494,3 +501,25 @@ def test_listed_settings_replace_the_product(schema):
         study(schema, settings={"tensorflow": [{"onednn": "no"}]})
     with pytest.raises(ConfigError, match="give its grid one way"):
         study(schema, settings={"torch": [{"mkldnn": False}]}, options={"torch": {"mkldnn": [False]}})
+
+
+def test_the_whole_torch_grid_races_each_memory_format_once_per_model(schema):
+    """The default grid (every x-tune value): channels_last_all_models false is the rule's
+    own layout on LeNet (contiguous), so beside null it is the same run, and LeNet races the
+    rule and channels_last (x oneDNN on and off); the AutoEncoder, without 4-D tensors,
+    races oneDNN alone."""
+    s = validate_config(
+        {**BASE, "frameworks": ["torch"], "models": ["lenet", "autoencoder"], "tune": {"enabled": True}},
+        schema,
+    )
+    assert len(grid.grid(s, "torch")) == 4
+    lenet, lenet_left = grid.model_grid_report(s, "torch", "lenet")
+    assert sorted(json.dumps(v, sort_keys=True) for v in lenet.values()) == sorted(
+        json.dumps({"channels_last_all_models": layout, "mkldnn": mkldnn}, sort_keys=True)
+        for layout in (None, True)
+        for mkldnn in (True, False)
+    )
+    assert lenet_left == {}  # the framework's grid left the two false settings out already
+    assert len(grid.grid_report(s, "torch")[1]) == 2
+    autoencoder, _ = grid.model_grid_report(s, "torch", "autoencoder")
+    assert [v["mkldnn"] for v in autoencoder.values()] == [True, False]

@@ -40,6 +40,11 @@ def channels_last(spec: RunSpec) -> bool:
     forced = spec.options.get("channels_last_all_models")
     if forced is not None:
         return bool(forced)
+    return _by_rule(spec)
+
+
+def _by_rule(spec: RunSpec) -> bool:
+    """The layout the ``channels_last`` option's rule gives: the ImageNet-sized CNNs only."""
     return bool(spec.options["channels_last"]) and not spec.mnist_sized
 
 
@@ -54,8 +59,11 @@ def describe(spec: RunSpec) -> dict[str, Any]:
     }
     forced = spec.options.get("channels_last_all_models")
     # Recorded when set, as in the spec (older records unchanged), where it decides the
-    # layout: a model without convolutions computes as without it (``channels_last``).
-    if forced is not None and has_layout(spec):
+    # layout: not for a model without convolutions (it computes as without it), nor where it
+    # forces the layout the rule gives anyway (false on LeNet, true on AlexNet). A setting
+    # that changes nothing then has the record of one that is unset, and the tuning grid
+    # races it once (``dlscale.tune.grid.model_grid_report``).
+    if forced is not None and has_layout(spec) and bool(forced) != _by_rule(spec):
         out["channels_last_all_models"] = bool(forced)
     return out
 
