@@ -69,10 +69,12 @@ bench: $(VENV)/.installed
 
 ## bench-budgets: the default study (make demo's) run warm into a fresh folder and held to its
 ## budgets (dlscale/thresholds.py: demo_warm_wall, demo_timed_share) -> results/bench/budgets.md,
-## with where its time went (Snakemake's log and the runs' events). About 10 minutes on 2 cores.
+## with where its time went (Snakemake's log and the runs' events). About 10 minutes on 2 cores
+## per demo; BUDGET_REPEATS=N runs N demos as samples (the median and its interval decide).
+BUDGET_REPEATS ?= 1
 .PHONY: bench-budgets
 bench-budgets: $(VENV)/.installed
-	$(PY) -m benchmarks.budgets
+	$(PY) -m benchmarks.budgets --repeats $(BUDGET_REPEATS)
 
 ## fresh-check: a fresh start as far as this machine allows: a clean clone of HEAD, every cache
 ## empty (DLSCALE_CACHE, pip, uv, the venvs), then `make demo` there, timed; says what it could

@@ -11,10 +11,18 @@ study itself), then says where its time went and whether it kept its budgets
 - the runs' wall split from their events (the study's ``results/wall_split.csv``: timed
   steps, warm-up, start-up by part, evaluation, gaps), per framework.
 
-Writes ``budgets.csv`` (one row per budget: measured, reference, verdict), ``demo_split.csv``
-(the Snakemake log's split), ``demo_wall_split.csv`` (the runs' split) and ``budgets.md`` under
-``--out``; exit 0 when every budget is kept, 1 when one is missed, 2 when the demo failed. A
-benchmark, not a test: its numbers are wall times on a shared machine.
+``--repeats N`` runs the demo N times, one after another, each into a fresh folder: the
+samples. Each budget is then the median of its N values with the median's interval
+(``dlscale.analysis.stats.median_interval``: the range below 6 samples), and its verdict is
+the interval's: pass when all of it keeps the budget, miss when none of it does, undecided
+when it straddles the reference. One demo (the default) is one sample: no interval, the
+verdict is its value's.
+
+Writes ``budgets.csv`` (one row per budget: measured, interval, reference, verdict),
+``samples.csv`` (one row per demo), ``demo_split.csv`` (the Snakemake log's split) and
+``demo_wall_split.csv`` (the runs' split), both of the last demo, and ``budgets.md`` under
+``--out``; exit 0 when every budget is kept, 1 when one is missed or undecided, 2 when a demo
+failed. A benchmark, not a test: its numbers are wall times on a shared machine.
 """
 
 from __future__ import annotations
@@ -27,14 +35,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from benchmarks.common import REPO, log, write_csv
 from dlscale.analysis import snakelog
+from dlscale.analysis.stats import Interval, median_interval
 from dlscale.base import atomic
-from dlscale.thresholds import threshold
+from dlscale.thresholds import Threshold, threshold
 
 #: The budgets this benchmark holds the demo to, by threshold name, with what each measures.
 BUDGETS = {
@@ -78,52 +88,117 @@ def contended_runs(runs: pd.DataFrame) -> int:
     return int(runs["contended"].astype(str).str.lower().eq("true").sum())
 
 
-def verdicts(wall_s: float, split: pd.DataFrame, contended: int = 0) -> pd.DataFrame:
-    """One row per budget: the measured value, the threshold's reference, pass or miss.
+@dataclass(frozen=True)
+class Sample:
+    """One demo's values of the budgets' measures."""
 
-    ``split`` is the study's ``wall_split.csv``; its ``all`` row holds the runs' timed share.
-    A miss while ``contended`` runs shared the machine reads ``miss (contended)``: one demo
-    on a busy machine cannot tell the demo's cost from its neighbours'.
-    """
+    wall_s: float
+    timed_share: float
+    contended: int = 0
+
+
+def timed_share(split: pd.DataFrame) -> float:
+    """The study's timed share: the ``all`` row of its ``wall_split.csv`` (NaN without one)."""
     everything = split.loc[split["framework"] == "all"]
-    share = float(everything["timed_share"].iloc[0]) if len(everything) else float("nan")
-    measured = {"demo_warm_wall": wall_s, "demo_timed_share": share}
+    return float(everything["timed_share"].iloc[0]) if len(everything) else float("nan")
+
+
+def verdicts(wall_s: float, split: pd.DataFrame, contended: int = 0) -> pd.DataFrame:
+    """One demo's verdicts (``summary`` of one sample): ``split`` is the study's
+    ``wall_split.csv``, whose ``all`` row holds the runs' timed share."""
+    return summary([Sample(wall_s, timed_share(split), contended)])
+
+
+def summary(samples: Sequence[Sample]) -> pd.DataFrame:
+    """One row per budget: the median of the samples' values and its interval, the
+    threshold's reference, and the verdict (``verdict``).
+
+    A miss or an undecided verdict while the contention probe flagged runs reads ``...
+    (contended)``: a demo on a busy machine cannot tell the demo's cost from its neighbours'.
+    """
+    contended = sum(sample.contended for sample in samples)
+    measures = {
+        "demo_warm_wall": [sample.wall_s for sample in samples],
+        "demo_timed_share": [sample.timed_share for sample in samples],
+    }
     rows = []
     for name, what in BUDGETS.items():
         ref = threshold(name)
-        value = measured[name]
+        interval = median_interval(measures[name])
         rows.append(
             {
                 "budget": name,
                 "measures": what,
-                "measured": round(value, 3),
+                "samples": len(samples),
+                "measured": round(interval.value, 3),
+                "low": round(interval.low, 3),
+                "high": round(interval.high, 3),
+                "interval": interval.method,
                 "reference": ref.value,
                 "unit": ref.unit,
                 "passes_when": ">= reference" if ref.higher_is_better else "<= reference",
-                "verdict": "pass"
-                if ref.passes(value)
-                else ("unknown" if value != value else ("miss (contended)" if contended else "miss")),
+                "verdict": verdict(ref, interval, contended),
                 "contended_runs": contended,
             }
         )
     return pd.DataFrame.from_records(rows)
 
 
-def markdown(budgets: pd.DataFrame, log_split: pd.DataFrame, split: pd.DataFrame, info: str) -> str:
-    """budgets.md: the verdicts, then both splits, as tables."""
+def verdict(ref: Threshold, interval: Interval, contended: int = 0) -> str:
+    """``pass``, ``miss``, ``undecided`` or ``unknown`` for a budget's median and interval.
+
+    With an interval, its ends decide: every value in it keeps the budget (pass), none does
+    (miss), or it straddles the reference (undecided: the samples cannot say). Without one
+    (a single demo) the value decides, as the threshold's own check does.
+    """
+    value = interval.value
+    if value != value:
+        return "unknown"
+    if interval.known:
+        ends = (interval.low, interval.high)
+        if all(ref.passes(end) for end in ends):
+            return "pass"
+        outcome = "miss" if not any(ref.passes(end) for end in ends) else "undecided"
+    else:
+        if ref.passes(value):
+            return "pass"
+        outcome = "miss"
+    return f"{outcome} (contended)" if contended else outcome
+
+
+def markdown(
+    budgets: pd.DataFrame,
+    log_split: pd.DataFrame,
+    split: pd.DataFrame,
+    info: str,
+    samples: pd.DataFrame | None = None,
+) -> str:
+    """budgets.md: the verdicts, the demos (``samples``, one row each), then both splits of
+    the last demo, as tables."""
+    parts = [
+        "# The demo against its budgets (`make bench-budgets`)",
+        info,
+        "## Budgets\n\n" + budgets.to_markdown(index=False),
+    ]
+    if samples is not None:
+        parts.append("## The demos (one sample each)\n\n" + samples.to_markdown(index=False, floatfmt=".3f"))
+    parts += [
+        "## What filled the invocation (Snakemake's log of the last demo, whole seconds)\n\n"
+        + log_split.to_markdown(index=False, floatfmt=".0f"),
+        "## The runs' wall of the last demo, split from their events (seconds; shares of the runs' wall)\n\n"
+        + split.to_markdown(index=False, floatfmt=".3g"),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def describe_samples(budgets: pd.DataFrame) -> str:
+    """The line budgets.md opens with about the samples: how many, and what interval."""
+    wall = budgets.set_index("budget").loc["demo_warm_wall"]
+    if int(wall["samples"]) < 2:
+        return "One demo, one sample: no interval."
     return (
-        "\n\n".join(
-            [
-                "# The demo against its budgets (`make bench-budgets`)",
-                info,
-                "## Budgets\n\n" + budgets.to_markdown(index=False),
-                "## What filled the invocation (Snakemake's log, whole seconds)\n\n"
-                + log_split.to_markdown(index=False, floatfmt=".0f"),
-                "## The runs' wall, split from their events (seconds; shares of the runs' wall)\n\n"
-                + split.to_markdown(index=False, floatfmt=".3g"),
-            ]
-        )
-        + "\n"
+        f"{int(wall['samples'])} demos, one after another, each a sample: the median of each budget's"
+        f" values with its interval ({wall['interval']}; dlscale.analysis.stats.median_interval)."
     )
 
 
@@ -132,10 +207,27 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m benchmarks.budgets", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--out", type=Path, default=REPO / "results" / "bench")
-    parser.add_argument("--work", type=Path, help="the demo's working folder (default: a new temporary one)")
+    parser.add_argument("--work", type=Path, help="the demos' working folder (default: a new temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the working folder (default: removed)")
     parser.add_argument("--cores", help="Snakemake's --cores (default: the local profile's, as make demo)")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="demos, one after another: the samples (default 1: no interval)",
+    )
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: at least one demo")
+    return args
+
+
+def run_demo(work: Path, snakemake: Path, cores: str | None) -> tuple[int, float]:
+    """One demo into the empty folder ``work``: Snakemake's exit status and its wall (s)."""
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    status = subprocess.run(demo_command(work, snakemake, cores), cwd=work, check=False).returncode
+    return status, time.perf_counter() - started
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,33 +241,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     work.mkdir(parents=True, exist_ok=True)
     load = [round(v, 2) for v in os.getloadavg()]
-    log(f"budgets: the default study into {work} (load {load})")
-    started = time.perf_counter()
-    status = subprocess.run(demo_command(work, snakemake, args.cores), cwd=work, check=False).returncode
-    wall_s = time.perf_counter() - started
+    samples: list[Sample] = []
+    rows: list[dict[str, object]] = []
     try:
-        if status != 0:
-            print(f"benchmarks.budgets: the demo failed (exit {status}) after {wall_s:.0f} s; kept in {work}",
-                  file=sys.stderr)  # fmt: skip
-            args.keep = True
-            return 2
-        with open(invocation_log(work), encoding="utf-8") as handle:
+        for repeat in range(args.repeats):
+            folder = work if args.repeats == 1 else work / f"demo{repeat + 1}"
+            log(
+                f"budgets: demo {repeat + 1} of {args.repeats}, the default study into {folder} (load {load})"
+            )
+            status, wall_s = run_demo(folder, snakemake, args.cores)
+            if status != 0:
+                print(f"benchmarks.budgets: demo {repeat + 1} failed (exit {status}) after {wall_s:.0f} s;"
+                      f" kept in {folder}", file=sys.stderr)  # fmt: skip
+                args.keep = True
+                return 2
+            split = pd.read_csv(folder / "results" / "wall_split.csv")
+            runs = pd.read_csv(folder / "results" / "runs.csv")
+            sample = Sample(wall_s, timed_share(split), contended_runs(runs))
+            samples.append(sample)
+            rows.append(
+                {"demo": repeat + 1, "load_before": str(load), "wall_s": sample.wall_s,
+                 "timed_share": sample.timed_share, "contended_runs": sample.contended, "runs": len(runs)}
+            )  # fmt: skip
+            load = [round(v, 2) for v in os.getloadavg()]
+        with open(invocation_log(folder), encoding="utf-8") as handle:
             log_split = snakelog.time_split(snakelog.jobs(handle))
-        split = pd.read_csv(work / "results" / "wall_split.csv")
-        runs = pd.read_csv(work / "results" / "runs.csv")
-        contended = contended_runs(runs)
-        budgets = verdicts(wall_s, split, contended)
+        budgets = summary(samples)
+        table = pd.DataFrame.from_records(rows)
         args.out.mkdir(parents=True, exist_ok=True)
         write_csv(budgets, args.out / "budgets.csv")
+        write_csv(table, args.out / "samples.csv")
         write_csv(log_split, args.out / "demo_split.csv")
         write_csv(split, args.out / "demo_wall_split.csv")
         info = (
-            f"Measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on {os.cpu_count()} cores,"
-            f" load average {load} before the demo; {wall_s:.0f} s of wall;"
-            f" {contended} of {len(runs)} runs contended"
-            " (the contention probe, runs.csv). One demo, one sample: no interval."
+            f"Measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on {os.cpu_count()} cores;"
+            f" {sum(s.contended for s in samples)} of {int(table['runs'].sum())} runs contended"
+            f" (the contention probe, runs.csv). {describe_samples(budgets)}"
         )
-        atomic.write_text(args.out / "budgets.md", markdown(budgets, log_split, split, info))
+        atomic.write_text(args.out / "budgets.md", markdown(budgets, log_split, split, info, table))
         print(budgets.to_string(index=False))
         return 0 if (budgets["verdict"] == "pass").all() else 1
     finally:

@@ -88,3 +88,62 @@ def test_a_miss_beside_contended_runs_says_so():
     assert verdict_of(table, "demo_warm_wall") == "miss (contended)"
     assert verdict_of(table, "demo_timed_share") == "pass"
     assert set(table["contended_runs"]) == {2}
+
+
+def samples_of(*walls: float, share: float = 0.6, contended: int = 0) -> list[budgets.Sample]:
+    return [budgets.Sample(wall, share, contended) for wall in walls]
+
+
+def test_demos_as_samples_give_the_median_and_its_interval():
+    table = budgets.summary(samples_of(579.0, 596.0, 640.0)).set_index("budget").loc["demo_warm_wall"]
+    assert (table["samples"], table["measured"], table["low"], table["high"]) == (3, 596.0, 579.0, 640.0)
+    assert table["interval"] == "range (low-n)"
+    one = budgets.summary(samples_of(579.0)).set_index("budget").loc["demo_warm_wall"]
+    assert one["interval"] == "single run" and math.isnan(one["low"]) and one["verdict"] == "pass"
+
+
+@pytest.mark.parametrize(
+    ("walls", "expected"),
+    [
+        ((579.0, 596.0), "pass"),  # the whole interval keeps the budget
+        ((579.0, 627.0), "undecided"),  # it straddles the reference: the samples cannot say
+        ((627.0, 659.0), "miss"),  # none of it keeps the budget
+    ],
+)
+def test_the_interval_decides_a_budget_of_several_demos(walls, expected):
+    assert verdict_of(budgets.summary(samples_of(*walls)), "demo_warm_wall") == expected
+
+
+def test_a_higher_is_better_budget_reads_its_interval_the_other_way():
+    share = threshold("demo_timed_share").value
+    table = budgets.summary([budgets.Sample(500.0, share - 0.1, 0), budgets.Sample(500.0, share + 0.1, 0)])
+    assert verdict_of(table, "demo_timed_share") == "undecided"
+    table = budgets.summary([budgets.Sample(500.0, share, 0), budgets.Sample(500.0, share + 0.1, 0)])
+    assert verdict_of(table, "demo_timed_share") == "pass"
+
+
+def test_contention_marks_a_miss_or_undecided_but_not_a_pass():
+    assert verdict_of(budgets.summary(samples_of(627.0, 659.0, contended=2)), "demo_warm_wall") == (
+        "miss (contended)"
+    )
+    assert verdict_of(budgets.summary(samples_of(579.0, 627.0, contended=1)), "demo_warm_wall") == (
+        "undecided (contended)"
+    )
+    assert verdict_of(budgets.summary(samples_of(579.0, 596.0, contended=1)), "demo_warm_wall") == "pass"
+
+
+def test_the_report_says_how_many_demos_and_lists_each():
+    table = budgets.summary(samples_of(579.0, 596.0))
+    assert budgets.describe_samples(table).startswith("2 demos")
+    assert (
+        budgets.describe_samples(budgets.summary(samples_of(579.0))) == "One demo, one sample: no interval."
+    )
+    demos = pd.DataFrame({"demo": [1, 2], "wall_s": [579.0, 596.0]})
+    text = budgets.markdown(table, pd.DataFrame({"rule": ["runs"]}), split(0.3), "info", demos)
+    assert "## The demos" in text and "596.000" in text
+
+
+def test_at_least_one_demo():
+    with pytest.raises(SystemExit):
+        budgets.parse_args(["--repeats", "0"])
+    assert budgets.parse_args([]).repeats == 1
