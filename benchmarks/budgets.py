@@ -28,6 +28,7 @@ failed. A benchmark, not a test: its numbers are wall times on a shared machine.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import subprocess
@@ -40,9 +41,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks import stats
 from benchmarks.common import REPO, log, write_csv
 from dlscale.analysis import snakelog
-from dlscale.analysis.stats import Interval, median_interval
+from dlscale.analysis.stats import median_interval
 from dlscale.base import atomic
 from dlscale.thresholds import Threshold, threshold
 
@@ -124,7 +126,10 @@ def summary(samples: Sequence[Sample]) -> pd.DataFrame:
     rows = []
     for name, what in BUDGETS.items():
         ref = threshold(name)
-        interval = median_interval(measures[name])
+        values = measures[name]
+        interval = median_interval(values)
+        finite = sum(1 for value in values if math.isfinite(value))
+        summary = stats.Summary(interval.value, interval.low, interval.high, finite)
         rows.append(
             {
                 "budget": name,
@@ -137,33 +142,24 @@ def summary(samples: Sequence[Sample]) -> pd.DataFrame:
                 "reference": ref.value,
                 "unit": ref.unit,
                 "passes_when": ">= reference" if ref.higher_is_better else "<= reference",
-                "verdict": verdict(ref, interval, contended),
+                "verdict": verdict(ref, summary, contended),
                 "contended_runs": contended,
             }
         )
     return pd.DataFrame.from_records(rows)
 
 
-def verdict(ref: Threshold, interval: Interval, contended: int = 0) -> str:
-    """``pass``, ``miss``, ``undecided`` or ``unknown`` for a budget's median and interval.
-
-    With an interval, its ends decide: every value in it keeps the budget (pass), none does
-    (miss), or it straddles the reference (undecided: the samples cannot say). Without one
-    (a single demo) the value decides, as the threshold's own check does.
-    """
-    value = interval.value
-    if value != value:
+def verdict(ref: Threshold, summary: stats.Summary, contended: int = 0) -> str:
+    """``pass``, ``miss``, ``undecided`` or ``unknown`` for a budget's median and interval:
+    with an interval, ``benchmarks.stats.interval_verdict`` (every benchmark's reading of an
+    interval against a threshold); a single demo has none, and its value decides."""
+    if summary.median != summary.median:
         return "unknown"
-    if interval.known:
-        ends = (interval.low, interval.high)
-        if all(ref.passes(end) for end in ends):
-            return "pass"
-        outcome = "miss" if not any(ref.passes(end) for end in ends) else "undecided"
+    if summary.n > 1:
+        outcome = stats.interval_verdict(summary, ref)
     else:
-        if ref.passes(value):
-            return "pass"
-        outcome = "miss"
-    return f"{outcome} (contended)" if contended else outcome
+        outcome = stats.verdict(summary.median, ref.passes)
+    return f"{outcome} (contended)" if contended and outcome != "pass" else outcome
 
 
 def markdown(

@@ -14,6 +14,7 @@ import pytest
 
 from dlscale import catalog
 from dlscale.events import read_events
+from dlscale.parse.bigdl import ITERATION
 
 #: The one-rank LeNet run from the shared initialisation that the parity test reads (its
 #: first 20 losses) and the evaluation test reads (one evaluation, after the last iteration).
@@ -27,8 +28,9 @@ TWO_EXECUTOR_TARGET = {
 
 
 def last_logged_iteration(log: str) -> int:
-    """The last iteration DistriOptimizer logged in a run's log (it counts from 1); 0 if none."""
-    return max((int(n) for n in re.findall(r"\[Iteration (\d+)\]", log)), default=0)
+    """The last iteration DistriOptimizer logged in a run's log (it counts from 1); 0 if none:
+    the log parser's own line pattern (``dlscale.parse.bigdl.ITERATION``)."""
+    return max((int(line["iteration"]) for line in ITERATION.finditer(log)), default=0)
 
 
 def processes_mentioning(text: str) -> list[int]:
