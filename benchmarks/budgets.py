@@ -9,7 +9,12 @@ study itself), then says where its time went and whether it kept its budgets
 - Snakemake's own log split by what ran (``dlscale.analysis.snakelog``: the runs, the tuning
   race, the environments, the analysis, no job at all);
 - the runs' wall split from their events (the study's ``results/wall_split.csv``: timed
-  steps, warm-up, start-up by part, evaluation, gaps), per framework.
+  steps, warm-up, start-up by part, evaluation, gaps), per framework;
+- other work on the machine over the whole invocation (``dlscale.host.contention``, the
+  probe each run has, here around Snakemake): the runs' own probes see only the runs, so a
+  neighbour during the tuning race, the micro-benchmarks or the analysis went unseen. This
+  process adopts the daemons the study detaches (``become_subreaper``), so their CPU time
+  is the demo's, not a neighbour's.
 
 ``--repeats N`` runs the demo N times, one after another, each into a fresh folder: the
 samples. Each budget is then the median of its N values with the median's interval
@@ -46,6 +51,8 @@ from benchmarks.common import REPO, log, write_csv
 from dlscale.analysis import snakelog
 from dlscale.analysis.stats import median_interval
 from dlscale.base import atomic
+from dlscale.base.sysutil import become_subreaper, reap_adopted
+from dlscale.host.contention import CONTENDED, ContentionProbe, launcher_cpu_s
 from dlscale.thresholds import Threshold, threshold
 
 #: The budgets this benchmark holds the demo to, by threshold name, with what each measures.
@@ -90,13 +97,32 @@ def contended_runs(runs: pd.DataFrame) -> int:
     return int(runs["contended"].astype(str).str.lower().eq("true").sum())
 
 
+#: How long the daemons a demo detached may take to end after Snakemake exits. The study
+#: stops its Spark clusters itself (the Snakefile's onsuccess/onerror), so this is only a
+#: bound for a straggler; one still running after it is reported, not killed.
+ADOPTED_GRACE_S = 30.0
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One Snakemake invocation as this process saw it."""
+
+    status: int
+    wall_s: float
+    other_share: float  # other work + steal over the whole invocation, share of the CPUs
+    contended: bool  # ``other_share`` fails ``CONTENDED`` (the runs' threshold)
+    own_cpu_s: float  # the command's CPU time, its adopted daemons' included
+    left_running: tuple[int, ...] = ()  # adopted processes alive ADOPTED_GRACE_S after it
+
+
 @dataclass(frozen=True)
 class Sample:
     """One demo's values of the budgets' measures."""
 
     wall_s: float
     timed_share: float
-    contended: int = 0
+    contended: int = 0  # runs the runs' probe flagged
+    invocation_contended: bool = False  # other work over the whole invocation
 
 
 def timed_share(split: pd.DataFrame) -> float:
@@ -115,10 +141,12 @@ def summary(samples: Sequence[Sample]) -> pd.DataFrame:
     """One row per budget: the median of the samples' values and its interval, the
     threshold's reference, and the verdict (``verdict``).
 
-    A miss or an undecided verdict while the contention probe flagged runs reads ``...
-    (contended)``: a demo on a busy machine cannot tell the demo's cost from its neighbours'.
+    A miss or an undecided verdict while the contention probe flagged runs, or a whole
+    invocation, reads ``... (contended)``: a demo on a busy machine cannot tell the demo's
+    cost from its neighbours'.
     """
     contended = sum(sample.contended for sample in samples)
+    contended_demos = sum(sample.invocation_contended for sample in samples)
     measures = {
         "demo_warm_wall": [sample.wall_s for sample in samples],
         "demo_timed_share": [sample.timed_share for sample in samples],
@@ -142,8 +170,9 @@ def summary(samples: Sequence[Sample]) -> pd.DataFrame:
                 "reference": ref.value,
                 "unit": ref.unit,
                 "passes_when": ">= reference" if ref.higher_is_better else "<= reference",
-                "verdict": verdict(ref, summary, contended),
+                "verdict": verdict(ref, summary, contended + contended_demos),
                 "contended_runs": contended,
+                "contended_demos": contended_demos,
             }
         )
     return pd.DataFrame.from_records(rows)
@@ -218,12 +247,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_demo(work: Path, snakemake: Path, cores: str | None) -> tuple[int, float]:
-    """One demo into the empty folder ``work``: Snakemake's exit status and its wall (s)."""
-    work.mkdir(parents=True, exist_ok=True)
+def run_invocation(command: Sequence[str], cwd: Path, grace_s: float = ADOPTED_GRACE_S) -> Invocation:
+    """Run ``command`` and measure other work on this machine's CPUs over all of it.
+
+    The command's CPU time is this process's children's, the daemons it detached included
+    (adopted: ``become_subreaper``, reaped here after it exits); the rest of the CPUs' busy
+    time is a neighbour's. The wall is Snakemake's alone, not the wait for its daemons.
+    """
+    become_subreaper()
+    probe = ContentionProbe()
+    own_before = launcher_cpu_s()
+    probe.start()
     started = time.perf_counter()
-    status = subprocess.run(demo_command(work, snakemake, cores), cwd=work, check=False).returncode
-    return status, time.perf_counter() - started
+    status = subprocess.run(list(command), cwd=cwd, check=False).returncode
+    wall_s = time.perf_counter() - started
+    left = reap_adopted(grace_s)
+    own_cpu_s = launcher_cpu_s() - own_before
+    fields = probe.stop(own_cpu_s=own_cpu_s)
+    other = float(fields["other_busy_share"]) + float(fields["steal_share"])
+    return Invocation(status, wall_s, round(other, 4), bool(fields["contended"]), own_cpu_s, tuple(left))
+
+
+def run_demo(work: Path, snakemake: Path, cores: str | None) -> Invocation:
+    """One demo into the empty folder ``work``."""
+    work.mkdir(parents=True, exist_ok=True)
+    return run_invocation(demo_command(work, snakemake, cores), work)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -245,19 +293,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(
                 f"budgets: demo {repeat + 1} of {args.repeats}, the default study into {folder} (load {load})"
             )
-            status, wall_s = run_demo(folder, snakemake, args.cores)
-            if status != 0:
-                print(f"benchmarks.budgets: demo {repeat + 1} failed (exit {status}) after {wall_s:.0f} s;"
+            demo = run_demo(folder, snakemake, args.cores)
+            if demo.status != 0 or demo.left_running:
+                why = (
+                    f"exit {demo.status}"
+                    if demo.status != 0
+                    else f"left running: pids {list(demo.left_running)}"
+                )
+                print(f"benchmarks.budgets: demo {repeat + 1} failed ({why}) after {demo.wall_s:.0f} s;"
                       f" kept in {folder}", file=sys.stderr)  # fmt: skip
                 args.keep = True
                 return 2
             split = pd.read_csv(folder / "results" / "wall_split.csv")
             runs = pd.read_csv(folder / "results" / "runs.csv")
-            sample = Sample(wall_s, timed_share(split), contended_runs(runs))
+            sample = Sample(demo.wall_s, timed_share(split), contended_runs(runs), demo.contended)
             samples.append(sample)
             rows.append(
                 {"demo": repeat + 1, "load_before": str(load), "wall_s": sample.wall_s,
-                 "timed_share": sample.timed_share, "contended_runs": sample.contended, "runs": len(runs)}
+                 "timed_share": sample.timed_share, "other_share": demo.other_share,
+                 "contended": demo.contended, "contended_runs": sample.contended, "runs": len(runs)}
             )  # fmt: skip
             load = [round(v, 2) for v in os.getloadavg()]
         with open(invocation_log(folder), encoding="utf-8") as handle:
@@ -272,7 +326,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         info = (
             f"Measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC on {os.cpu_count()} cores;"
             f" {sum(s.contended for s in samples)} of {int(table['runs'].sum())} runs contended"
-            f" (the contention probe, runs.csv). {describe_samples(budgets)}"
+            f" (the contention probe, runs.csv); {sum(s.invocation_contended for s in samples)} of"
+            f" {len(samples)} demos contended over the whole invocation (other work and steal above"
+            f" {CONTENDED.value} of the CPUs, the runs' threshold: `other_share`)."
+            f" {describe_samples(budgets)}"
         )
         atomic.write_text(args.out / "budgets.md", markdown(budgets, log_split, split, info, table))
         print(budgets.to_string(index=False))

@@ -147,3 +147,101 @@ def test_at_least_one_demo():
     with pytest.raises(SystemExit):
         budgets.parse_args(["--repeats", "0"])
     assert budgets.parse_args([]).repeats == 1
+
+
+#: A command that detaches a daemon and exits at once, as a study detaches its Spark
+#: supervisor: the daemon burns CPU_S of CPU time (its own clock, not the wall) and ends.
+DETACHING = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while time.process_time() < {cpu_s}:
+            pass
+    os._exit(0)
+os.wait()
+"""
+
+#: run_invocation in a process of its own: it makes its process a subreaper, which the
+#: test session's must not become.
+MEASURE = """
+import dataclasses, json, sys
+from pathlib import Path
+from benchmarks.budgets import run_invocation
+print(json.dumps(dataclasses.asdict(run_invocation(json.loads(sys.argv[1]), Path.cwd(), grace_s=30.0))))
+"""
+
+
+def invocation(command: list[str], **popen) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, json.dumps(command)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        **popen,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_cpu_of_a_daemon_the_command_detached_is_the_commands():
+    import sys
+
+    measured = invocation([sys.executable, "-c", DETACHING.format(cpu_s=0.6)])
+    assert measured["status"] == 0 and measured["left_running"] == []
+    # The daemon's 0.6 s is counted as the command's own. Reparented to init instead (no
+    # subreaper), it would be nobody's child and read as a neighbour's work.
+    assert measured["own_cpu_s"] >= 0.6
+
+
+def test_a_daemon_still_running_after_the_grace_is_named_not_killed():
+    import subprocess
+    import sys
+
+    script = MEASURE.replace("grace_s=30.0", "grace_s=0.5")
+    # The daemon lets go of the pipes (a daemon holding them would hold up their reader).
+    forever = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+        "    null = os.open(os.devnull, os.O_RDWR)\n    for fd in (0, 1, 2):\n        os.dup2(null, fd)\n"
+        "    time.sleep(60)\nos._exit(0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, __import__("json").dumps([sys.executable, "-c", forever])],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    left = __import__("json").loads(done.stdout.splitlines()[-1])["left_running"]
+    assert len(left) == 1
+    try:
+        os.kill(left[0], 0)  # still there: reported, not killed
+    finally:
+        os.kill(left[0], 9)
+
+
+def test_a_neighbour_during_the_invocation_makes_it_contended():
+    import subprocess
+    import sys
+
+    def on_cpu0() -> None:
+        os.sched_setaffinity(0, {0})
+
+    # A busy neighbour on the one CPU the measured command may use, for all of the command.
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=on_cpu0)
+    try:
+        measured = invocation([sys.executable, "-c", "import time; time.sleep(2)"], preexec_fn=on_cpu0)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert measured["other_share"] > 0.5 and measured["contended"] is True
+
+
+def test_a_contended_invocation_marks_a_miss_even_with_no_contended_run():
+    samples = [budgets.Sample(700.0, 0.2, 0, invocation_contended=True), budgets.Sample(710.0, 0.2)]
+    table = budgets.summary(samples).set_index("budget")
+    assert table.loc["demo_warm_wall", "verdict"] == "miss (contended)"
+    assert table.loc["demo_warm_wall", "contended_demos"] == 1
+    assert table.loc["demo_warm_wall", "contended_runs"] == 0
