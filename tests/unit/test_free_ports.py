@@ -8,10 +8,39 @@ and the rank's bind (CI, 2026-12-06: torch's store failed with EADDRINUSE under 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 
 import pytest
 
 from dlscale.base import sysutil
+
+
+@pytest.fixture(autouse=True)
+def own_locks(tmp_path, monkeypatch):
+    """Each test its own lock folder and no port held from another test."""
+    monkeypatch.setattr(sysutil, "PORT_LOCKS_DIR", tmp_path / "ports")
+    monkeypatch.setattr(sysutil, "_held", {})
+    yield
+    sysutil._let_go(0.0)
+
+
+def two_port_range(monkeypatch) -> tuple[int, int]:
+    """A range of two ports, both free now: (first, second)."""
+    for _ in range(50):
+        with socket.socket() as probe, socket.socket() as after:
+            probe.bind(("0.0.0.0", 0))
+            first = probe.getsockname()[1]
+            try:
+                after.bind(("0.0.0.0", first + 1))
+            except OSError:
+                continue
+            break
+    else:
+        pytest.skip("no two free ports side by side")
+    monkeypatch.setattr(sysutil, "PORTS_FROM", first)
+    monkeypatch.setattr(sysutil, "ephemeral_low", lambda: first + 2)
+    return first, first + 1
 
 
 def test_ports_are_distinct_free_and_below_the_ephemeral_range():
@@ -54,3 +83,64 @@ def test_the_ephemeral_range_is_read_and_defaulted(tmp_path):
     file.write_text("garbage")
     assert sysutil.ephemeral_low(file) == sysutil.DEFAULT_EPHEMERAL_LOW
     assert sysutil.ephemeral_low(tmp_path / "absent") == sysutil.DEFAULT_EPHEMERAL_LOW
+
+
+def test_a_port_drawn_is_not_drawn_again_while_held(monkeypatch):
+    first, second = two_port_range(monkeypatch)
+    drawn = sysutil.free_port()
+    again = sysutil.free_port()  # the other port of the range: the first is held
+    assert {drawn, again} == {first, second}
+    third = sysutil.free_port()  # the range is spent: the OS picks, outside it
+    assert third not in (first, second)
+
+
+def test_a_port_another_process_holds_is_skipped_though_free(monkeypatch, tmp_path):
+    """Another launcher of this host drew it and its ranks have not bound it yet: the port
+    is free to a probe, and only the lock says it is taken."""
+    first, second = two_port_range(monkeypatch)
+    (tmp_path / "ports").mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(tmp_path / 'ports' / f'{first}.lock')!r}, os.O_RDONLY | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert sysutil.free_port() == second
+    finally:
+        holder.kill()
+        holder.wait()
+    sysutil._let_go(0.0)
+    assert first in {sysutil.free_port(), sysutil.free_port()}  # let go of with its process
+
+
+def test_a_process_that_lives_on_lets_go_after_the_hold(monkeypatch):
+    first, second = two_port_range(monkeypatch)
+    monkeypatch.setattr(sysutil, "PORT_HOLD_S", 0.0)
+    assert all(sysutil.free_port() in (first, second) for _ in range(6))
+
+
+def test_the_lock_folder_is_shared_by_every_user(tmp_path):
+    assert sysutil.reserve_port(29999)
+    assert (tmp_path / "ports").stat().st_mode & 0o7777 == 0o1777
+    assert not sysutil.reserve_port(29999)  # this process holds it
+
+
+def test_where_no_lock_can_be_made_the_probe_alone_decides(monkeypatch, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(sysutil, "PORT_LOCKS_DIR", blocker / "ports")
+    ports = sysutil.free_ports(3)
+    assert len(set(ports)) == 3 and all(port > 0 for port in ports)
+
+
+def test_a_link_planted_in_the_lock_folder_is_not_followed(tmp_path):
+    folder = tmp_path / "ports"
+    folder.mkdir()
+    target = tmp_path / "elsewhere"
+    (folder / "29998.lock").symlink_to(target)
+    assert sysutil.reserve_port(29998)  # not ours to lock: the probe alone decides
+    assert not target.exists()
+    assert 29998 not in sysutil._held
