@@ -27,7 +27,8 @@ Writes ``budgets.csv`` (one row per budget: measured, interval, reference, verdi
 ``samples.csv`` (one row per demo), ``demo_split.csv`` (the Snakemake log's split) and
 ``demo_wall_split.csv`` (the runs' split), both of the last demo, and ``budgets.md`` under
 ``--out``; exit 0 when every budget is kept, 1 when one is missed or undecided, 2 when a demo
-failed. A benchmark, not a test: its numbers are wall times on a shared machine.
+failed or left a process running. A benchmark, not a test: its numbers are wall times on a
+shared machine.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ from benchmarks.common import REPO, log, write_csv
 from dlscale.analysis import snakelog
 from dlscale.analysis.stats import median_interval
 from dlscale.base import atomic
-from dlscale.base.sysutil import become_subreaper, reap_adopted
-from dlscale.host.contention import CONTENDED, ContentionProbe, launcher_cpu_s
+from dlscale.base.sysutil import become_subreaper
+from dlscale.host.contention import CONTENDED, ContentionProbe, launcher_cpu_s, reap_adopted
 from dlscale.thresholds import Threshold, threshold
 
 #: The budgets this benchmark holds the demo to, by threshold name, with what each measures.
@@ -254,7 +255,8 @@ def run_invocation(command: Sequence[str], cwd: Path, grace_s: float = ADOPTED_G
     (adopted: ``become_subreaper``, reaped here after it exits); the rest of the CPUs' busy
     time is a neighbour's. The wall is Snakemake's alone, not the wait for its daemons.
     """
-    become_subreaper()
+    if not become_subreaper():
+        log("budgets: this kernel will not adopt the study's daemons: their CPU reads as other work")
     probe = ContentionProbe()
     own_before = launcher_cpu_s()
     probe.start()

@@ -8,8 +8,7 @@ namespace helpers can use them without importing the launcher.
 from __future__ import annotations
 
 import ctypes
-import fcntl
-import os
+import errno
 import random
 import signal
 import socket
@@ -44,49 +43,15 @@ def become_subreaper() -> bool:
 
     A daemon a job detaches (a study's Spark supervisor and the JVMs under it) is
     reparented to init when its parent exits, and its CPU time is then nobody's child
-    time. Adopted and reaped by this process (``reap_adopted``), it lands in this
-    process's ``RUSAGE_CHILDREN``: everything the command started is accounted for.
+    time. Adopted and reaped by this process (``dlscale.host.contention.reap_adopted``),
+    it lands in this process's ``RUSAGE_CHILDREN``: everything the command started is
+    accounted for.
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
-
-
-def reap_adopted(grace_s: float, poll_s: float = 0.1) -> list[int]:
-    """Reap every child of this process that has ended, waiting up to ``grace_s`` for the
-    live ones (adopted daemons that stop on their own, such as a supervisor that notices
-    its owner is gone); the PIDs still running after it, left as they are.
-
-    Call it only when no ``subprocess`` of this process is running: it reaps any child.
-    """
-    deadline = time.monotonic() + grace_s
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return []  # no child left
-        if pid:
-            continue
-        if time.monotonic() >= deadline:
-            return sorted(children_of(os.getpid()))
-        time.sleep(poll_s)
-
-
-def children_of(parent: int, proc: Path = Path("/proc")) -> set[int]:
-    """The PIDs whose parent is ``parent`` now (from ``/proc/<pid>/stat``)."""
-    found = set()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # ended meanwhile
-        if int(stat[stat.rindex(")") + 2 :].split()[1]) == parent:
-            found.add(int(entry.name))
-    return found
 
 
 #: Where chosen ports start: torch's default rendezvous port, below Linux's default
@@ -110,77 +75,59 @@ def ephemeral_low(path: Path = EPHEMERAL_RANGE_FILE) -> int:
 PROBE_ADDRESS = "0.0.0.0"
 
 
-#: Where the processes of one host note the ports they handed out: a lock file per port,
-#: held (``flock``) by the process that drew it. Two launchers probing at the same moment can
-#: both find a port free; only one of them gets its lock. A fixed path, not ``TMPDIR``, which
-#: a batch system may set per job. Sticky and open to all, as /tmp is: every user's launchers
-#: meet there.
-PORT_LOCKS_DIR = Path("/tmp/dlscale-ports")
+#: The name under which a process of this network namespace holds a port it drew: an
+#: abstract Unix socket (Linux), bound and never listened on. Two launchers of one
+#: namespace probing at the same moment can both find a port free; only one of them can
+#: bind its name. Abstract names live in the network namespace, as TCP ports do, leave no
+#: file behind, and go when their process does, however it ends.
+PORT_NAME = "\0dlscale-port-{port}"
 #: How long a process keeps a port it drew reserved. The ranks bind it within seconds of
-#: the draw (a launcher lives the whole run, and its exit lets go of every lock); a process
+#: the draw (a launcher lives the whole run, and its exit lets go of every name); a process
 #: that lives on and draws again (a benchmark, a test session) lets go of older ones.
 PORT_HOLD_S = 600.0
-#: The ports this process holds: port -> (the lock file's descriptor, when it was taken).
-_held: dict[int, tuple[int, float]] = {}
+#: The ports this process holds: port -> (the socket holding its name, when it was taken).
+_held: dict[int, tuple[socket.socket, float]] = {}
 
 
 def _let_go(older_than_s: float) -> None:
     now = time.monotonic()
-    for port, (fd, taken) in list(_held.items()):
+    for port, (holder, taken) in list(_held.items()):
         if now - taken >= older_than_s:
-            os.close(fd)  # closing the descriptor releases its flock
+            holder.close()
             del _held[port]
 
 
-def _lock_dir() -> Path | None:
-    """``PORT_LOCKS_DIR``, made sticky and open to all where this process creates it; None
-    where it cannot be used (then the probe alone decides, as before the locks)."""
-    try:
-        PORT_LOCKS_DIR.mkdir(mode=0o1777)
-        os.chmod(PORT_LOCKS_DIR, 0o1777)  # mkdir's mode passes through the umask
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    return PORT_LOCKS_DIR if PORT_LOCKS_DIR.is_dir() and not PORT_LOCKS_DIR.is_symlink() else None
-
-
 def reserve_port(port: int) -> bool:
-    """Take ``port``'s lock on this host for this process: False when another process (or
-    this one, within ``PORT_HOLD_S``) holds it. Where no lock can be made (the folder is
-    not usable, a lock file is not ours to open), True: the probe alone decides."""
+    """Hold ``port``'s name in this network namespace for this process: False when another
+    process (or this one, within ``PORT_HOLD_S``) holds it. Where no such name can be made
+    (no abstract Unix sockets), True: the probe alone decides."""
     _let_go(PORT_HOLD_S)
     if port in _held:
         return False
-    folder = _lock_dir()
-    if folder is None:
+    try:
+        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except (AttributeError, OSError):
         return True
     try:
-        # Read-only is enough for flock, so a file another user created serves every user;
-        # O_NOFOLLOW: a link planted in the shared folder is not followed.
-        fd = os.open(folder / f"{port}.lock", os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return False
-    _held[port] = (fd, time.monotonic())
+        holder.bind(PORT_NAME.format(port=port))
+    except OSError as err:
+        holder.close()
+        return err.errno != errno.EADDRINUSE
+    _held[port] = (holder, time.monotonic())
     return True
 
 
 def free_ports(count: int = 1) -> list[int]:
-    """``count`` distinct TCP ports free now, below the ephemeral range, reserved on this
-    host for this process (``reserve_port``).
+    """``count`` distinct TCP ports free now, below the ephemeral range, reserved in this
+    network namespace for this process (``reserve_port``).
 
     A port the OS picks (``bind`` to 0) comes from the ephemeral range, the pool the kernel
     also draws from for every outgoing connection and every "any port" listener, srun's and
     slurmstepd's among them: between the probe's close and the rank's bind such a socket can
     take it, and the run fails with EADDRINUSE (docs/ports.md). Below the range only an
     explicit bind takes a port, so the ports are drawn at random from ``PORTS_FROM`` up to
-    it; a port in use fails its probe, and one another launcher of this host drew and has
-    not let go of fails its lock. All probes stay open until all are found, and none
+    it; a port in use fails its probe, and one another launcher of this network namespace
+    drew and has not let go of fails its name (``reserve_port``). All probes stay open until all are found, and none
     listens. Where that range is too small, the OS picks.
     """
     candidates = list(range(PORTS_FROM, ephemeral_low()))

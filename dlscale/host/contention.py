@@ -189,6 +189,43 @@ def descendants(root: int, parents: Mapping[int, int]) -> set[int]:
     return found
 
 
+def children_of(parent: int) -> set[int]:
+    """The PIDs whose parent is ``parent`` now."""
+    found = set()
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if parse_pid_stat((entry / "stat").read_text())[0] == parent:
+                found.add(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+    return found
+
+
+def reap_adopted(grace_s: float, poll_s: float = 0.1) -> list[int]:
+    """Reap every child of this process that has ended, waiting up to ``grace_s`` for the
+    live ones; the PIDs still running after it, left as they are.
+
+    With this process a subreaper (``dlscale.base.sysutil.become_subreaper``), the daemons a
+    command detached (a study's Spark supervisor and the JVMs under it) are its children
+    once their parents exit, and their CPU time lands in its ``RUSAGE_CHILDREN`` when they
+    are reaped: a measured command's own, not other work. Call it only when no
+    ``subprocess`` of this process is running: it reaps any child.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return []  # no child left
+        if pid:
+            continue
+        if time.monotonic() >= deadline:
+            return sorted(children_of(os.getpid()))
+        time.sleep(poll_s)
+
+
 class ContentionProbe:
     """Measure other work on this host's CPUs between ``start()`` and ``stop()``.
 
@@ -275,6 +312,7 @@ __all__ = [
     "ContentionProbe",
     "CpuTimes",
     "allowed_cpus",
+    "children_of",
     "contention",
     "descendants",
     "launcher_cpu_s",
@@ -282,6 +320,7 @@ __all__ = [
     "parse_pid_stat",
     "parse_proc_stat",
     "read_cpu_times",
+    "reap_adopted",
     "tree_cpu_s",
 ]
 

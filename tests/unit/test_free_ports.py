@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -17,9 +18,10 @@ from dlscale.base import sysutil
 
 
 @pytest.fixture(autouse=True)
-def own_locks(tmp_path, monkeypatch):
-    """Each test its own lock folder and no port held from another test."""
-    monkeypatch.setattr(sysutil, "PORT_LOCKS_DIR", tmp_path / "ports")
+def own_names(monkeypatch):
+    """Each test its own port names (real launchers and other test workers hold theirs in
+    this namespace too) and no port held from another test."""
+    monkeypatch.setattr(sysutil, "PORT_NAME", f"\0dlscale-test-{uuid.uuid4().hex}-{{port}}")
     monkeypatch.setattr(sysutil, "_held", {})
     yield
     sysutil._let_go(0.0)
@@ -94,16 +96,16 @@ def test_a_port_drawn_is_not_drawn_again_while_held(monkeypatch):
     assert third not in (first, second)
 
 
-def test_a_port_another_process_holds_is_skipped_though_free(monkeypatch, tmp_path):
-    """Another launcher of this host drew it and its ranks have not bound it yet: the port
-    is free to a probe, and only the lock says it is taken."""
+def test_a_port_another_process_holds_is_skipped_though_free(monkeypatch):
+    """Another launcher of this network namespace drew it and its ranks have not bound it
+    yet: the port is free to a probe, and only the name says it is taken."""
     first, second = two_port_range(monkeypatch)
-    (tmp_path / "ports").mkdir()
+    name = sysutil.PORT_NAME.format(port=first)
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import fcntl, os, sys, time\n"
-         f"fd = os.open({str(tmp_path / 'ports' / f'{first}.lock')!r}, os.O_RDONLY | os.O_CREAT)\n"
-         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)"],
+         "import socket, sys, time\n"
+         "held = socket.socket(socket.AF_UNIX)\n"
+         f"held.bind({name!r})\nprint('held', flush=True)\ntime.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -122,25 +124,14 @@ def test_a_process_that_lives_on_lets_go_after_the_hold(monkeypatch):
     assert all(sysutil.free_port() in (first, second) for _ in range(6))
 
 
-def test_the_lock_folder_is_shared_by_every_user(tmp_path):
+def test_a_name_is_held_once_and_leaves_no_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     assert sysutil.reserve_port(29999)
-    assert (tmp_path / "ports").stat().st_mode & 0o7777 == 0o1777
     assert not sysutil.reserve_port(29999)  # this process holds it
+    assert list(tmp_path.iterdir()) == []  # an abstract name: nothing on any file system
 
 
-def test_where_no_lock_can_be_made_the_probe_alone_decides(monkeypatch, tmp_path):
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("")
-    monkeypatch.setattr(sysutil, "PORT_LOCKS_DIR", blocker / "ports")
+def test_where_no_name_can_be_made_the_probe_alone_decides(monkeypatch):
+    monkeypatch.setattr(sysutil, "PORT_NAME", "\0" + "x" * 200 + "{port}")  # too long a name
     ports = sysutil.free_ports(3)
     assert len(set(ports)) == 3 and all(port > 0 for port in ports)
-
-
-def test_a_link_planted_in_the_lock_folder_is_not_followed(tmp_path):
-    folder = tmp_path / "ports"
-    folder.mkdir()
-    target = tmp_path / "elsewhere"
-    (folder / "29998.lock").symlink_to(target)
-    assert sysutil.reserve_port(29998)  # not ours to lock: the probe alone decides
-    assert not target.exists()
-    assert 29998 not in sysutil._held
