@@ -1,5 +1,6 @@
-"""Small host utilities shared by the launcher, the ranks and the benchmarks: a free port,
-the git sha, dying with the parent process.
+"""Small host utilities shared by the launcher, the ranks and the benchmarks: a free port
+(reserved in the network namespace), the git sha, dying with the parent process, adopting
+orphaned descendants.
 
 They sit on the ground floor (stdlib only) so that ``benchmarks/``, a rank's agent and the
 namespace helpers can use them without importing the launcher.
@@ -127,8 +128,8 @@ def free_ports(count: int = 1) -> list[int]:
     take it, and the run fails with EADDRINUSE (docs/ports.md). Below the range only an
     explicit bind takes a port, so the ports are drawn at random from ``PORTS_FROM`` up to
     it; a port in use fails its probe, and one another launcher of this network namespace
-    drew and has not let go of fails its name (``reserve_port``). All probes stay open until all are found, and none
-    listens. Where that range is too small, the OS picks.
+    drew and has not let go of fails its name (``reserve_port``). All probes stay open
+    until all are found, and none listens. Where that range is too small, the OS picks.
     """
     candidates = list(range(PORTS_FROM, ephemeral_low()))
     random.SystemRandom().shuffle(candidates)
