@@ -162,16 +162,22 @@ def tree_cpu_s(root_pid: int, ticks_per_s: float | None = None) -> float:
     (``RUSAGE_CHILDREN`` for the launcher's own children) once it is waited for.
     """
     hz = ticks_per_s or os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    ticks: dict[int, float] = {}
+    stats = pid_stats()
+    parents = {pid: parent for pid, (parent, _) in stats.items()}
+    return sum(stats[pid][1] for pid in descendants(root_pid, parents)) / hz
+
+
+def pid_stats() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU ticks) of every process alive now (``parse_pid_stat``)."""
+    stats: dict[int, tuple[int, float]] = {}
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            parents[int(entry.name)], ticks[int(entry.name)] = parse_pid_stat((entry / "stat").read_text())
+            stats[int(entry.name)] = parse_pid_stat((entry / "stat").read_text())
         except (OSError, ValueError, IndexError):
             continue  # exited meanwhile
-    return sum(ticks[pid] for pid in descendants(root_pid, parents)) / hz
+    return stats
 
 
 def descendants(root: int, parents: Mapping[int, int]) -> set[int]:
@@ -191,16 +197,7 @@ def descendants(root: int, parents: Mapping[int, int]) -> set[int]:
 
 def children_of(parent: int) -> set[int]:
     """The PIDs whose parent is ``parent`` now."""
-    found = set()
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if parse_pid_stat((entry / "stat").read_text())[0] == parent:
-                found.add(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue  # exited meanwhile
-    return found
+    return {pid for pid, (ppid, _) in pid_stats().items() if ppid == parent}
 
 
 def reap_adopted(grace_s: float, poll_s: float = 0.1) -> list[int]:
@@ -319,6 +316,7 @@ __all__ = [
     "measure",
     "parse_pid_stat",
     "parse_proc_stat",
+    "pid_stats",
     "read_cpu_times",
     "reap_adopted",
     "tree_cpu_s",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import signal
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -150,7 +154,7 @@ def test_at_least_one_demo():
 
 
 #: A command that detaches a daemon and exits at once, as a study detaches its Spark
-#: supervisor: the daemon burns CPU_S of CPU time (its own clock, not the wall) and ends.
+#: supervisor: the daemon burns ``cpu_s`` of CPU time (its own clock, not the wall) and ends.
 DETACHING = """
 import os, time
 if os.fork() == 0:
@@ -162,35 +166,40 @@ if os.fork() == 0:
 os.wait()
 """
 
+#: A command that detaches a daemon that sleeps a minute, its stdio let go of (a daemon
+#: holding the pipes would hold up their reader).
+LINGERING = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    time.sleep(60)
+os._exit(0)
+"""
+
 #: run_invocation in a process of its own: it makes its process a subreaper, which the
-#: test session's must not become.
+#: test session's must not become. Arguments: the command (JSON) and the grace (s).
 MEASURE = """
 import dataclasses, json, sys
 from pathlib import Path
 from benchmarks.budgets import run_invocation
-print(json.dumps(dataclasses.asdict(run_invocation(json.loads(sys.argv[1]), Path.cwd(), grace_s=30.0))))
+measured = run_invocation(json.loads(sys.argv[1]), Path.cwd(), grace_s=float(sys.argv[2]))
+print(json.dumps(dataclasses.asdict(measured)))
 """
 
 
-def invocation(command: list[str], **popen) -> dict:
-    import json
-    import subprocess
-    import sys
-
+def invocation(command: list[str], grace_s: float = 30.0, **popen) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", MEASURE, json.dumps(command)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        **popen,
-    )
+        [sys.executable, "-c", MEASURE, json.dumps(command), str(grace_s)],
+        capture_output=True, text=True, timeout=120, **popen,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_the_cpu_of_a_daemon_the_command_detached_is_the_commands():
-    import sys
-
     measured = invocation([sys.executable, "-c", DETACHING.format(cpu_s=0.6)])
     assert measured["status"] == 0 and measured["left_running"] == []
     # The daemon's 0.6 s is counted as the command's own. Reparented to init instead (no
@@ -199,40 +208,24 @@ def test_the_cpu_of_a_daemon_the_command_detached_is_the_commands():
 
 
 def test_a_daemon_still_running_after_the_grace_is_named_not_killed():
-    import subprocess
-    import sys
-
-    script = MEASURE.replace("grace_s=30.0", "grace_s=0.5")
-    # The daemon lets go of the pipes (a daemon holding them would hold up their reader).
-    forever = (
-        "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
-        "    null = os.open(os.devnull, os.O_RDWR)\n    for fd in (0, 1, 2):\n        os.dup2(null, fd)\n"
-        "    time.sleep(60)\nos._exit(0)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script, __import__("json").dumps([sys.executable, "-c", forever])],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    left = __import__("json").loads(done.stdout.splitlines()[-1])["left_running"]
+    left = invocation([sys.executable, "-c", LINGERING], grace_s=0.5)["left_running"]
     assert len(left) == 1
     try:
         os.kill(left[0], 0)  # still there: reported, not killed
     finally:
-        os.kill(left[0], 9)
+        os.kill(left[0], signal.SIGKILL)
 
 
 def test_a_neighbour_during_the_invocation_makes_it_contended():
-    import subprocess
-    import sys
+    cpu = min(os.sched_getaffinity(0))
 
-    def on_cpu0() -> None:
-        os.sched_setaffinity(0, {0})
+    def on_one_cpu() -> None:
+        os.sched_setaffinity(0, {cpu})
 
     # A busy neighbour on the one CPU the measured command may use, for all of the command.
-    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=on_cpu0)
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=on_one_cpu)
     try:
-        measured = invocation([sys.executable, "-c", "import time; time.sleep(2)"], preexec_fn=on_cpu0)
+        measured = invocation([sys.executable, "-c", "import time; time.sleep(2)"], preexec_fn=on_one_cpu)
     finally:
         neighbour.kill()
         neighbour.wait()
